@@ -1,0 +1,150 @@
+/*
+ * container.h — reading and writing one packed file (.ckpt), docs/format.md.
+ *
+ * The reader is the one reader of the format: unpack, verify, stat, the FUSE
+ * daemon and the GPU loader all use it.  It knows nothing of FUSE.  An open
+ * reader is immutable and safe to share between threads: every read goes
+ * through pread(2) on its descriptor and decodes into caller-provided memory.
+ * ckp_open validates everything that can be validated without decoding
+ * (header, TOC, tiling, plane sizes, chunk indexes and their hashes); each
+ * chunk is checked against its hash when it is decoded.
+ */
+#ifndef CKP_CONTAINER_H
+#define CKP_CONTAINER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CKP_VERSION_MAJOR 1
+#define CKP_VERSION_MINOR 0
+#define CKP_SUFFIX ".ckpt"
+#define CKP_MANIFEST_NAME "ckptfs.manifest"
+#define CKP_MAX_CHUNK (16u << 20)
+#define CKP_BF16_CHUNK_WEIGHTS (64u << 10)   /* 128 KiB of BF16 per chunk */
+#define CKP_BLOB_CHUNK (256u << 10)
+
+/* Pinned status codes of the container layer. */
+typedef enum {
+    CKP_OK = 0,
+    CKP_ERR_ARG = 1,      /* bad argument */
+    CKP_ERR_IO = 2,       /* read/write failed (errno kept in the message) */
+    CKP_ERR_FORMAT = 3,   /* not a ckptfs packed file (magic) */
+    CKP_ERR_VERSION = 4,  /* a version or flag this reader does not know */
+    CKP_ERR_CORRUPT = 5,  /* metadata damaged or inconsistent */
+    CKP_ERR_CHUNK = 6,    /* a chunk failed to decode or its hash differs */
+    CKP_ERR_NOMEM = 7,
+    CKP_ERR_RANGE = 8,    /* offset past the end */
+    CKP_ERR_SOURCE = 9    /* the source file is invalid (writer side) */
+} ckp_status;
+
+const char *ckp_status_name(ckp_status s);
+/* The one place where container errors become errno values (EIO for damage). */
+int ckp_status_errno(ckp_status s);
+
+typedef enum { CKP_KIND_BLOB = 0, CKP_KIND_SAFETENSORS = 1 } ckp_kind;
+
+typedef struct {
+    uint64_t datum; /* RAW 0; ZSTD frame offset in plane 0; K15/BS escape prefix */
+    uint64_t hash;  /* XXH3 of the chunk's decoded bytes */
+} ckp_chunk_entry;
+
+typedef struct {
+    uint64_t orig_offset, orig_size;
+    uint32_t encoding;          /* ckc_encoding */
+    uint32_t chunk_size;        /* bytes of original per chunk */
+    uint64_t n_chunks;
+    uint64_t plane_offset[3], plane_size[3];
+    uint64_t n_escapes;
+    ckc_codebook codebook;
+    uint32_t dtype;             /* format.md §4.3 */
+    const char *name;           /* tensor name, NUL-terminated ("" if none) */
+    const ckp_chunk_entry *index; /* n_chunks entries, verified at open */
+} ckp_extent;
+
+typedef struct {
+    uint64_t original_size;
+    uint64_t packed_size;
+    uint8_t sha256[32];
+    ckp_kind kind;
+    uint32_t mode;
+    int64_t mtime_ns;
+    const char *path;           /* relative path of the source, NUL-terminated */
+    uint32_t n_extents;
+    uint16_t version_major, version_minor;
+} ckp_info;
+
+typedef struct ckp_reader ckp_reader;
+
+/* Open and validate a packed file.  On failure *out is NULL and, if err is
+ * given, a message naming the file and the problem is written to it.
+ * The reader owns its descriptor. */
+ckp_status ckp_open(const char *path, ckp_reader **out, char *err, size_t errCapacity);
+void ckp_close(ckp_reader *r);
+
+const ckp_info *ckp_get_info(const ckp_reader *r);
+const ckp_extent *ckp_get_extent(const ckp_reader *r, uint32_t i);
+int ckp_fd(const ckp_reader *r);            /* for loaders that read planes themselves */
+const char *ckp_file_name(const ckp_reader *r); /* the path it was opened with */
+
+/* Find the extent and chunk holding original byte off (< original_size). */
+ckp_status ckp_locate(const ckp_reader *r, uint64_t off, uint32_t *extent, uint64_t *chunk);
+
+/* Length in bytes of chunk c of extent e. */
+uint64_t ckp_chunk_len(const ckp_extent *x, uint64_t c);
+
+/* Per-thread scratch memory for decoding (compressed input, planes).
+ * Not shared between threads. */
+typedef struct ckp_scratch ckp_scratch;
+ckp_scratch *ckp_scratch_new(void);
+void ckp_scratch_free(ckp_scratch *s);
+
+/* Decode chunk c of extent e into dst (capacity >= ckp_chunk_len) and check
+ * its hash.  @return CKP_ERR_CHUNK if it is damaged; dst is then garbage and
+ * must not be returned to anyone. */
+ckp_status ckp_read_chunk(const ckp_reader *r, uint32_t e, uint64_t c, void *dst, ckp_scratch *s);
+
+/* Read original bytes [off, off+len) into buf, decoding only the chunks they
+ * touch.  *got = bytes read (short only at end of file).  Fails whole if any
+ * chunk touched is damaged. */
+ckp_status ckp_pread(const ckp_reader *r, void *buf, size_t len, uint64_t off, size_t *got,
+                     ckp_scratch *s);
+
+/* ---- writer ------------------------------------------------------------- */
+
+typedef struct ckp_writer ckp_writer;
+
+typedef struct {
+    const char *path;      /* relative path recorded in the TOC */
+    ckp_kind kind;
+    uint32_t mode;
+    int64_t mtime_ns;
+    int zstd_level;        /* for RAW/ZSTD extents; 0 = default (3) */
+    int jobs;              /* threads for BF16 encoding; <= 1 = none */
+} ckp_writer_opts;
+
+/* Start writing a packed file on fd (positioned anywhere; the writer uses
+ * pwrite from offset 0 and never reads fd). */
+ckp_status ckp_writer_new(int fd, const ckp_writer_opts *o, ckp_writer **out);
+/* Append an extent holding src[0..size): RAW (enc = CKC_ENC_RAW), zstd-or-raw
+ * (enc = CKC_ENC_ZSTD: zstd only if it saves >= 3%), or BF16 weights
+ * (CKC_ENC_K15 / CKC_ENC_BSPLIT; size must be even).  Extents must be added in
+ * original order.  name/dtype are recorded for diagnostics. */
+ckp_status ckp_writer_add(ckp_writer *w, uint32_t enc, const void *src, uint64_t size,
+                          const char *name, uint32_t dtype);
+/* Write the TOC and header.  sha256 is the whole source's digest. */
+ckp_status ckp_writer_finish(ckp_writer *w, const uint8_t sha256[32]);
+/* Free; after a failed or unfinished write the file content is undefined. */
+void ckp_writer_free(ckp_writer *w);
+/* Text of the writer's last error. */
+const char *ckp_writer_error(const ckp_writer *w);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CKP_CONTAINER_H */
