@@ -1,0 +1,359 @@
+/*
+ * chunk_cache.c — the mount daemon's LRU of decoded chunks (chunk_cache.h).
+ *
+ * One mutex (c->lock) protects the hash table, the LRU list, every entry's
+ * refs/state/err/in_table fields, the byte count and the prefetch queue.
+ * Entry data is written only by the thread that fills it, before the entry
+ * becomes READY (under the lock), and is read-only afterwards.  Decodes run
+ * without the lock; threads waiting for a decode sleep on c->done, which is
+ * broadcast whenever any decode finishes (decodes are ~100 µs; a shared
+ * condition variable is simpler than one per entry and cheap enough).
+ *
+ * Invariants (checked with assert):
+ *   - an entry is in the LRU list iff it is in the table and not LOADING;
+ *   - c->bytes is the sum of len over entries in the table that are not
+ *     LOADING;
+ *   - an entry not in the table is freed when refs reaches 0.
+ */
+#include "chunk_cache.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { ST_LOADING = 0, ST_READY = 1, ST_FAILED = 2 };
+#define FAILED_ENTRY_BYTES 64      /* what a remembered failure costs */
+#define PREFETCH_QUEUE 256
+
+struct ckcache_entry {
+    ckcache_key key;
+    ckcache_entry *hnext;          /* hash chain */
+    ckcache_entry *lprev, *lnext;  /* LRU, most recent at head */
+    size_t len;
+    unsigned char *data;
+    int refs;
+    int state;
+    int err;
+    int in_table;
+};
+
+typedef struct {
+    ckcache_key key;
+    size_t len;
+} prefetch_job;
+
+struct ckcache {
+    pthread_mutex_t lock;
+    pthread_cond_t done;           /* some decode finished */
+    pthread_cond_t work;           /* prefetch queue not empty, or stopping */
+    ckcache_fill_fn fill;
+    void *fill_arg;
+    size_t limit, bytes, n_entries;
+    ckcache_entry **buckets;
+    size_t n_buckets;              /* power of two */
+    ckcache_entry lru;             /* sentinel */
+    prefetch_job queue[PREFETCH_QUEUE];
+    unsigned q_head, q_len;
+    int stopping;
+    pthread_t *workers;
+    unsigned n_workers;
+    ckcache_stats st;
+};
+
+static size_t key_hash(const ckcache *c, const ckcache_key *k)
+{
+    uint64_t h = k->chunk * 0x9E3779B97F4A7C15ull;
+    h ^= ((uint64_t)k->file << 32 | k->extent) * 0xC2B2AE3D27D4EB4Full;
+    h ^= h >> 29;
+    return (size_t)h & (c->n_buckets - 1);
+}
+
+static int key_eq(const ckcache_key *a, const ckcache_key *b)
+{
+    return a->file == b->file && a->extent == b->extent && a->chunk == b->chunk;
+}
+
+static ckcache_entry *table_find(ckcache *c, const ckcache_key *k)
+{
+    for (ckcache_entry *e = c->buckets[key_hash(c, k)]; e; e = e->hnext)
+        if (key_eq(&e->key, k))
+            return e;
+    return NULL;
+}
+
+static void table_remove(ckcache *c, ckcache_entry *e)
+{
+    ckcache_entry **p = &c->buckets[key_hash(c, &e->key)];
+    while (*p != e)
+        p = &(*p)->hnext;
+    *p = e->hnext;
+    e->hnext = NULL;
+    e->in_table = 0;
+    c->n_entries--;
+}
+
+static void lru_unlink(ckcache_entry *e)
+{
+    e->lprev->lnext = e->lnext;
+    e->lnext->lprev = e->lprev;
+    e->lprev = e->lnext = NULL;
+}
+
+static void lru_push_front(ckcache *c, ckcache_entry *e)
+{
+    e->lnext = c->lru.lnext;
+    e->lprev = &c->lru;
+    c->lru.lnext->lprev = e;
+    c->lru.lnext = e;
+}
+
+static size_t entry_cost(const ckcache_entry *e)
+{
+    return e->state == ST_FAILED ? FAILED_ENTRY_BYTES : e->len;
+}
+
+static void entry_free(ckcache_entry *e)
+{
+    free(e->data);
+    free(e);
+}
+
+/* Take e out of the table and the LRU (it must be READY or FAILED). */
+static void evict(ckcache *c, ckcache_entry *e)
+{
+    assert(e->in_table && e->state != ST_LOADING);
+    lru_unlink(e);
+    table_remove(c, e);
+    c->bytes -= entry_cost(e);
+    c->st.evictions++;
+    if (e->refs == 0)
+        entry_free(e);
+}
+
+static void shrink(ckcache *c)
+{
+    while (c->bytes > c->limit && c->lru.lprev != &c->lru)
+        evict(c, c->lru.lprev);
+}
+
+/* Decode e (LOADING, referenced by the caller) without the lock; finish it
+ * under the lock.  Called and returns with c->lock held. */
+static void load(ckcache *c, ckcache_entry *e)
+{
+    pthread_mutex_unlock(&c->lock);
+    int err = 0;
+    unsigned char *data = malloc(e->len);
+    if (!data)
+        err = ENOMEM;
+    else
+        err = c->fill(c->fill_arg, &e->key, data, e->len);
+    if (err) {
+        free(data);
+        data = NULL;
+    }
+    pthread_mutex_lock(&c->lock);
+    e->data = data;
+    e->err = err;
+    e->state = err ? ST_FAILED : ST_READY;
+    if (err)
+        c->st.failures++;
+    if (err && err != EIO) {
+        table_remove(c, e);            /* transient: not remembered */
+    } else {
+        c->bytes += entry_cost(e);
+        lru_push_front(c, e);
+        shrink(c);
+    }
+    pthread_cond_broadcast(&c->done);
+}
+
+/* Find or start loading k; returns a referenced entry that is READY or
+ * FAILED, or NULL when out of memory.  Called with c->lock held. */
+static ckcache_entry *acquire(ckcache *c, const ckcache_key *k, size_t len)
+{
+    ckcache_entry *e = table_find(c, k);
+    if (e) {
+        e->refs++;
+        if (e->state == ST_LOADING) {
+            c->st.waits++;
+            while (e->state == ST_LOADING)
+                pthread_cond_wait(&c->done, &c->lock);
+        } else {
+            c->st.hits++;
+        }
+        if (e->in_table && e->state != ST_LOADING) {
+            lru_unlink(e);
+            lru_push_front(c, e);
+        }
+        return e;
+    }
+    e = calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    e->key = *k;
+    e->len = len;
+    e->refs = 1;
+    e->state = ST_LOADING;
+    e->in_table = 1;
+    size_t b = key_hash(c, k);
+    e->hnext = c->buckets[b];
+    c->buckets[b] = e;
+    c->n_entries++;
+    c->st.misses++;
+    load(c, e);
+    return e;
+}
+
+static void release_locked(ckcache_entry *e)
+{
+    assert(e->refs > 0);
+    if (--e->refs == 0 && !e->in_table)
+        entry_free(e);
+}
+
+int ckcache_get(ckcache *c, const ckcache_key *k, size_t len, ckcache_entry **out)
+{
+    *out = NULL;
+    if (len == 0)
+        return EINVAL;
+    pthread_mutex_lock(&c->lock);
+    ckcache_entry *e = acquire(c, k, len);
+    int err = e ? e->err : ENOMEM;
+    if (e && err) {
+        release_locked(e);
+        e = NULL;
+    }
+    pthread_mutex_unlock(&c->lock);
+    *out = e;
+    return err;
+}
+
+void ckcache_put(ckcache *c, ckcache_entry *e)
+{
+    if (!e)
+        return;
+    pthread_mutex_lock(&c->lock);
+    release_locked(e);
+    pthread_mutex_unlock(&c->lock);
+}
+
+const void *ckcache_data(const ckcache_entry *e) { return e->data; }
+size_t ckcache_len(const ckcache_entry *e) { return e->len; }
+
+void ckcache_prefetch(ckcache *c, const ckcache_key *k, size_t len)
+{
+    if (c->n_workers == 0 || len == 0)
+        return;
+    pthread_mutex_lock(&c->lock);
+    if (!table_find(c, k)) {
+        if (c->q_len == PREFETCH_QUEUE) {
+            c->st.prefetch_dropped++;
+        } else {
+            prefetch_job *j = &c->queue[(c->q_head + c->q_len) % PREFETCH_QUEUE];
+            j->key = *k;
+            j->len = len;
+            c->q_len++;
+            c->st.prefetch_queued++;
+            pthread_cond_signal(&c->work);
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void *worker_main(void *arg)
+{
+    ckcache *c = arg;
+    pthread_mutex_lock(&c->lock);
+    for (;;) {
+        while (!c->stopping && c->q_len == 0)
+            pthread_cond_wait(&c->work, &c->lock);
+        if (c->stopping)
+            break;
+        prefetch_job j = c->queue[c->q_head];
+        c->q_head = (c->q_head + 1) % PREFETCH_QUEUE;
+        c->q_len--;
+        if (table_find(c, &j.key))
+            continue;                  /* someone got there first */
+        ckcache_entry *e = acquire(c, &j.key, j.len);
+        if (e)
+            release_locked(e);
+        c->st.prefetch_done++;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return NULL;
+}
+
+ckcache *ckcache_new(size_t limitBytes, unsigned prefetchThreads, ckcache_fill_fn fill,
+                     void *fillArg)
+{
+    ckcache *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->fill = fill;
+    c->fill_arg = fillArg;
+    c->limit = limitBytes;
+    c->n_buckets = 1024;
+    while (c->n_buckets < limitBytes / (64u << 10) && c->n_buckets < (1u << 22))
+        c->n_buckets <<= 1;
+    c->buckets = calloc(c->n_buckets, sizeof *c->buckets);
+    if (!c->buckets)
+        goto fail_buckets;
+    c->lru.lnext = c->lru.lprev = &c->lru;
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->done, NULL);
+    pthread_cond_init(&c->work, NULL);
+    if (prefetchThreads) {
+        c->workers = calloc(prefetchThreads, sizeof *c->workers);
+        if (!c->workers)
+            goto fail_workers;
+        for (; c->n_workers < prefetchThreads; c->n_workers++)
+            if (pthread_create(&c->workers[c->n_workers], NULL, worker_main, c) != 0)
+                goto fail_workers;
+    }
+    return c;
+
+fail_workers:
+    ckcache_free(c);
+    return NULL;
+fail_buckets:
+    free(c);
+    return NULL;
+}
+
+void ckcache_free(ckcache *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->lock);
+    c->stopping = 1;
+    pthread_cond_broadcast(&c->work);
+    pthread_mutex_unlock(&c->lock);
+    for (unsigned i = 0; i < c->n_workers; i++)
+        pthread_join(c->workers[i], NULL);
+    free(c->workers);
+    for (size_t b = 0; b < c->n_buckets; b++) {
+        ckcache_entry *e = c->buckets[b];
+        while (e) {
+            ckcache_entry *next = e->hnext;
+            assert(e->refs == 0);
+            entry_free(e);
+            e = next;
+        }
+    }
+    free(c->buckets);
+    pthread_cond_destroy(&c->work);
+    pthread_cond_destroy(&c->done);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+void ckcache_get_stats(ckcache *c, ckcache_stats *st)
+{
+    pthread_mutex_lock(&c->lock);
+    *st = c->st;
+    st->bytes = c->bytes;
+    st->entries = c->n_entries;
+    pthread_mutex_unlock(&c->lock);
+}

@@ -1,0 +1,73 @@
+/*
+ * chunk_cache.h — a bounded LRU of decoded chunks for the mount daemon.
+ *
+ * The cache knows nothing of FUSE or of the container format: a chunk is a
+ * key (file, extent, chunk) and a length, and the cache's owner supplies one
+ * fill function that decodes a chunk into memory the cache allocated.  What
+ * the cache guarantees:
+ *   - a chunk is decoded at most once at a time: a request for a chunk that
+ *     is being decoded waits for that decode instead of starting another;
+ *   - entries are reference counted, so a caller may send straight from
+ *     entry memory (no copy) while other threads evict;
+ *   - the bytes held by entries in the table stay under the limit (entries
+ *     evicted while referenced are freed when their last reference goes);
+ *   - a chunk whose fill failed with EIO (damage) is remembered as failed:
+ *     later requests get EIO without decoding (and without logging) again.
+ *     Other errors are not remembered.
+ *   - a small pool of worker threads decodes ahead on request (prefetch).
+ * All functions are thread-safe.
+ */
+#ifndef CKFS_CHUNK_CACHE_H
+#define CKFS_CHUNK_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    uint32_t file;   /* owner's file number */
+    uint32_t extent; /* extent within the file */
+    uint64_t chunk;  /* chunk within the extent */
+} ckcache_key;
+
+/* Decode the chunk k into dst[0..len).  Called without any cache lock held,
+ * on the requesting thread or on a prefetch worker.
+ * @return 0, or a positive errno (EIO: the chunk is damaged). */
+typedef int (*ckcache_fill_fn)(void *arg, const ckcache_key *k, void *dst, size_t len);
+
+typedef struct ckcache ckcache;
+typedef struct ckcache_entry ckcache_entry;
+
+typedef struct {
+    uint64_t hits, misses, waits;  /* waits: found the chunk being decoded */
+    uint64_t evictions, failures;
+    uint64_t prefetch_queued, prefetch_done, prefetch_dropped;
+    uint64_t bytes, entries;       /* now held in the table */
+} ckcache_stats;
+
+/* Create a cache holding at most limitBytes of decoded chunks, with
+ * prefetchThreads workers (0: prefetch requests are ignored).
+ * @return NULL when out of memory or threads cannot be started. */
+ckcache *ckcache_new(size_t limitBytes, unsigned prefetchThreads, ckcache_fill_fn fill,
+                     void *fillArg);
+
+/* Stop the workers (queued prefetches are dropped) and free everything.
+ * No entry may still be referenced. */
+void ckcache_free(ckcache *c);
+
+/* Get chunk k of length len (> 0), decoding it if needed.
+ * @return 0 and a referenced entry in *out, or a positive errno. */
+int ckcache_get(ckcache *c, const ckcache_key *k, size_t len, ckcache_entry **out);
+
+/* Drop a reference taken by ckcache_get. */
+void ckcache_put(ckcache *c, ckcache_entry *e);
+
+const void *ckcache_data(const ckcache_entry *e);
+size_t ckcache_len(const ckcache_entry *e);
+
+/* Ask a worker to decode chunk k if it is neither cached nor being decoded.
+ * Best effort: dropped when the queue is full. */
+void ckcache_prefetch(ckcache *c, const ckcache_key *k, size_t len);
+
+void ckcache_get_stats(ckcache *c, ckcache_stats *st);
+
+#endif

@@ -1,0 +1,253 @@
+/*
+ * mount_opts.c — parsing `ckptfs mount` arguments and the FUSE-free helpers
+ * of mounting (mount_opts.h).  Unknown options are errors: a typo in an
+ * fstab line should fail loudly, not mount with defaults.
+ */
+#define _GNU_SOURCE
+#include "mount_opts.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static void set_err(char *err, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, cap, fmt, ap);
+    va_end(ap);
+}
+
+const char *ckfs_mount_usage(void)
+{
+    return "usage: ckptfs mount [-f] [-d] [-o OPTIONS] DST MOUNTPOINT\n"
+           "Serve the packed directory DST at MOUNTPOINT as the original files (read-only).\n"
+           "  -f                 stay in the foreground (log to stderr, not syslog)\n"
+           "  -d                 libfuse debug output (implies -f)\n"
+           "  -h, --help         this text\n"
+           "OPTIONS (comma-separated):\n"
+           "  cache_size=BYTES   decoded chunks kept in memory (K/M/G suffixes; default 256M)\n"
+           "  threads=N          most FUSE worker threads (default 16)\n"
+           "  prefetch=BYTES     decode ahead of sequential readers (default 4M; 0 = off)\n"
+           "  prefetch_threads=N decode-ahead workers (default 2)\n"
+           "  read_ahead_kb=N    kernel readahead of the mount (default 1024; 0 = kernel's)\n"
+           "  allow_other        let other users read (adds default_permissions)\n"
+           "  stats              print cache statistics at unmount (with -f)\n"
+           "  ro, nosuid, nodev  accepted; always in effect\n"
+           "  noexec, noatime    passed to the mount\n"
+           "To unmount: fusermount3 -u MOUNTPOINT (or umount as root).\n";
+}
+
+/* Parse a byte count with an optional K/M/G/T suffix (powers of 1024). */
+static int parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *s == '-')
+        return -1;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    }
+    if (*end == 'i' && shift)
+        end++;
+    if ((*end == 'b' || *end == 'B') && shift)
+        end++;
+    if (*end || (shift && v > (UINT64_MAX >> shift)))
+        return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || end == s || *end || *s == '-' || v < lo || v > hi)
+        return -1;
+    *out = (unsigned)v;
+    return 0;
+}
+
+/* One option of -o.  @return 0 or -1 with err set. */
+static int parse_one(ckfs_mount_opts *o, const char *opt, char *err, size_t cap)
+{
+    const char *eq = strchr(opt, '=');
+    size_t klen = eq ? (size_t)(eq - opt) : strlen(opt);
+    const char *val = eq ? eq + 1 : NULL;
+#define KEY(k) (klen == sizeof(k) - 1 && memcmp(opt, k, klen) == 0)
+    if (!val) {
+        if (KEY("ro") || KEY("nosuid") || KEY("nodev") || KEY("default_permissions"))
+            return 0;
+        if (KEY("allow_other"))
+            return o->allow_other = 1, 0;
+        if (KEY("noexec"))
+            return o->noexec = 1, 0;
+        if (KEY("noatime"))
+            return o->noatime = 1, 0;
+        if (KEY("stats"))
+            return o->stats = 1, 0;
+        if (KEY("rw")) {
+            set_err(err, cap, "ckptfs mount: option 'rw': ckptfs mounts are read-only");
+            return -1;
+        }
+    } else {
+        if (KEY("cache_size") && parse_size(val, &o->cache_size) == 0)
+            return 0;
+        if (KEY("prefetch") && parse_size(val, &o->prefetch) == 0)
+            return 0;
+        if (KEY("threads") && parse_uint(val, 1, 1024, &o->threads) == 0)
+            return 0;
+        if (KEY("prefetch_threads") && parse_uint(val, 0, 64, &o->prefetch_threads) == 0)
+            return 0;
+        if (KEY("read_ahead_kb") && parse_uint(val, 0, 1u << 20, &o->read_ahead_kb) == 0)
+            return 0;
+        if (KEY("cache_size") || KEY("prefetch") || KEY("threads") || KEY("prefetch_threads") ||
+            KEY("read_ahead_kb")) {
+            set_err(err, cap, "ckptfs mount: bad value in option '%s'", opt);
+            return -1;
+        }
+    }
+#undef KEY
+    set_err(err, cap, "ckptfs mount: unknown option '%s' (see ckptfs mount -h)", opt);
+    return -1;
+}
+
+static int parse_opt_list(ckfs_mount_opts *o, const char *list, char *err, size_t cap)
+{
+    char *copy = strdup(list), *save = NULL;
+    if (!copy) {
+        set_err(err, cap, "ckptfs mount: out of memory");
+        return -1;
+    }
+    int rc = 0;
+    for (char *tok = strtok_r(copy, ",", &save); tok && rc == 0; tok = strtok_r(NULL, ",", &save))
+        rc = parse_one(o, tok, err, cap);
+    free(copy);
+    return rc;
+}
+
+int ckfs_parse_mount_args(int argc, char **argv, ckfs_mount_opts *o, char *err, size_t cap)
+{
+    memset(o, 0, sizeof *o);
+    o->cache_size = CKFS_DEFAULT_CACHE;
+    o->threads = CKFS_DEFAULT_THREADS;
+    o->prefetch = CKFS_DEFAULT_PREFETCH;
+    o->prefetch_threads = CKFS_DEFAULT_PREFETCH_THREADS;
+    o->read_ahead_kb = CKFS_DEFAULT_READ_AHEAD_KB;
+    const char *pos[2];
+    int npos = 0, only_pos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (only_pos || a[0] != '-' || a[1] == 0) {
+            if (npos == 2) {
+                set_err(err, cap, "ckptfs mount: unexpected argument '%s'", a);
+                return -1;
+            }
+            pos[npos++] = a;
+        } else if (!strcmp(a, "--")) {
+            only_pos = 1;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            o->help = 1;
+            return 0;
+        } else if (!strcmp(a, "-f")) {
+            o->foreground = 1;
+        } else if (!strcmp(a, "-d")) {
+            o->debug = o->foreground = 1;
+        } else if (!strncmp(a, "-o", 2)) {
+            const char *list = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!list) {
+                set_err(err, cap, "ckptfs mount: -o needs an option list");
+                return -1;
+            }
+            if (parse_opt_list(o, list, err, cap) != 0)
+                return -1;
+        } else {
+            set_err(err, cap, "ckptfs mount: unknown flag '%s' (see ckptfs mount -h)", a);
+            return -1;
+        }
+    }
+    if (npos != 2) {
+        set_err(err, cap, "ckptfs mount: need DST and MOUNTPOINT (see ckptfs mount -h)");
+        return -1;
+    }
+    o->dst = pos[0];
+    o->mnt = pos[1];
+    return 0;
+}
+
+int ckfs_check_mountpoint(const char *mnt, char *err, size_t cap)
+{
+    struct stat st;
+    if (stat(mnt, &st) != 0) {
+        if (errno == ENOTCONN)
+            set_err(err, cap,
+                    "ckptfs mount: %s is a stale FUSE mount (its daemon is gone: "
+                    "Transport endpoint is not connected).\n"
+                    "Run `fusermount3 -u %s` (or `umount -l %s` as root), then mount again.",
+                    mnt, mnt, mnt);
+        else
+            set_err(err, cap, "ckptfs mount: %s: %s", mnt, strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        set_err(err, cap, "ckptfs mount: %s: not a directory", mnt);
+        return -1;
+    }
+    return 0;
+}
+
+/* mountinfo escapes space, tab, newline and backslash as \ooo. */
+static void unescape_mountinfo(char *s)
+{
+    char *w = s;
+    for (char *r = s; *r; r++) {
+        if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] >= '0' && r[2] <= '7' &&
+            r[3] >= '0' && r[3] <= '7') {
+            *w++ = (char)((r[1] - '0') << 6 | (r[2] - '0') << 3 | (r[3] - '0'));
+            r += 3;
+        } else {
+            *w++ = *r;
+        }
+    }
+    *w = 0;
+}
+
+int ckfs_set_read_ahead_kb(const char *mnt, unsigned kb)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    if (!f)
+        return -1;
+    char line[8192], dev[64] = "";
+    while (fgets(line, sizeof line, f)) {
+        char majmin[64], point[4096];
+        /* id parent major:minor root mount-point ... */
+        if (sscanf(line, "%*s %*s %63s %*s %4095s", majmin, point) != 2)
+            continue;
+        unescape_mountinfo(point);
+        if (!strcmp(point, mnt) && strstr(line, " - fuse.ckptfs "))
+            snprintf(dev, sizeof dev, "%s", majmin);  /* the last one wins: it is on top */
+    }
+    fclose(f);
+    if (!dev[0]) {
+        errno = ENOENT;
+        return -1;
+    }
+    char path[128];
+    snprintf(path, sizeof path, "/sys/class/bdi/%s/read_ahead_kb", dev);
+    FILE *w = fopen(path, "we");
+    if (!w)
+        return -1;
+    int rc = fprintf(w, "%u\n", kb) < 0 ? -1 : 0;
+    if (fclose(w) != 0)
+        rc = -1;
+    return rc;
+}

@@ -1,0 +1,50 @@
+/*
+ * mount_opts.h — command line of `ckptfs mount` and the FUSE-free pieces of
+ * mounting: option parsing, the mount point check, the bdi readahead knob.
+ */
+#ifndef CKFS_MOUNT_OPTS_H
+#define CKFS_MOUNT_OPTS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CKFS_DEFAULT_CACHE (256ull << 20)
+#define CKFS_DEFAULT_THREADS 16
+#define CKFS_DEFAULT_PREFETCH (4ull << 20)
+#define CKFS_DEFAULT_PREFETCH_THREADS 2
+#define CKFS_DEFAULT_READ_AHEAD_KB 1024
+#define CKFS_MAX_REQUEST (1u << 20)      /* largest read request we ask for */
+
+typedef struct {
+    const char *dst;           /* as given */
+    const char *mnt;
+    int foreground;
+    int debug;                 /* -d: libfuse debug output, implies -f */
+    int help;
+    int allow_other;
+    int noexec, noatime;
+    uint64_t cache_size;       /* bytes of decoded chunks kept */
+    unsigned threads;          /* max FUSE worker threads */
+    uint64_t prefetch;         /* bytes decoded ahead of a sequential reader; 0 = off */
+    unsigned prefetch_threads;
+    unsigned read_ahead_kb;    /* kernel readahead of the mount; 0 = leave as is */
+    int stats;                 /* print cache statistics at unmount */
+} ckfs_mount_opts;
+
+/* Parse argv (argv[0] = "mount").  @return 0, or -1 with a message in err. */
+int ckfs_parse_mount_args(int argc, char **argv, ckfs_mount_opts *o, char *err, size_t errCapacity);
+
+/* Usage text of `ckptfs mount`. */
+const char *ckfs_mount_usage(void);
+
+/* Check that mnt is a usable mount point: a directory, not a stale FUSE
+ * mount.  @return 0, or -1 with a message in err (for a stale mount it tells
+ * the user to run `fusermount3 -u`). */
+int ckfs_check_mountpoint(const char *mnt, char *err, size_t errCapacity);
+
+/* Set read_ahead_kb of the bdi behind the file system mounted at mnt (found
+ * in /proc/self/mountinfo, without touching the mount itself).
+ * @return 0, or -1 with errno. */
+int ckfs_set_read_ahead_kb(const char *mnt, unsigned kb);
+
+#endif
