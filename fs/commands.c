@@ -1,0 +1,421 @@
+/*
+ * commands.c — `ckptfs unpack`, `verify` and `stat`: read-only uses of the
+ * container reader, without FUSE (the same reader the daemon uses).
+ */
+#define _GNU_SOURCE
+#include "commands.h"
+#include "container.h"
+#include "manifest.h"
+#include "safetensors.h"
+#include "util.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#define IO_BLOCK (4u << 20)
+
+/* Open DST/<rel>.ckpt and check it against its manifest entry. */
+static ckp_reader *open_member(const char *cmd, const char *dst, const ckm_file *f)
+{
+    char path[PATH_MAX], err[768];
+    snprintf(path, sizeof path, "%s/%s%s", dst, f->path, CKP_SUFFIX);
+    ckp_reader *r;
+    if (ckp_open(path, &r, err, sizeof err) != CKP_OK) {
+        fprintf(stderr, "ckptfs %s: %s\n", cmd, err);
+        return NULL;
+    }
+    const ckp_info *in = ckp_get_info(r);
+    if (in->original_size != f->size || memcmp(in->sha256, f->sha256, 32) || strcmp(in->path, f->path)) {
+        fprintf(stderr, "ckptfs %s: %s: does not match its manifest entry\n", cmd, path);
+        ckp_close(r);
+        return NULL;
+    }
+    return r;
+}
+
+static void describe_chunk(const ckp_reader *r, uint32_t e, uint64_t c, char *out, size_t cap)
+{
+    const ckp_extent *x = ckp_get_extent(r, e);
+    uint64_t a = x->orig_offset + c * x->chunk_size;
+    snprintf(out, cap, "%s, chunk %llu (original bytes %llu-%llu)",
+             *x->name ? x->name : (e == 0 && ckp_get_info(r)->kind == CKP_KIND_SAFETENSORS ? "header" : "data"),
+             (unsigned long long)c, (unsigned long long)a, (unsigned long long)(a + ckp_chunk_len(x, c) - 1));
+}
+
+/* ---- unpack --------------------------------------------------------------- */
+
+static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_scratch *s, uint8_t *buf)
+{
+    ckp_reader *r = open_member("unpack", dst, f);
+    if (!r)
+        return -1;
+    char path[PATH_MAX], tmp[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", out, f->path);
+    snprintf(tmp, sizeof tmp, "%s.ckptfs-tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600), rc = -1;
+    cku_sha256 *sha = cku_sha256_new();
+    if (fd < 0 || !sha) {
+        fprintf(stderr, "ckptfs unpack: %s: %s\n", tmp, strerror(errno));
+        goto out;
+    }
+    const ckp_info *in = ckp_get_info(r);
+    for (uint32_t e = 0; e < in->n_extents; e++) {
+        const ckp_extent *x = ckp_get_extent(r, e);
+        for (uint64_t c = 0; c < x->n_chunks; c++) {
+            uint64_t len = ckp_chunk_len(x, c);
+            ckp_status st = ckp_read_chunk(r, e, c, buf, s);
+            if (st != CKP_OK) {
+                char where[512];
+                describe_chunk(r, e, c, where, sizeof where);
+                fprintf(stderr, "ckptfs unpack: %s%s: %s: %s; refusing to unpack damaged data\n", f->path,
+                        CKP_SUFFIX, where, ckp_status_name(st));
+                goto out;
+            }
+            cku_sha256_update(sha, buf, len);
+            if (cku_pwrite_full(fd, buf, len, x->orig_offset + c * x->chunk_size)) {
+                fprintf(stderr, "ckptfs unpack: %s: %s\n", tmp, strerror(errno));
+                goto out;
+            }
+        }
+    }
+    uint8_t d[32];
+    cku_sha256_final(sha, d);
+    sha = NULL;
+    if (memcmp(d, in->sha256, 32)) {
+        fprintf(stderr, "ckptfs unpack: %s: SHA-256 of the decoded file differs from the recorded one\n", f->path);
+        goto out;
+    }
+    struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT},
+                             {.tv_sec = f->mtime_ns / 1000000000, .tv_nsec = f->mtime_ns % 1000000000}};
+    if (ts[1].tv_nsec < 0) {
+        ts[1].tv_sec -= 1;
+        ts[1].tv_nsec += 1000000000;
+    }
+    if (fchmod(fd, f->mode) || futimens(fd, ts) || fsync(fd) || rename(tmp, path)) {
+        fprintf(stderr, "ckptfs unpack: %s: %s\n", path, strerror(errno));
+        goto out;
+    }
+    rc = 0;
+out:
+    if (sha)
+        cku_sha256_final(sha, d);
+    if (fd >= 0)
+        close(fd);
+    if (rc)
+        unlink(tmp);
+    ckp_close(r);
+    return rc;
+}
+
+static void remove_tree(const char *p)
+{
+    DIR *d = opendir(p);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                continue;
+            char c[PATH_MAX];
+            snprintf(c, sizeof c, "%s/%s", p, e->d_name);
+            remove_tree(c);
+        }
+        closedir(d);
+        rmdir(p);
+    } else {
+        unlink(p);
+    }
+}
+
+int ckpt_unpack(const char *dst, const char *out, int jobs)
+{
+    char err[768];
+    ckm_manifest *m;
+    if (ckm_load(dst, &m, err, sizeof err)) {
+        fprintf(stderr, "ckptfs unpack: %s\n", err);
+        return 1;
+    }
+    int rc = 1;
+    if (mkdir(out, 0755)) {
+        fprintf(stderr, "ckptfs unpack: %s: %s\n", out, errno == EEXIST ? "already exists" : strerror(errno));
+        ckm_free(m);
+        return 1;
+    }
+    ckp_scratch *s = ckp_scratch_new();
+    uint8_t *buf = malloc(CKP_MAX_CHUNK);
+    uint64_t total = 0;
+    for (size_t i = 0; i < m->n_files; i++)
+        total += m->files[i].size;
+    cku_progress *pr = cku_progress_new("unpacking", total);
+    for (size_t i = 0; i < m->n_dirs; i++) {
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "%s/%s", out, m->dirs[i].path);
+        if (mkdir(p, m->dirs[i].mode | 0700)) {
+            fprintf(stderr, "ckptfs unpack: %s: %s\n", p, strerror(errno));
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < m->n_files; i++) {
+        if (unpack_file(dst, out, &m->files[i], s, buf))
+            goto out;
+        cku_progress_add(pr, m->files[i].size);
+    }
+    for (size_t i = m->n_dirs; i-- > 0;) { /* modes after content: a 0555 dir must be filled first */
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "%s/%s", out, m->dirs[i].path);
+        chmod(p, m->dirs[i].mode);
+    }
+    rc = 0;
+out:
+    cku_progress_done(pr);
+    if (rc)
+        remove_tree(out); /* no partial output */
+    free(buf);
+    ckp_scratch_free(s);
+    ckm_free(m);
+    return rc;
+}
+
+/* ---- verify --------------------------------------------------------------- */
+
+/* Check every chunk of one packed file; with a source, every byte too. */
+static int verify_file(const char *dst, const char *against, const ckm_file *f, ckp_scratch *s, uint8_t *buf,
+                       uint8_t *src_buf)
+{
+    ckp_reader *r = open_member("verify", dst, f);
+    if (!r)
+        return 1;
+    int bad = 0, sfd = -1;
+    char src_path[PATH_MAX];
+    if (against) {
+        snprintf(src_path, sizeof src_path, "%s/%s", against, f->path);
+        struct stat st;
+        sfd = open(src_path, O_RDONLY | O_CLOEXEC);
+        if (sfd < 0 || fstat(sfd, &st) || (uint64_t)st.st_size != f->size) {
+            fprintf(stderr, "ckptfs verify: %s: %s\n", src_path,
+                    sfd < 0 ? strerror(errno) : "size differs from the packed file's original");
+            bad = 1;
+        }
+    }
+    cku_sha256 *sha = cku_sha256_new();
+    const ckp_info *in = ckp_get_info(r);
+    int chunks_ok = 1;
+    for (uint32_t e = 0; e < in->n_extents; e++) {
+        const ckp_extent *x = ckp_get_extent(r, e);
+        for (uint64_t c = 0; c < x->n_chunks; c++) {
+            uint64_t len = ckp_chunk_len(x, c), at = x->orig_offset + c * x->chunk_size;
+            char where[512];
+            ckp_status st = ckp_read_chunk(r, e, c, buf, s);
+            if (st != CKP_OK) {
+                describe_chunk(r, e, c, where, sizeof where);
+                fprintf(stderr, "ckptfs verify: %s%s: %s: %s\n", f->path, CKP_SUFFIX, where, ckp_status_name(st));
+                bad = 1;
+                chunks_ok = 0;
+                continue;
+            }
+            cku_sha256_update(sha, buf, len);
+            if (sfd >= 0 && !bad && (cku_pread_full(sfd, src_buf, len, at) || memcmp(buf, src_buf, len))) {
+                describe_chunk(r, e, c, where, sizeof where);
+                fprintf(stderr, "ckptfs verify: %s: %s differs from the source\n", f->path, where);
+                bad = 1;
+            }
+        }
+    }
+    uint8_t d[32];
+    cku_sha256_final(sha, d);
+    if (chunks_ok && memcmp(d, in->sha256, 32)) {
+        fprintf(stderr, "ckptfs verify: %s: SHA-256 differs from the recorded one\n", f->path);
+        bad = 1;
+    }
+    if (sfd >= 0)
+        close(sfd);
+    ckp_close(r);
+    return bad;
+}
+
+int ckpt_verify(const char *dst, const char *against)
+{
+    char err[768];
+    ckm_manifest *m;
+    if (ckm_load(dst, &m, err, sizeof err)) {
+        fprintf(stderr, "ckptfs verify: %s\n", err);
+        return 1;
+    }
+    ckp_scratch *s = ckp_scratch_new();
+    uint8_t *buf = malloc(CKP_MAX_CHUNK), *src_buf = malloc(CKP_MAX_CHUNK);
+    size_t bad = 0;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < m->n_files; i++) {
+        bad += (size_t)verify_file(dst, against, &m->files[i], s, buf, src_buf);
+        bytes += m->files[i].size;
+    }
+    if (bad)
+        fprintf(stderr, "ckptfs verify: %s: %zu of %zu files damaged\n", dst, bad, m->n_files);
+    else
+        printf("%s: %zu files, %llu bytes: all checksums%s ok\n", dst, m->n_files, (unsigned long long)bytes,
+               against ? " and every byte against the source" : "");
+    free(buf);
+    free(src_buf);
+    ckp_scratch_free(s);
+    ckm_free(m);
+    return bad ? 1 : 0;
+}
+
+/* ---- stat ----------------------------------------------------------------- */
+
+typedef struct {
+    uint64_t count, original, packed;
+} tally;
+
+typedef struct {
+    uint64_t original, packed, files, packed_other;
+    uint64_t bf16_weights, escapes, bf16_charged, code_bytes, low_bytes, esc_bytes, index_bytes;
+    uint64_t blob_original, blob_packed;
+    tally dtype[32], enc[4];
+} stats;
+
+static void stat_file(const ckp_reader *r, stats *t)
+{
+    const ckp_info *in = ckp_get_info(r);
+    t->original += in->original_size;
+    t->packed += in->packed_size;
+    t->files++;
+    uint64_t non_bf16 = 0;
+    for (uint32_t e = 0; e < in->n_extents; e++) {
+        const ckp_extent *x = ckp_get_extent(r, e);
+        uint64_t payload = x->plane_size[0] + x->plane_size[1] + x->plane_size[2] + x->n_chunks * 16;
+        t->enc[x->encoding].count++;
+        t->enc[x->encoding].original += x->orig_size;
+        t->enc[x->encoding].packed += payload;
+        if (x->dtype < 32) {
+            t->dtype[x->dtype].count++;
+            t->dtype[x->dtype].original += x->orig_size;
+            t->dtype[x->dtype].packed += payload;
+        }
+        if (x->encoding >= CKC_ENC_K15) {
+            t->bf16_weights += x->orig_size / 2;
+            t->escapes += x->n_escapes;
+            t->code_bytes += x->plane_size[0];
+            t->low_bytes += x->plane_size[1];
+            t->esc_bytes += x->plane_size[2];
+            t->index_bytes += x->n_chunks * 16;
+        } else if (in->kind == CKP_KIND_SAFETENSORS && e > 0) {
+            non_bf16 += payload; /* non-BF16 tensor data is not BF16 overhead */
+        }
+    }
+    if (in->kind == CKP_KIND_SAFETENSORS)
+        t->bf16_charged += in->packed_size - non_bf16;
+    else {
+        t->blob_original += in->original_size;
+        t->blob_packed += in->packed_size;
+    }
+}
+
+static cJSON *tally_json(const tally *x)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "count", (double)x->count);
+    cJSON_AddNumberToObject(o, "original_bytes", (double)x->original);
+    cJSON_AddNumberToObject(o, "packed_bytes", (double)x->packed);
+    return o;
+}
+
+static void print_stats(const char *dst, const stats *t, uint64_t manifest_size, int json)
+{
+    uint64_t packed = t->packed + manifest_size;
+    double bpw = t->bf16_weights ? 8.0 * (double)(t->bf16_charged + manifest_size) / (double)t->bf16_weights : 0;
+    double esc = t->bf16_weights ? (double)t->escapes / (double)t->bf16_weights : 0;
+    if (json) {
+        cJSON *o = cJSON_CreateObject(), *d = cJSON_CreateObject(), *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "path", dst);
+        cJSON_AddNumberToObject(o, "files", (double)t->files);
+        cJSON_AddNumberToObject(o, "original_bytes", (double)t->original);
+        cJSON_AddNumberToObject(o, "packed_bytes", (double)packed);
+        cJSON_AddNumberToObject(o, "saved_fraction", t->original ? 1.0 - (double)packed / (double)t->original : 0);
+        cJSON_AddNumberToObject(o, "bf16_weights", (double)t->bf16_weights);
+        cJSON_AddNumberToObject(o, "bf16_bits_per_weight", bpw);
+        cJSON_AddNumberToObject(o, "bf16_charged_bytes", (double)(t->bf16_charged + manifest_size));
+        cJSON_AddNumberToObject(o, "escapes", (double)t->escapes);
+        cJSON_AddNumberToObject(o, "escape_rate", esc);
+        cJSON_AddNumberToObject(o, "code_plane_bytes", (double)t->code_bytes);
+        cJSON_AddNumberToObject(o, "low_plane_bytes", (double)t->low_bytes);
+        cJSON_AddNumberToObject(o, "escape_plane_bytes", (double)t->esc_bytes);
+        cJSON_AddNumberToObject(o, "chunk_index_bytes", (double)t->index_bytes);
+        cJSON_AddNumberToObject(o, "manifest_bytes", (double)manifest_size);
+        cJSON_AddNumberToObject(o, "blob_original_bytes", (double)t->blob_original);
+        cJSON_AddNumberToObject(o, "blob_packed_bytes", (double)t->blob_packed);
+        for (uint32_t k = 1; k < 32; k++)
+            if (t->dtype[k].count)
+                cJSON_AddItemToObject(d, st_dtype_name(k), tally_json(&t->dtype[k]));
+        for (uint32_t k = 0; k < 4; k++)
+            if (t->enc[k].count)
+                cJSON_AddItemToObject(e, ckc_encoding_name(k), tally_json(&t->enc[k]));
+        cJSON_AddItemToObject(o, "by_dtype", d);
+        cJSON_AddItemToObject(o, "by_encoding", e);
+        char *s = cJSON_Print(o);
+        puts(s);
+        free(s);
+        cJSON_Delete(o);
+        return;
+    }
+    printf("%s: %llu files\n", dst, (unsigned long long)t->files);
+    printf("  original   %15llu bytes\n  packed     %15llu bytes (%.2f%% saved, manifest included)\n",
+           (unsigned long long)t->original, (unsigned long long)packed,
+           t->original ? 100.0 * (1.0 - (double)packed / (double)t->original) : 0.0);
+    printf("  BF16       %15llu weights, %.4f bits/weight with every byte of overhead charged\n",
+           (unsigned long long)t->bf16_weights, bpw);
+    printf("             escape rate %.4f%%; planes: codes %llu, low %llu, escapes %llu, chunk index %llu bytes\n",
+           100 * esc, (unsigned long long)t->code_bytes, (unsigned long long)t->low_bytes,
+           (unsigned long long)t->esc_bytes, (unsigned long long)t->index_bytes);
+    printf("  by dtype:     %8s %15s %15s\n", "tensors", "original", "payload");
+    for (uint32_t k = 1; k < 32; k++)
+        if (t->dtype[k].count)
+            printf("    %-11s %8llu %15llu %15llu\n", st_dtype_name(k), (unsigned long long)t->dtype[k].count,
+                   (unsigned long long)t->dtype[k].original, (unsigned long long)t->dtype[k].packed);
+    printf("  by encoding:  %8s %15s %15s\n", "extents", "original", "payload");
+    for (uint32_t k = 0; k < 4; k++)
+        if (t->enc[k].count)
+            printf("    %-11s %8llu %15llu %15llu\n", ckc_encoding_name(k), (unsigned long long)t->enc[k].count,
+                   (unsigned long long)t->enc[k].original, (unsigned long long)t->enc[k].packed);
+    printf("  (BF16 bits/weight charge every byte of the packed safetensors files except non-BF16\n"
+           "   tensor payloads, plus the manifest; other files: %llu -> %llu bytes)\n",
+           (unsigned long long)t->blob_original, (unsigned long long)t->blob_packed);
+}
+
+int ckpt_stat(const char *dst, int json)
+{
+    char err[768];
+    ckm_manifest *m;
+    if (ckm_load(dst, &m, err, sizeof err)) {
+        fprintf(stderr, "ckptfs stat: %s\n", err);
+        return 1;
+    }
+    stats t;
+    memset(&t, 0, sizeof t);
+    int rc = 0;
+    for (size_t i = 0; i < m->n_files; i++) {
+        ckp_reader *r = open_member("stat", dst, &m->files[i]);
+        if (!r) {
+            rc = 1;
+            continue;
+        }
+        stat_file(r, &t);
+        ckp_close(r);
+    }
+    char path[PATH_MAX];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dst, CKP_MANIFEST_NAME);
+    uint64_t msize = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+    if (rc == 0)
+        print_stats(dst, &t, msize, json);
+    ckm_free(m);
+    return rc;
+}

@@ -1,0 +1,24 @@
+/*
+ * commands.h — the ckptfs subcommands over the container (no FUSE here).
+ * Each returns a process exit status (0 ok, 1 failure/damage, 2 usage) and
+ * prints its own diagnostics to stderr, naming the file and the problem.
+ */
+#ifndef CKPTFS_COMMANDS_H
+#define CKPTFS_COMMANDS_H
+
+#include <stdint.h>
+
+typedef struct {
+    const char *src, *dst;
+    uint32_t encoding;   /* CKC_ENC_K15 or CKC_ENC_BSPLIT */
+    int jobs;
+    int delete_source;
+    int force;
+} ckpt_pack_opts;
+
+int ckpt_pack(const ckpt_pack_opts *o);
+int ckpt_unpack(const char *dst, const char *out, int jobs);
+int ckpt_verify(const char *dst, const char *against);
+int ckpt_stat(const char *dst, int json);
+
+#endif

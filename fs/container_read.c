@@ -1,0 +1,549 @@
+/*
+ * container_read.c — the one reader of packed files (docs/format.md).
+ *
+ * ckp_open reads and validates all metadata up front (header, TOC, extent
+ * tiling, payload bounds, plane sizes, codebooks, chunk indexes with their
+ * hashes), so that the per-read path only has to decode and hash one chunk.
+ * After ckp_open the reader is immutable: concurrent readers share it, each
+ * with its own ckp_scratch.
+ */
+#include "container.h"
+#include "container_internal.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+struct ckp_reader {
+    int fd;
+    char *file;             /* path given to ckp_open */
+    ckp_info info;
+    ckp_extent *x;          /* info.n_extents */
+    ckp_chunk_entry *index; /* all chunk indexes, one allocation */
+    char *strings;          /* NUL-terminated copies: path, then names */
+};
+
+struct ckp_scratch {
+    uint8_t *in;
+    size_t in_cap;
+    uint8_t *chunk;
+    size_t chunk_cap;
+    ZSTD_DCtx *dctx;
+};
+
+const char *ckp_status_name(ckp_status s)
+{
+    switch (s) {
+    case CKP_OK: return "ok";
+    case CKP_ERR_ARG: return "invalid argument";
+    case CKP_ERR_IO: return "I/O error";
+    case CKP_ERR_FORMAT: return "not a ckptfs packed file";
+    case CKP_ERR_VERSION: return "unsupported format version";
+    case CKP_ERR_CORRUPT: return "damaged metadata";
+    case CKP_ERR_CHUNK: return "damaged chunk";
+    case CKP_ERR_NOMEM: return "out of memory";
+    case CKP_ERR_RANGE: return "offset out of range";
+    case CKP_ERR_SOURCE: return "invalid source file";
+    }
+    return "unknown status";
+}
+
+int ckp_status_errno(ckp_status s)
+{
+    switch (s) {
+    case CKP_OK: return 0;
+    case CKP_ERR_ARG: return EINVAL;
+    case CKP_ERR_NOMEM: return ENOMEM;
+    case CKP_ERR_RANGE: return EINVAL;
+    default: return EIO; /* damage of any kind is EIO: never wrong bytes */
+    }
+}
+
+static ckp_status rerr(char *err, size_t cap, const char *file, ckp_status s, const char *fmt, ...)
+{
+    if (err && cap) {
+        int n = snprintf(err, cap, "%s: ", file);
+        va_list ap;
+        va_start(ap, fmt);
+        if (n >= 0 && (size_t)n < cap)
+            vsnprintf(err + n, cap - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    return s;
+}
+
+/* 1 if [off, off+size) lies within [lo, hi]. */
+static int in_range(uint64_t off, uint64_t size, uint64_t lo, uint64_t hi)
+{
+    return off >= lo && off <= hi && size <= hi - off;
+}
+
+static int all_zero(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i])
+            return 0;
+    return 1;
+}
+
+/* Validate one extent record and fill x; names point into r->strings. */
+static ckp_status parse_extent(ckp_reader *r, const uint8_t *rec, uint32_t i, uint64_t expect_off,
+                               uint64_t toc_off, const uint8_t *strtab, uint32_t strtab_size,
+                               char **names_end, char *err, size_t cap)
+{
+    ckp_extent *x = &r->x[i];
+    const char *f = r->file;
+    x->orig_offset = cku_le64(rec + X_ORIG_OFF);
+    x->orig_size = cku_le64(rec + X_ORIG_SIZE);
+    x->encoding = cku_le32(rec + X_ENC);
+    x->chunk_size = cku_le32(rec + X_CHUNK);
+    x->n_chunks = cku_le64(rec + X_NCHUNKS);
+    for (int p = 0; p < 3; p++) {
+        x->plane_offset[p] = cku_le64(rec + X_P0_OFF + 16 * p);
+        x->plane_size[p] = cku_le64(rec + X_P0_SIZE + 16 * p);
+    }
+    x->n_escapes = cku_le64(rec + X_NESC);
+    for (int k = 0; k < 16; k++)
+        x->codebook.sym[k] = cku_le16(rec + X_CODEBOOK + 2 * k);
+    x->dtype = cku_le32(rec + X_DTYPE);
+    uint32_t noff = cku_le32(rec + X_NAME_OFF), nlen = cku_le32(rec + X_NAME_LEN);
+    if (x->orig_offset != expect_off || x->orig_size == 0 ||
+        x->orig_size > r->info.original_size - expect_off)
+        return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u does not tile the original file", i);
+    if (x->encoding > CKC_ENC_BSPLIT)
+        return rerr(err, cap, f, CKP_ERR_VERSION, "extent %u has unknown encoding %u", i, x->encoding);
+    int bf16 = x->encoding >= CKC_ENC_K15;
+    if (x->chunk_size == 0 || x->chunk_size > CKP_MAX_CHUNK || (bf16 && x->chunk_size % 16))
+        return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u has invalid chunk size %u", i, x->chunk_size);
+    if (x->n_chunks != (x->orig_size + x->chunk_size - 1) / x->chunk_size)
+        return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u has a wrong chunk count", i);
+    if (!all_zero(rec + X_RESERVED, CKP_EXTENT_SIZE - X_RESERVED) || x->dtype > CKP_MAX_DTYPE ||
+        nlen > CKP_MAX_NAME || !in_range(noff, nlen, 0, strtab_size))
+        return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u has invalid fields", i);
+    int nplanes = bf16 ? 3 : 1;
+    for (int p = 0; p < 3; p++) {
+        int used = p < nplanes;
+        if (!used && (x->plane_offset[p] || x->plane_size[p]))
+            return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u: unused plane %d is set", i, p);
+        if (used && !in_range(x->plane_offset[p], x->plane_size[p], CKP_HEADER_SIZE, toc_off))
+            return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u: plane %d lies outside the file", i, p);
+    }
+    if (x->n_chunks > (toc_off - CKP_HEADER_SIZE) / CKP_INDEX_ENTRY ||
+        !in_range(cku_le64(rec + X_INDEX_OFF), x->n_chunks * CKP_INDEX_ENTRY, CKP_HEADER_SIZE, toc_off))
+        return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u: chunk index lies outside the file", i);
+    if (bf16) {
+        uint64_t n = x->orig_size / 2;
+        if (x->orig_size % 2 || x->plane_size[0] != ckc_code_plane_size(n) ||
+            x->plane_size[1] != ckc_low_plane_size(x->encoding, n) ||
+            x->n_escapes > n || x->plane_size[2] != ckc_escape_plane_size(x->encoding, x->n_escapes))
+            return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u: plane sizes do not match", i);
+        if (ckc_codebook_check(x->encoding, &x->codebook) != CKC_OK)
+            return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u: invalid codebook", i);
+    } else {
+        if (x->n_escapes || !all_zero(rec + X_CODEBOOK, 32) ||
+            (x->encoding == CKC_ENC_RAW && x->plane_size[0] != x->orig_size))
+            return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u has invalid fields", i);
+    }
+    memcpy(*names_end, strtab + noff, nlen);
+    x->name = *names_end;
+    (*names_end)[nlen] = 0;
+    *names_end += nlen + 1;
+    return CKP_OK;
+}
+
+/* Check datums of one extent's index (format §4.2). */
+static int index_ok(const ckp_extent *x)
+{
+    const ckp_chunk_entry *ix = x->index;
+    for (uint64_t c = 0; c < x->n_chunks; c++) {
+        uint64_t d = ix[c].datum, prev = c ? ix[c - 1].datum : 0;
+        switch (x->encoding) {
+        case CKC_ENC_RAW:
+            if (d)
+                return 0;
+            break;
+        case CKC_ENC_ZSTD:
+            if ((c == 0 && d) || (c && d <= prev) || d >= x->plane_size[0])
+                return 0;
+            break;
+        default:
+            if ((c == 0 && d) || d < prev || d > x->n_escapes)
+                return 0;
+        }
+    }
+    return 1;
+}
+
+static ckp_status load_indexes(ckp_reader *r, const uint8_t *toc, char *err, size_t cap)
+{
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < r->info.n_extents; i++)
+        total += r->x[i].n_chunks;
+    r->index = malloc((total ? total : 1) * sizeof *r->index);
+    uint8_t *buf = malloc(total ? total * CKP_INDEX_ENTRY : 1);
+    ckp_status s = CKP_OK;
+    if (!r->index || !buf) {
+        s = rerr(err, cap, r->file, CKP_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    ckp_chunk_entry *next = r->index;
+    for (uint32_t i = 0; i < r->info.n_extents; i++) {
+        ckp_extent *x = &r->x[i];
+        const uint8_t *rec = toc + CKP_TOC_HEADER_SIZE + (size_t)i * CKP_EXTENT_SIZE;
+        size_t bytes = (size_t)x->n_chunks * CKP_INDEX_ENTRY;
+        if (cku_pread_full(r->fd, buf, bytes, cku_le64(rec + X_INDEX_OFF))) {
+            s = rerr(err, cap, r->file, CKP_ERR_IO, "reading chunk index: %s", strerror(errno));
+            goto out;
+        }
+        if (ckc_hash64(buf, bytes) != cku_le64(rec + X_INDEX_HASH)) {
+            s = rerr(err, cap, r->file, CKP_ERR_CORRUPT, "chunk index of extent %u (%s) is damaged", i,
+                     *x->name ? x->name : "header");
+            goto out;
+        }
+        x->index = next;
+        for (uint64_t c = 0; c < x->n_chunks; c++, next++) {
+            next->datum = cku_le64(buf + c * CKP_INDEX_ENTRY);
+            next->hash = cku_le64(buf + c * CKP_INDEX_ENTRY + 8);
+        }
+        if (!index_ok(x)) {
+            s = rerr(err, cap, r->file, CKP_ERR_CORRUPT, "chunk index of extent %u is inconsistent", i);
+            goto out;
+        }
+    }
+out:
+    free(buf);
+    return s;
+}
+
+static ckp_status parse_header(ckp_reader *r, const uint8_t *h, uint64_t file_size, char *err, size_t cap)
+{
+    if (memcmp(h + H_MAGIC, CKP_MAGIC, 8))
+        return rerr(err, cap, r->file, CKP_ERR_FORMAT, "not a ckptfs packed file (bad magic)");
+    if (ckc_hash64(h, H_HASH) != cku_le64(h + H_HASH))
+        return rerr(err, cap, r->file, CKP_ERR_CORRUPT, "file header is damaged (checksum mismatch)");
+    r->info.version_major = cku_le16(h + H_MAJOR);
+    r->info.version_minor = cku_le16(h + H_MINOR);
+    if (r->info.version_major != CKP_VERSION_MAJOR || r->info.version_minor > CKP_VERSION_MINOR ||
+        cku_le32(h + H_FLAGS))
+        return rerr(err, cap, r->file, CKP_ERR_VERSION, "format version %u.%u (flags %#x) is not supported",
+                    r->info.version_major, r->info.version_minor, cku_le32(h + H_FLAGS));
+    if (cku_le64(h + H_FILE_SIZE) != file_size)
+        return rerr(err, cap, r->file, CKP_ERR_CORRUPT, "file is %llu bytes but its header says %llu (truncated?)",
+                    (unsigned long long)file_size, (unsigned long long)cku_le64(h + H_FILE_SIZE));
+    uint64_t toc_off = cku_le64(h + H_TOC_OFF), toc_size = cku_le64(h + H_TOC_SIZE);
+    if (toc_off % 8 || toc_off < CKP_HEADER_SIZE || toc_size < CKP_TOC_HEADER_SIZE ||
+        toc_size > CKP_MAX_TOC || toc_off > file_size || file_size - toc_off != toc_size)
+        return rerr(err, cap, r->file, CKP_ERR_CORRUPT, "table of contents lies outside the file");
+    r->info.original_size = cku_le64(h + H_ORIG);
+    r->info.packed_size = file_size;
+    return CKP_OK;
+}
+
+static ckp_status parse_toc(ckp_reader *r, const uint8_t *t, uint64_t toc_off, uint64_t toc_size,
+                            char *err, size_t cap)
+{
+    const char *f = r->file;
+    if (memcmp(t + T_MAGIC, "TOC1", 4) || !all_zero(t + T_RESERVED, CKP_TOC_HEADER_SIZE - T_RESERVED))
+        return rerr(err, cap, f, CKP_ERR_CORRUPT, "table of contents has a bad magic or reserved field");
+    uint32_t n = cku_le32(t + T_NEXT), path_len = cku_le32(t + T_PATH_LEN), strtab_size = cku_le32(t + T_STRTAB);
+    if (n > CKP_MAX_EXTENTS || toc_size != CKP_TOC_HEADER_SIZE + (uint64_t)n * CKP_EXTENT_SIZE + strtab_size)
+        return rerr(err, cap, f, CKP_ERR_CORRUPT, "table of contents has inconsistent sizes");
+    if (cku_le64(t + T_ORIG) != r->info.original_size || cku_le32(t + T_KIND) > CKP_KIND_SAFETENSORS ||
+        path_len == 0 || path_len > CKP_MAX_PATH || path_len > strtab_size)
+        return rerr(err, cap, f, CKP_ERR_CORRUPT, "table of contents has invalid fields");
+    memcpy(r->info.sha256, t + T_SHA, 32);
+    r->info.kind = (ckp_kind)cku_le32(t + T_KIND);
+    r->info.mode = cku_le32(t + T_MODE) & 07777;
+    r->info.mtime_ns = (int64_t)cku_le64(t + T_MTIME);
+    r->info.n_extents = n;
+    const uint8_t *strtab = t + CKP_TOC_HEADER_SIZE + (size_t)n * CKP_EXTENT_SIZE;
+    /* every string is copied NUL-terminated; names are at most the table's size in all */
+    r->strings = malloc((size_t)path_len + 1 + (size_t)strtab_size + n + 1);
+    r->x = calloc(n ? n : 1, sizeof *r->x);
+    if (!r->strings || !r->x)
+        return rerr(err, cap, f, CKP_ERR_NOMEM, "out of memory");
+    memcpy(r->strings, strtab, path_len);
+    r->strings[path_len] = 0;
+    r->info.path = r->strings;
+    if (memchr(r->strings, 0, path_len) || !ckp_path_ok(r->strings))
+        return rerr(err, cap, f, CKP_ERR_CORRUPT, "recorded path is not a safe relative path");
+    char *names_end = r->strings + path_len + 1;
+    uint64_t pos = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        ckp_status s = parse_extent(r, t + CKP_TOC_HEADER_SIZE + (size_t)i * CKP_EXTENT_SIZE, i, pos,
+                                    toc_off, strtab, strtab_size, &names_end, err, cap);
+        if (s != CKP_OK)
+            return s;
+        pos += r->x[i].orig_size;
+    }
+    if (pos != r->info.original_size)
+        return rerr(err, cap, f, CKP_ERR_CORRUPT, "extents cover %llu of %llu bytes",
+                    (unsigned long long)pos, (unsigned long long)r->info.original_size);
+    return load_indexes(r, t, err, cap);
+}
+
+ckp_status ckp_open(const char *path, ckp_reader **out, char *err, size_t cap)
+{
+    *out = NULL;
+    ckp_reader *r = calloc(1, sizeof *r);
+    if (!r || !(r->file = strdup(path))) {
+        free(r);
+        return rerr(err, cap, path, CKP_ERR_NOMEM, "out of memory");
+    }
+    uint8_t h[CKP_HEADER_SIZE], *toc = NULL;
+    struct stat st;
+    ckp_status s;
+    r->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (r->fd < 0 || fstat(r->fd, &st)) {
+        s = rerr(err, cap, path, CKP_ERR_IO, "%s", strerror(errno));
+        goto fail;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_size < (off_t)CKP_HEADER_SIZE) {
+        s = rerr(err, cap, path, CKP_ERR_FORMAT, S_ISREG(st.st_mode) ? "too short for a packed file"
+                                                                     : "not a regular file");
+        goto fail;
+    }
+    if (cku_pread_full(r->fd, h, sizeof h, 0)) {
+        s = rerr(err, cap, path, CKP_ERR_IO, "%s", strerror(errno));
+        goto fail;
+    }
+    if ((s = parse_header(r, h, (uint64_t)st.st_size, err, cap)) != CKP_OK)
+        goto fail;
+    uint64_t toc_off = cku_le64(h + H_TOC_OFF), toc_size = cku_le64(h + H_TOC_SIZE);
+    toc = malloc(toc_size);
+    if (!toc) {
+        s = rerr(err, cap, path, CKP_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if (cku_pread_full(r->fd, toc, toc_size, toc_off)) {
+        s = rerr(err, cap, path, CKP_ERR_IO, "%s", strerror(errno));
+        goto fail;
+    }
+    if (ckc_hash64(toc, toc_size) != cku_le64(h + H_TOC_HASH)) {
+        s = rerr(err, cap, path, CKP_ERR_CORRUPT, "table of contents is damaged (checksum mismatch)");
+        goto fail;
+    }
+    if ((s = parse_toc(r, toc, toc_off, toc_size, err, cap)) != CKP_OK)
+        goto fail;
+    free(toc);
+    *out = r;
+    return CKP_OK;
+fail:
+    free(toc);
+    ckp_close(r);
+    return s;
+}
+
+void ckp_close(ckp_reader *r)
+{
+    if (!r)
+        return;
+    if (r->fd >= 0)
+        close(r->fd);
+    free(r->file);
+    free(r->x);
+    free(r->index);
+    free(r->strings);
+    free(r);
+}
+
+const ckp_info *ckp_get_info(const ckp_reader *r) { return &r->info; }
+const ckp_extent *ckp_get_extent(const ckp_reader *r, uint32_t i)
+{
+    return i < r->info.n_extents ? &r->x[i] : NULL;
+}
+int ckp_fd(const ckp_reader *r) { return r->fd; }
+const char *ckp_file_name(const ckp_reader *r) { return r->file; }
+
+uint64_t ckp_chunk_len(const ckp_extent *x, uint64_t c)
+{
+    uint64_t start = c * x->chunk_size;
+    return c + 1 < x->n_chunks ? x->chunk_size : x->orig_size - start;
+}
+
+ckp_status ckp_locate(const ckp_reader *r, uint64_t off, uint32_t *extent, uint64_t *chunk)
+{
+    if (off >= r->info.original_size)
+        return CKP_ERR_RANGE;
+    uint32_t lo = 0, hi = r->info.n_extents; /* find last extent with orig_offset <= off */
+    while (hi - lo > 1) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (r->x[mid].orig_offset <= off)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    *extent = lo;
+    *chunk = (off - r->x[lo].orig_offset) / r->x[lo].chunk_size;
+    return CKP_OK;
+}
+
+ckp_scratch *ckp_scratch_new(void) { return calloc(1, sizeof(ckp_scratch)); }
+
+void ckp_scratch_free(ckp_scratch *s)
+{
+    if (!s)
+        return;
+    free(s->in);
+    free(s->chunk);
+    ZSTD_freeDCtx(s->dctx);
+    free(s);
+}
+
+static int grow(uint8_t **p, size_t *cap, size_t need)
+{
+    if (*cap >= need)
+        return 0;
+    uint8_t *q = realloc(*p, need);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = need;
+    return 0;
+}
+
+/* Read [off, off+len) of plane p of x into dst. */
+static ckp_status read_plane(const ckp_reader *r, const ckp_extent *x, int p, uint64_t off, uint64_t len,
+                             uint8_t *dst)
+{
+    if (off > x->plane_size[p] || len > x->plane_size[p] - off)
+        return CKP_ERR_CHUNK;
+    return cku_pread_full(r->fd, dst, len, x->plane_offset[p] + off) ? CKP_ERR_IO : CKP_OK;
+}
+
+static uint64_t min64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+/* Decode a K15/BS chunk: read only the bytes of each plane that it uses. */
+static ckp_status read_bf16_chunk(const ckp_reader *r, const ckp_extent *x, uint64_t c, uint64_t len,
+                                  uint16_t *dst, ckp_scratch *s)
+{
+    int k15 = x->encoding == CKC_ENC_K15;
+    uint64_t first = c * x->chunk_size / 2, nw = len / 2;
+    uint64_t esc_first = x->index[c].datum;
+    uint64_t esc_end = c + 1 < x->n_chunks ? x->index[c + 1].datum : x->n_escapes;
+    uint64_t esc_count = esc_end - esc_first;
+    uint64_t esc_base = esc_first / 8 * 8; /* escape groups of 8 start on byte boundaries */
+    uint64_t off[3] = {first / 2, k15 ? first * 7 / 8 : first,
+                       k15 ? esc_base * 9 / 8 : esc_base};
+    uint64_t need[3] = {(nw + 1) / 2, k15 ? (nw * 7 + 7) / 8 : nw,
+                        k15 ? ((esc_end - esc_base) * 9 + 7) / 8 : esc_end - esc_base};
+    uint64_t got[3], total = 0;
+    for (int p = 0; p < 3; p++) {
+        if (off[p] > x->plane_size[p])
+            return CKP_ERR_CHUNK;
+        got[p] = min64(need[p] + 8, x->plane_size[p] - off[p]); /* + tail for 2/8-byte loads */
+        total += got[p];
+    }
+    if (grow(&s->in, &s->in_cap, (size_t)total + 1))
+        return CKP_ERR_NOMEM;
+    uint8_t *b = s->in;
+    ckc_cplanes cp = {b, b + got[0], b + got[0] + got[1], got[0], got[1], got[2]};
+    for (int p = 0; p < 3; p++) {
+        ckp_status st = read_plane(r, x, p, off[p], got[p], b);
+        if (st != CKP_OK)
+            return st;
+        b += got[p];
+    }
+    ckc_status cs = ckc_decode_chunk(x->encoding, &x->codebook, &cp, 0, (size_t)nw, esc_first - esc_base,
+                                     esc_count, dst);
+    return cs == CKC_OK ? CKP_OK : CKP_ERR_CHUNK;
+}
+
+ckp_status ckp_read_chunk(const ckp_reader *r, uint32_t e, uint64_t c, void *dst, ckp_scratch *s)
+{
+    if (e >= r->info.n_extents || c >= r->x[e].n_chunks || !s)
+        return CKP_ERR_ARG;
+    const ckp_extent *x = &r->x[e];
+    uint64_t len = ckp_chunk_len(x, c);
+    ckp_status st;
+    switch (x->encoding) {
+    case CKC_ENC_RAW:
+        st = read_plane(r, x, 0, c * x->chunk_size, len, dst);
+        break;
+    case CKC_ENC_ZSTD: {
+        uint64_t a = x->index[c].datum, b = c + 1 < x->n_chunks ? x->index[c + 1].datum : x->plane_size[0];
+        if (!s->dctx && !(s->dctx = ZSTD_createDCtx()))
+            return CKP_ERR_NOMEM;
+        if (grow(&s->in, &s->in_cap, (size_t)(b - a) + 1))
+            return CKP_ERR_NOMEM;
+        st = read_plane(r, x, 0, a, b - a, s->in);
+        if (st == CKP_OK) {
+            size_t z = ZSTD_decompressDCtx(s->dctx, dst, len, s->in, b - a);
+            st = ZSTD_isError(z) || z != len ? CKP_ERR_CHUNK : CKP_OK;
+        }
+        break;
+    }
+    default:
+        if ((uintptr_t)dst & 1) {
+            if (grow(&s->chunk, &s->chunk_cap, len))
+                return CKP_ERR_NOMEM;
+            st = read_bf16_chunk(r, x, c, len, (uint16_t *)(void *)s->chunk, s);
+            if (st == CKP_OK)
+                memcpy(dst, s->chunk, len);
+        } else {
+            st = read_bf16_chunk(r, x, c, len, dst, s);
+        }
+    }
+    if (st == CKP_OK && ckc_hash64(dst, len) != x->index[c].hash)
+        st = CKP_ERR_CHUNK;
+    return st;
+}
+
+ckp_status ckp_pread(const ckp_reader *r, void *buf, size_t len, uint64_t off, size_t *got, ckp_scratch *s)
+{
+    *got = 0;
+    if (off >= r->info.original_size || !len)
+        return CKP_OK;
+    if (len > r->info.original_size - off)
+        len = (size_t)(r->info.original_size - off);
+    uint8_t *out = buf;
+    while (*got < len) {
+        uint64_t pos = off + *got, c;
+        uint32_t e;
+        ckp_status st = ckp_locate(r, pos, &e, &c);
+        if (st != CKP_OK)
+            return st;
+        const ckp_extent *x = &r->x[e];
+        uint64_t cstart = x->orig_offset + c * x->chunk_size, clen = ckp_chunk_len(x, c);
+        uint64_t skip = pos - cstart, take = min64(clen - skip, len - *got);
+        if (skip == 0 && take == clen) {
+            st = ckp_read_chunk(r, e, c, out + *got, s);
+        } else {
+            if (grow(&s->chunk, &s->chunk_cap, clen))
+                return CKP_ERR_NOMEM;
+            st = ckp_read_chunk(r, e, c, s->chunk, s);
+            if (st == CKP_OK)
+                memcpy(out + *got, s->chunk + skip, take);
+        }
+        if (st != CKP_OK)
+            return st;
+        *got += take;
+    }
+    return CKP_OK;
+}
+
+int ckp_path_ok(const char *rel)
+{
+    if (!rel || !*rel || *rel == '/')
+        return 0;
+    const char *p = rel;
+    while (*p) {
+        const char *q = strchr(p, '/');
+        size_t n = q ? (size_t)(q - p) : strlen(p);
+        if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+            return 0;
+        if (!q)
+            break;
+        p = q + 1;
+        if (!*p)
+            return 0; /* trailing slash */
+    }
+    return 1;
+}

@@ -1,0 +1,765 @@
+/*
+ * pack.c — `ckptfs pack`: store a model directory as a packed directory.
+ *
+ * Invariants (DESIGN §4):
+ *  - the source is never modified, except that with --delete-source a file is
+ *    unlinked after its packed copy is written, fsynced, renamed into place,
+ *    its directory fsynced, and read back equal to the source byte for byte;
+ *  - each packed file is written under a temporary name and renamed only
+ *    after that read-back, so a kill at any moment leaves either no packed
+ *    file or a complete, verified one;
+ *  - DST/ckptfs.state records the source and encoding, so rerunning the same
+ *    command resumes: complete packed files whose source is unchanged (or
+ *    already deleted) are kept, leftovers are removed, and the manifest is
+ *    rebuilt from the packed files themselves.
+ *  - every safetensors header is validated before anything is written.
+ */
+#define _GNU_SOURCE
+#include "commands.h"
+#include "container.h"
+#include "manifest.h"
+#include "safetensors.h"
+#include "util.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define STATE_NAME "ckptfs.state"
+#define TMP_SUFFIX ".ckpt.tmp"
+
+typedef struct {
+    char *rel;        /* relative path */
+    int is_dir;
+    struct stat st;   /* of the file (symlinks followed) */
+} src_entry;
+
+typedef struct {
+    src_entry *v;
+    size_t n, cap;
+} src_list;
+
+typedef struct {
+    const ckpt_pack_opts *o;
+    char src_root[PATH_MAX];  /* directory holding the files */
+    int single_file;          /* SRC was one file */
+    char dst[PATH_MAX];
+    src_list list;
+    cku_progress *progress;
+} pack_ctx;
+
+static int has_suffix(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+static int list_add(src_list *l, const char *rel, int is_dir, const struct stat *st)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        src_entry *v = realloc(l->v, cap * sizeof *v);
+        if (!v)
+            return -1;
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n].rel = strdup(rel);
+    l->v[l->n].is_dir = is_dir;
+    l->v[l->n].st = *st;
+    return l->v[l->n++].rel ? 0 : -1;
+}
+
+static void list_free(src_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i].rel);
+    free(l->v);
+}
+
+static int cmp_entry(const void *a, const void *b)
+{
+    return strcmp(((const src_entry *)a)->rel, ((const src_entry *)b)->rel);
+}
+
+/* Walk root/rel recursively.  File symlinks are followed (their content is
+ * packed); directory symlinks are refused, so the walk cannot loop. */
+static int walk(pack_ctx *c, const char *rel)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s%s%s", c->src_root, *rel ? "/" : "", rel);
+    DIR *d = opendir(dir);
+    if (!d) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char r[PATH_MAX], full[PATH_MAX];
+        if (strlen(c->src_root) + strlen(rel) + strlen(e->d_name) + 64 > PATH_MAX) {
+            fprintf(stderr, "ckptfs pack: %s/%s: path too long\n", dir, e->d_name);
+            rc = -1;
+            break;
+        }
+        snprintf(r, sizeof r, "%s%s%s", rel, *rel ? "/" : "", e->d_name);
+        snprintf(full, sizeof full, "%s/%s", c->src_root, r);
+        struct stat st, lst;
+        if (lstat(full, &lst) || stat(full, &st)) {
+            fprintf(stderr, "ckptfs pack: %s: %s\n", full, strerror(errno));
+            rc = -1;
+        } else if (S_ISDIR(st.st_mode) && S_ISLNK(lst.st_mode)) {
+            fprintf(stderr, "ckptfs pack: %s: symbolic link to a directory is not supported\n", full);
+            rc = -1;
+        } else if (S_ISDIR(st.st_mode)) {
+            if (!*rel && (!strcmp(e->d_name, CKP_MANIFEST_NAME) || !strcmp(e->d_name, STATE_NAME))) {
+                fprintf(stderr, "ckptfs pack: %s: this name is reserved for ckptfs\n", full);
+                rc = -1;
+            } else {
+                rc = list_add(&c->list, r, 1, &st) ? -1 : walk(c, r);
+            }
+        } else if (S_ISREG(st.st_mode)) {
+            rc = list_add(&c->list, r, 0, &st);
+        } else {
+            fprintf(stderr, "ckptfs pack: %s: not a regular file or directory\n", full);
+            rc = -1;
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+/* Map a whole file read-only (NULL for an empty file, which is fine). */
+static int map_file(const char *path, int *fd, const uint8_t **p, uint64_t *size)
+{
+    struct stat st;
+    *p = NULL;
+    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0 || fstat(*fd, &st))
+        return -1;
+    *size = (uint64_t)st.st_size;
+    if (!*size)
+        return 0;
+    void *m = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, *fd, 0);
+    if (m == MAP_FAILED)
+        return -1;
+    madvise(m, *size, MADV_SEQUENTIAL);
+    *p = m;
+    return 0;
+}
+
+static void unmap_file(int fd, const uint8_t *p, uint64_t size)
+{
+    if (p)
+        munmap((void *)p, size);
+    if (fd >= 0)
+        close(fd);
+}
+
+/* Validate a safetensors file's header; @return parsed header or NULL. */
+static st_header *check_safetensors(const char *path, const uint8_t *p, uint64_t size)
+{
+    char err[512];
+    st_header *h = NULL;
+    if (st_parse(p, p ? size : 0, size, &h, err, sizeof err)) {
+        fprintf(stderr, "ckptfs pack: %s: invalid safetensors file: %s\n", path, err);
+        return NULL;
+    }
+    return h;
+}
+
+typedef struct {
+    const uint8_t *p;
+    uint64_t size;
+    uint8_t sha[32];
+} sha_job;
+
+static void *sha_thread(void *arg)
+{
+    sha_job *j = arg;
+    cku_sha256 *s = cku_sha256_new();
+    for (uint64_t off = 0; s && off < j->size; off += 64u << 20)
+        cku_sha256_update(s, j->p + off, j->size - off < (64u << 20) ? j->size - off : 64u << 20);
+    if (s)
+        cku_sha256_final(s, j->sha);
+    return NULL;
+}
+
+/* Encode src into the writer: header extent + one extent per tensor, or one blob extent. */
+static int write_extents(pack_ctx *c, ckp_writer *w, const char *path, const uint8_t *p, uint64_t size,
+                         st_header *h)
+{
+    ckp_status s = CKP_OK;
+    if (!h) {
+        s = ckp_writer_add(w, CKC_ENC_ZSTD, p, size, NULL, 0);
+        cku_progress_add(c->progress, size);
+    } else {
+        s = ckp_writer_add(w, CKC_ENC_RAW, p, h->data_start, NULL, 0);
+        for (size_t i = 0; s == CKP_OK && i < h->n_tensors; i++) {
+            const st_tensor *t = &h->tensors[i];
+            uint32_t enc = t->dtype == 7 ? c->o->encoding : CKC_ENC_ZSTD; /* 7 = BF16 */
+            s = ckp_writer_add(w, enc, p + h->data_start + t->begin, t->end - t->begin, t->name, t->dtype);
+            cku_progress_add(c->progress, t->end - t->begin);
+        }
+    }
+    if (s != CKP_OK)
+        fprintf(stderr, "ckptfs pack: %s: %s: %s\n", path, ckp_status_name(s), ckp_writer_error(w));
+    return s == CKP_OK ? 0 : -1;
+}
+
+/* Read the packed file back and compare every byte with the source. */
+static int read_back(const char *tmp, const char *src_path, const uint8_t *p, uint64_t size,
+                     const uint8_t sha[32])
+{
+    char err[512];
+    ckp_reader *r;
+    if (ckp_open(tmp, &r, err, sizeof err) != CKP_OK) {
+        fprintf(stderr, "ckptfs pack: read-back failed: %s\n", err);
+        return -1;
+    }
+    int rc = 0;
+    const ckp_info *in = ckp_get_info(r);
+    ckp_scratch *s = ckp_scratch_new();
+    uint8_t *buf = malloc(CKP_MAX_CHUNK);
+    if (in->original_size != size || memcmp(in->sha256, sha, 32) || !s || !buf)
+        rc = -1;
+    for (uint32_t e = 0; rc == 0 && e < in->n_extents; e++) {
+        const ckp_extent *x = ckp_get_extent(r, e);
+        for (uint64_t k = 0; rc == 0 && k < x->n_chunks; k++) {
+            uint64_t len = ckp_chunk_len(x, k), at = x->orig_offset + k * x->chunk_size;
+            if (ckp_read_chunk(r, e, k, buf, s) != CKP_OK || memcmp(buf, p + at, len))
+                rc = -1;
+        }
+    }
+    if (rc)
+        fprintf(stderr, "ckptfs pack: %s: packed copy does not read back equal to the source\n", src_path);
+    free(buf);
+    ckp_scratch_free(s);
+    ckp_close(r);
+    return rc;
+}
+
+static int64_t mtime_ns(const struct stat *st)
+{
+    return (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
+}
+
+static void join_path(char *out, size_t cap, const char *a, const char *b, const char *suffix)
+{
+    snprintf(out, cap, "%s/%s%s", a, b, suffix);
+}
+
+/* The temporary name of a packed file: ".<base>.ckpt.tmp" beside it. */
+static void tmp_path(char *out, size_t cap, const char *dst, const char *rel)
+{
+    const char *slash = strrchr(rel, '/');
+    if (slash)
+        snprintf(out, cap, "%s/%.*s/.%s" TMP_SUFFIX, dst, (int)(slash - rel), rel, slash + 1);
+    else
+        snprintf(out, cap, "%s/.%s" TMP_SUFFIX, dst, rel);
+}
+
+static int delete_source(const char *src_path)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", src_path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = 0;
+    if (unlink(src_path) || cku_fsync_dir(slash ? dir : ".")) {
+        fprintf(stderr, "ckptfs pack: %s: cannot delete source: %s\n", src_path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* Pack one file; on success the packed file is durable and verified. */
+static int pack_file(pack_ctx *c, const src_entry *e)
+{
+    char src_path[PATH_MAX], final[PATH_MAX], tmp[PATH_MAX];
+    join_path(src_path, sizeof src_path, c->src_root, e->rel, "");
+    join_path(final, sizeof final, c->dst, e->rel, CKP_SUFFIX);
+    tmp_path(tmp, sizeof tmp, c->dst, e->rel);
+    int sfd = -1, tfd = -1, rc = -1;
+    const uint8_t *p = NULL;
+    uint64_t size = 0;
+    st_header *h = NULL;
+    ckp_writer *w = NULL;
+    sha_job sj = {0};
+    pthread_t sha_th;
+    int sha_started = 0;
+    if (map_file(src_path, &sfd, &p, &size)) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", src_path, strerror(errno));
+        goto out;
+    }
+    int is_st = has_suffix(e->rel, ".safetensors");
+    if (is_st && !(h = check_safetensors(src_path, p, size)))
+        goto out;
+    sj.p = p;
+    sj.size = size;
+    sha_started = pthread_create(&sha_th, NULL, sha_thread, &sj) == 0;
+    if (!sha_started)
+        sha_thread(&sj);
+    tfd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    ckp_writer_opts wo = {.path = e->rel, .kind = is_st ? CKP_KIND_SAFETENSORS : CKP_KIND_BLOB,
+                          .mode = e->st.st_mode & 07777, .mtime_ns = mtime_ns(&e->st), .jobs = c->o->jobs};
+    if (tfd < 0 || ckp_writer_new(tfd, &wo, &w) != CKP_OK) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", tmp, tfd < 0 ? strerror(errno) : "cannot start writer");
+        goto out;
+    }
+    if (write_extents(c, w, src_path, p, size, h))
+        goto out;
+    if (sha_started)
+        pthread_join(sha_th, NULL);
+    sha_started = 0;
+    if (ckp_writer_finish(w, sj.sha) != CKP_OK || fsync(tfd)) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", tmp, *ckp_writer_error(w) ? ckp_writer_error(w) : strerror(errno));
+        goto out;
+    }
+    struct stat now;
+    if (fstat(sfd, &now) || now.st_size != e->st.st_size || mtime_ns(&now) != mtime_ns(&e->st)) {
+        fprintf(stderr, "ckptfs pack: %s: source changed while it was being packed\n", src_path);
+        goto out;
+    }
+    if (read_back(tmp, src_path, p, size, sj.sha))
+        goto out;
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", final);
+    *strrchr(dir, '/') = 0;
+    if (rename(tmp, final) || cku_fsync_dir(dir)) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", final, strerror(errno));
+        goto out;
+    }
+    rc = 0;
+    if (c->o->delete_source)
+        rc = delete_source(src_path);
+out:
+    if (sha_started)
+        pthread_join(sha_th, NULL);
+    if (rc && tfd >= 0)
+        unlink(tmp);
+    if (tfd >= 0)
+        close(tfd);
+    ckp_writer_free(w);
+    st_free(h);
+    unmap_file(sfd, p, size);
+    return rc;
+}
+
+/* Is the packed file for e already complete and made from this source? */
+static int already_packed(pack_ctx *c, const src_entry *e)
+{
+    char final[PATH_MAX], err[512];
+    join_path(final, sizeof final, c->dst, e->rel, CKP_SUFFIX);
+    ckp_reader *r;
+    if (access(final, F_OK) || ckp_open(final, &r, err, sizeof err) != CKP_OK)
+        return 0;
+    const ckp_info *in = ckp_get_info(r);
+    int same = in->original_size == (uint64_t)e->st.st_size && in->mtime_ns == mtime_ns(&e->st) &&
+               !strcmp(in->path, e->rel);
+    uint8_t sha[32];
+    memcpy(sha, in->sha256, 32);
+    ckp_close(r);
+    if (!same || !c->o->delete_source)
+        return same;
+    /* About to delete: the source must hash to what the packed copy holds. */
+    int fd;
+    const uint8_t *p;
+    uint64_t size;
+    sha_job sj = {0};
+    char src_path[PATH_MAX];
+    join_path(src_path, sizeof src_path, c->src_root, e->rel, "");
+    if (map_file(src_path, &fd, &p, &size))
+        return 0;
+    sj.p = p;
+    sj.size = size;
+    sha_thread(&sj);
+    unmap_file(fd, p, size);
+    return memcmp(sj.sha, sha, 32) == 0 && delete_source(src_path) == 0 ? 2 : 0;
+}
+
+/* ---- DST state ----------------------------------------------------------- */
+
+static const char *enc_name(uint32_t enc) { return enc == CKC_ENC_K15 ? "k15" : "bytesplit"; }
+
+static int write_state(pack_ctx *c, const char *src_real)
+{
+    char path[PATH_MAX], tmp[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", c->dst, STATE_NAME);
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", c->dst, STATE_NAME);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "source", src_real);
+    cJSON_AddStringToObject(o, "format", enc_name(c->o->encoding));
+    char *txt = cJSON_Print(o);
+    cJSON_Delete(o);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644), rc = -1;
+    if (txt && fd >= 0 && !cku_pwrite_full(fd, txt, strlen(txt), 0) && !fsync(fd) && !rename(tmp, path) &&
+        !cku_fsync_dir(c->dst))
+        rc = 0;
+    if (rc)
+        fprintf(stderr, "ckptfs pack: %s: %s\n", path, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    free(txt);
+    return rc;
+}
+
+/* 1 if DST/ckptfs.state names this source and format, 0 if not, -1 if absent. */
+static int state_matches(pack_ctx *c, const char *src_real, char *why, size_t cap)
+{
+    char path[PATH_MAX], buf[8192];
+    snprintf(path, sizeof path, "%s/%s", c->dst, STATE_NAME);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = 0;
+    cJSON *o = cJSON_Parse(buf);
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "source");
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "format");
+    int ok = cJSON_IsString(s) && cJSON_IsString(f) && !strcmp(s->valuestring, src_real) &&
+             !strcmp(f->valuestring, enc_name(c->o->encoding));
+    snprintf(why, cap, "it holds a pack of %s (%s)", cJSON_IsString(s) ? s->valuestring : "?",
+             cJSON_IsString(f) ? f->valuestring : "?");
+    cJSON_Delete(o);
+    return ok;
+}
+
+/* Remove what a packed directory holds (for --force): .ckpt files, the
+ * manifest, the state, temporaries, and directories left empty. */
+static int clear_dst(const char *dir, int top)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    struct dirent *e;
+    int rc = 0;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(p, &st))
+            continue;
+        if (S_ISDIR(st.st_mode)) {
+            if (clear_dst(p, 0) == 0)
+                rmdir(p);
+        } else if (has_suffix(e->d_name, CKP_SUFFIX) || has_suffix(e->d_name, TMP_SUFFIX) ||
+                   (top && (!strcmp(e->d_name, CKP_MANIFEST_NAME) || !strcmp(e->d_name, STATE_NAME)))) {
+            if (unlink(p))
+                rc = -1;
+        } else {
+            rc = -1;
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+static int dir_is_empty(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    struct dirent *e;
+    int empty = 1;
+    while (empty && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            empty = 0;
+    closedir(d);
+    return empty;
+}
+
+/* Make DST ready: new, resumable, or (with --force) cleared. */
+static int prepare_dst(pack_ctx *c, const char *src_real)
+{
+    struct stat st;
+    if (stat(c->dst, &st)) {
+        if (errno != ENOENT || cku_mkdirs(c->dst, 0755)) {
+            fprintf(stderr, "ckptfs pack: %s: %s\n", c->dst, strerror(errno));
+            return -1;
+        }
+        return write_state(c, src_real);
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "ckptfs pack: %s: exists and is not a directory\n", c->dst);
+        return -1;
+    }
+    if (dir_is_empty(c->dst))
+        return write_state(c, src_real);
+    char why[PATH_MAX + 64];
+    int m = state_matches(c, src_real, why, sizeof why);
+    if (m == 1)
+        return 0; /* resume */
+    char man[PATH_MAX];
+    snprintf(man, sizeof man, "%s/%s", c->dst, CKP_MANIFEST_NAME);
+    int is_pack = m == 0 || access(man, F_OK) == 0;
+    if (!c->o->force) {
+        fprintf(stderr, "ckptfs pack: %s: already exists%s%s; use --force to replace it\n", c->dst,
+                m == 0 ? " and " : "", m == 0 ? why : is_pack ? "" : " and is not empty");
+        return -1;
+    }
+    if (!is_pack || clear_dst(c->dst, 1)) {
+        fprintf(stderr, "ckptfs pack: %s: refusing to overwrite: it holds files that ckptfs did not write\n",
+                c->dst);
+        return -1;
+    }
+    return write_state(c, src_real);
+}
+
+/* ---- manifest from the packed files ----------------------------------- */
+
+typedef struct {
+    ckm_manifest m;
+    size_t cap_files, cap_dirs;
+} mf_build;
+
+static int scan_dst(const char *root, const char *rel, mf_build *b)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s%s%s", root, *rel ? "/" : "", rel);
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    struct dirent *e;
+    int rc = 0;
+    while (rc == 0 && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char r[PATH_MAX], full[PATH_MAX], err[512];
+        snprintf(r, sizeof r, "%s%s%s", rel, *rel ? "/" : "", e->d_name);
+        snprintf(full, sizeof full, "%s/%s", root, r);
+        struct stat st;
+        if (lstat(full, &st))
+            continue;
+        if (S_ISDIR(st.st_mode)) {
+            if (b->m.n_dirs == b->cap_dirs) {
+                b->cap_dirs = b->cap_dirs ? 2 * b->cap_dirs : 16;
+                b->m.dirs = realloc(b->m.dirs, b->cap_dirs * sizeof *b->m.dirs);
+            }
+            b->m.dirs[b->m.n_dirs].path = strdup(r);
+            b->m.dirs[b->m.n_dirs++].mode = st.st_mode & 07777;
+            rc = scan_dst(root, r, b);
+        } else if (S_ISREG(st.st_mode) && has_suffix(e->d_name, CKP_SUFFIX)) {
+            ckp_reader *rd;
+            if (ckp_open(full, &rd, err, sizeof err) != CKP_OK) {
+                fprintf(stderr, "ckptfs pack: %s\n", err);
+                rc = -1;
+                break;
+            }
+            const ckp_info *in = ckp_get_info(rd);
+            r[strlen(r) - strlen(CKP_SUFFIX)] = 0;
+            if (strcmp(in->path, r)) {
+                fprintf(stderr, "ckptfs pack: %s: records path \"%s\", expected \"%s\"\n", full, in->path, r);
+                rc = -1;
+            }
+            if (b->m.n_files == b->cap_files) {
+                b->cap_files = b->cap_files ? 2 * b->cap_files : 64;
+                b->m.files = realloc(b->m.files, b->cap_files * sizeof *b->m.files);
+            }
+            ckm_file *f = &b->m.files[b->m.n_files++];
+            f->path = strdup(r);
+            f->size = in->original_size;
+            memcpy(f->sha256, in->sha256, 32);
+            f->mode = in->mode;
+            f->mtime_ns = in->mtime_ns;
+            f->kind = in->kind;
+            ckp_close(rd);
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+static int write_manifest(pack_ctx *c)
+{
+    mf_build b = {0};
+    char err[512];
+    int rc = scan_dst(c->dst, "", &b);
+    if (rc == 0 && ckm_write(c->dst, &b.m, err, sizeof err)) {
+        fprintf(stderr, "ckptfs pack: %s\n", err);
+        rc = -1;
+    }
+    for (size_t i = 0; i < b.m.n_files; i++)
+        free(b.m.files[i].path);
+    for (size_t i = 0; i < b.m.n_dirs; i++)
+        free(b.m.dirs[i].path);
+    free(b.m.files);
+    free(b.m.dirs);
+    return rc;
+}
+
+/* Remove temporaries left by an interrupted run. */
+static void remove_temps(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (e->d_type == DT_DIR && strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            remove_temps(p);
+        else if (has_suffix(e->d_name, TMP_SUFFIX) || !strcmp(e->d_name, "." CKP_MANIFEST_NAME ".tmp"))
+            unlink(p);
+    }
+    closedir(d);
+}
+
+/* With --delete-source: remove source directories left empty, deepest first. */
+static void remove_empty_dirs(pack_ctx *c)
+{
+    for (size_t i = c->list.n; i-- > 0;)
+        if (c->list.v[i].is_dir) {
+            char p[PATH_MAX];
+            join_path(p, sizeof p, c->src_root, c->list.v[i].rel, "");
+            rmdir(p);
+        }
+}
+
+static int validate_all(pack_ctx *c, uint64_t *total)
+{
+    *total = 0;
+    for (size_t i = 0; i < c->list.n; i++) {
+        const src_entry *e = &c->list.v[i];
+        if (e->is_dir)
+            continue;
+        *total += (uint64_t)e->st.st_size;
+        if (!has_suffix(e->rel, ".safetensors"))
+            continue;
+        char path[PATH_MAX];
+        join_path(path, sizeof path, c->src_root, e->rel, "");
+        int fd;
+        const uint8_t *p;
+        uint64_t size;
+        if (map_file(path, &fd, &p, &size)) {
+            fprintf(stderr, "ckptfs pack: %s: %s\n", path, strerror(errno));
+            return -1;
+        }
+        st_header *h = check_safetensors(path, p, size);
+        unmap_file(fd, p, size);
+        if (!h)
+            return -1;
+        st_free(h);
+    }
+    return 0;
+}
+
+static int setup_source(pack_ctx *c, char *src_real)
+{
+    const ckpt_pack_opts *o = c->o;
+    struct stat st;
+    if (!realpath(o->src, src_real) || stat(src_real, &st)) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", o->src, strerror(errno));
+        return -1;
+    }
+    if (S_ISREG(st.st_mode)) {
+        c->single_file = 1;
+        snprintf(c->src_root, sizeof c->src_root, "%s", src_real);
+        char *slash = strrchr(c->src_root, '/');
+        *slash = 0;
+        if (!*c->src_root)
+            strcpy(c->src_root, "/");
+        return list_add(&c->list, slash + 1, 0, &st);
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "ckptfs pack: %s: not a directory or a regular file\n", o->src);
+        return -1;
+    }
+    snprintf(c->src_root, sizeof c->src_root, "%s", src_real);
+    return walk(c, "");
+}
+
+int ckpt_pack(const ckpt_pack_opts *o)
+{
+    pack_ctx c = {.o = o};
+    char src_real[PATH_MAX], dst_real[PATH_MAX];
+    int rc = 1, created = 0;
+    if (setup_source(&c, src_real))
+        goto out;
+    snprintf(c.dst, sizeof c.dst, "%s", o->dst);
+    /* refuse a DST inside SRC (the walk would pack it) or SRC inside DST */
+    struct stat dst_st;
+    created = stat(c.dst, &dst_st) != 0;
+    if (!created && realpath(c.dst, dst_real)) {
+        size_t ls = strlen(src_real), ld = strlen(dst_real);
+        if ((!c.single_file && !strncmp(dst_real, src_real, ls) && (dst_real[ls] == '/' || !dst_real[ls])) ||
+            (!strncmp(src_real, dst_real, ld) && src_real[ld] == '/')) {
+            fprintf(stderr, "ckptfs pack: %s and %s overlap\n", o->src, o->dst);
+            goto out;
+        }
+    }
+    qsort(c.list.v, c.list.n, sizeof *c.list.v, cmp_entry);
+    uint64_t total;
+    if (validate_all(&c, &total))
+        goto out;
+    if (prepare_dst(&c, src_real))
+        goto out;
+    if (realpath(c.dst, dst_real) && !c.single_file && !strncmp(dst_real, src_real, strlen(src_real)) &&
+        dst_real[strlen(src_real)] == '/') {
+        fprintf(stderr, "ckptfs pack: %s is inside %s\n", o->dst, o->src);
+        goto out;
+    }
+    remove_temps(c.dst);
+    c.progress = cku_progress_new("packing", total);
+    for (size_t i = 0; i < c.list.n; i++) {
+        const src_entry *e = &c.list.v[i];
+        char path[PATH_MAX];
+        join_path(path, sizeof path, c.dst, e->rel, "");
+        if (e->is_dir) {
+            if (mkdir(path, (e->st.st_mode & 07777) | 0700) && errno != EEXIST) {
+                fprintf(stderr, "ckptfs pack: %s: %s\n", path, strerror(errno));
+                goto out;
+            }
+            continue;
+        }
+        int done = already_packed(&c, e);
+        if (done) {
+            cku_progress_add(c.progress, (uint64_t)e->st.st_size);
+            continue;
+        }
+        if (pack_file(&c, e))
+            goto out;
+    }
+    if (write_manifest(&c))
+        goto out;
+    if (o->delete_source && !c.single_file)
+        remove_empty_dirs(&c);
+    rc = 0;
+out:
+    cku_progress_done(c.progress);
+    if (rc && created && c.dst[0]) {
+        /* nothing was kept: leave no partial output behind */
+        char state[PATH_MAX];
+        snprintf(state, sizeof state, "%s/%s", c.dst, STATE_NAME);
+        int only_state = 1;
+        DIR *d = opendir(c.dst);
+        struct dirent *e;
+        while (d && (e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, STATE_NAME) &&
+                strcmp(e->d_name, "." STATE_NAME ".tmp"))
+                only_state = 0;
+        if (d)
+            closedir(d);
+        if (only_state) {
+            unlink(state);
+            rmdir(c.dst);
+        }
+    }
+    list_free(&c.list);
+    return rc;
+}

@@ -1,0 +1,256 @@
+/*
+ * safetensors.c — parse and validate a safetensors header (see safetensors.h).
+ *
+ * The header is hostile input: every number is checked before use, and the
+ * rules are those of the reference implementation (contiguous tensors that
+ * exactly cover the data buffer, shapes that match their byte ranges),
+ * plus a rejection of duplicate keys, which the JSON object model would
+ * otherwise silently collapse.
+ */
+#include "safetensors.h"
+
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+    const char *name;
+    uint32_t code, bits;
+} st_dtypes[] = {
+    {"BOOL", 1, 8},     {"U8", 2, 8},       {"I8", 3, 8},           {"I16", 4, 16},
+    {"U16", 5, 16},     {"F16", 6, 16},     {"BF16", 7, 16},        {"I32", 8, 32},
+    {"U32", 9, 32},     {"F32", 10, 32},    {"F64", 11, 64},        {"I64", 12, 64},
+    {"U64", 13, 64},    {"F8_E5M2", 14, 8}, {"F8_E4M3", 15, 8},     {"F8_E8M0", 16, 8},
+    {"F4", 17, 4},      {"F6_E2M3", 18, 6}, {"F6_E3M2", 19, 6},     {"C64", 20, 64},
+    {"F8_E4M3FNUZ", 21, 8}, {"F8_E5M2FNUZ", 22, 8},
+};
+#define N_DTYPES (sizeof st_dtypes / sizeof st_dtypes[0])
+
+uint32_t st_dtype_code(const char *name, uint32_t *elem_bits)
+{
+    for (size_t i = 0; i < N_DTYPES; i++)
+        if (strcmp(name, st_dtypes[i].name) == 0) {
+            if (elem_bits)
+                *elem_bits = st_dtypes[i].bits;
+            return st_dtypes[i].code;
+        }
+    return 0;
+}
+
+const char *st_dtype_name(uint32_t code)
+{
+    for (size_t i = 0; i < N_DTYPES; i++)
+        if (st_dtypes[i].code == code)
+            return st_dtypes[i].name;
+    return "none";
+}
+
+static int fail(char *err, size_t cap, const char *fmt, ...)
+{
+    if (err && cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, cap, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+int st_header_len(const uint8_t *buf, size_t bufSize, uint64_t file_size, uint64_t *n, char *err,
+                  size_t cap)
+{
+    if (file_size < 8 || bufSize < 8)
+        return fail(err, cap, "truncated: %llu bytes, a safetensors file needs at least 8",
+                    (unsigned long long)file_size);
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)buf[i] << (8 * i);
+    if (v > ST_MAX_HEADER)
+        return fail(err, cap, "header length %llu is over the 100 MB limit", (unsigned long long)v);
+    if (v > file_size - 8)
+        return fail(err, cap, "header length %llu runs past the end of the file (%llu bytes)",
+                    (unsigned long long)v, (unsigned long long)file_size);
+    if (v < 2)
+        return fail(err, cap, "header length %llu is too small for a JSON object",
+                    (unsigned long long)v);
+    *n = v;
+    return 0;
+}
+
+/* A JSON number that is an exact non-negative integer below 2^53. */
+static int get_u64(const cJSON *j, uint64_t *out)
+{
+    if (!cJSON_IsNumber(j))
+        return -1;
+    double d = j->valuedouble;
+    if (!(d >= 0) || d > 9007199254740992.0 || d != (double)(uint64_t)d)
+        return -1;
+    *out = (uint64_t)d;
+    return 0;
+}
+
+static int cmp_begin(const void *a, const void *b)
+{
+    const st_tensor *x = a, *y = b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : (x->end > y->end) - (x->end < y->end);
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(((const st_tensor *)a)->name, ((const st_tensor *)b)->name);
+}
+
+/* Fill t from the tensor object j; @return 0 or -1 with err set. */
+static int parse_tensor(const cJSON *j, st_tensor *t, char *err, size_t cap)
+{
+    if (!cJSON_IsObject(j))
+        return fail(err, cap, "tensor \"%s\" is not an object", t->name);
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(j, "dtype");
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(j, "shape");
+    const cJSON *off = cJSON_GetObjectItemCaseSensitive(j, "data_offsets");
+    if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(off))
+        return fail(err, cap, "tensor \"%s\" lacks dtype, shape or data_offsets", t->name);
+    for (const cJSON *k = j->child; k; k = k->next)
+        if (strcmp(k->string, "dtype") && strcmp(k->string, "shape") && strcmp(k->string, "data_offsets"))
+            return fail(err, cap, "tensor \"%s\" has an unknown field \"%s\"", t->name, k->string);
+    t->dtype = st_dtype_code(dt->valuestring, &t->elem_bits);
+    if (!t->dtype)
+        return fail(err, cap, "tensor \"%s\" has unknown dtype \"%s\"", t->name, dt->valuestring);
+    int nd = cJSON_GetArraySize(sh);
+    if (nd > ST_MAX_DIMS)
+        return fail(err, cap, "tensor \"%s\" has %d dimensions (at most %d)", t->name, nd, ST_MAX_DIMS);
+    t->ndim = (uint32_t)nd;
+    uint64_t numel = 1;
+    int i = 0, overflow = 0;
+    for (const cJSON *d = sh->child; d; d = d->next, i++) {
+        if (get_u64(d, &t->shape[i]))
+            return fail(err, cap, "tensor \"%s\" has a shape entry that is not a non-negative integer", t->name);
+        if (t->shape[i] && numel > UINT64_MAX / t->shape[i])
+            overflow = 1;
+        numel *= t->shape[i];
+    }
+    if (cJSON_GetArraySize(off) != 2 || get_u64(off->child, &t->begin) || get_u64(off->child->next, &t->end))
+        return fail(err, cap, "tensor \"%s\" data_offsets must be two non-negative integers", t->name);
+    if (t->end < t->begin)
+        return fail(err, cap, "tensor \"%s\" has reversed data_offsets [%llu, %llu]", t->name,
+                    (unsigned long long)t->begin, (unsigned long long)t->end);
+    if (overflow || numel > UINT64_MAX / t->elem_bits || (numel * t->elem_bits) % 8 ||
+        numel * t->elem_bits / 8 != t->end - t->begin)
+        return fail(err, cap, "tensor \"%s\": shape and dtype %s need %s bytes but data_offsets span %llu",
+                    t->name, dt->valuestring, overflow ? "too many" : "another number of",
+                    (unsigned long long)(t->end - t->begin));
+    return 0;
+}
+
+static int check_metadata(const cJSON *m, char *err, size_t cap)
+{
+    if (!cJSON_IsObject(m))
+        return fail(err, cap, "__metadata__ is not an object");
+    for (const cJSON *k = m->child; k; k = k->next)
+        if (!cJSON_IsString(k))
+            return fail(err, cap, "__metadata__ value \"%s\" is not a string", k->string);
+    return 0;
+}
+
+int st_parse(const uint8_t *buf, size_t bufSize, uint64_t file_size, st_header **out, char *err,
+             size_t cap)
+{
+    *out = NULL;
+    uint64_t n;
+    if (st_header_len(buf, bufSize, file_size, &n, err, cap))
+        return -1;
+    if (bufSize < 8 + n)
+        return fail(err, cap, "header buffer too short");
+    const char *json = (const char *)buf + 8;
+    if (memchr(json, 0, n))
+        return fail(err, cap, "header contains a NUL byte");
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(json, n, &end, 0);
+    if (!root)
+        return fail(err, cap, "header is not valid JSON (near byte %lld)",
+                    (long long)((cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() : json) - json) + 8);
+    int rc = -1;
+    st_header *h = calloc(1, sizeof *h);
+    for (const char *p = end; p && p < json + n; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            fail(err, cap, "header has bytes after the JSON object");
+            goto out_json;
+        }
+    if (!h || !cJSON_IsObject(root)) {
+        fail(err, cap, h ? "header is not a JSON object" : "out of memory");
+        goto out_json;
+    }
+    h->header_size = n;
+    h->data_start = 8 + n;
+    h->file_size = file_size;
+    size_t cnt = 0;
+    for (const cJSON *k = root->child; k; k = k->next)
+        cnt++;
+    h->tensors = calloc(cnt ? cnt : 1, sizeof *h->tensors);
+    if (!h->tensors) {
+        fail(err, cap, "out of memory");
+        goto out_json;
+    }
+    int seen_meta = 0;
+    for (const cJSON *k = root->child; k; k = k->next) {
+        if (strcmp(k->string, "__metadata__") == 0) {
+            if (seen_meta++ || check_metadata(k, err, cap)) {
+                if (seen_meta > 1)
+                    fail(err, cap, "duplicate __metadata__");
+                goto out_json;
+            }
+            continue;
+        }
+        st_tensor *t = &h->tensors[h->n_tensors++];
+        t->name = strdup(k->string);
+        if (!t->name || parse_tensor(k, t, err, cap))
+            goto out_json;
+    }
+    qsort(h->tensors, h->n_tensors, sizeof *h->tensors, cmp_name);
+    for (size_t i = 1; i < h->n_tensors; i++)
+        if (strcmp(h->tensors[i - 1].name, h->tensors[i].name) == 0) {
+            fail(err, cap, "duplicate tensor name \"%s\"", h->tensors[i].name);
+            goto out_json;
+        }
+    qsort(h->tensors, h->n_tensors, sizeof *h->tensors, cmp_begin);
+    uint64_t buffer = file_size - h->data_start, pos = 0;
+    for (size_t i = 0; i < h->n_tensors; i++) {
+        const st_tensor *t = &h->tensors[i];
+        if (t->begin != pos) {
+            fail(err, cap, t->begin < pos ? "tensor \"%s\" overlaps the previous tensor"
+                                          : "tensor \"%s\" leaves a gap before it in the data buffer",
+                 t->name);
+            goto out_json;
+        }
+        if (t->end > buffer) {
+            fail(err, cap, "tensor \"%s\" data_offsets end at %llu, past the data buffer (%llu bytes)",
+                 t->name, (unsigned long long)t->end, (unsigned long long)buffer);
+            goto out_json;
+        }
+        pos = t->end;
+    }
+    if (pos != buffer) {
+        fail(err, cap, "data buffer has %llu bytes but the tensors cover %llu",
+             (unsigned long long)buffer, (unsigned long long)pos);
+        goto out_json;
+    }
+    rc = 0;
+    *out = h;
+    h = NULL;
+out_json:
+    cJSON_Delete(root);
+    st_free(h);
+    return rc;
+}
+
+void st_free(st_header *h)
+{
+    if (!h)
+        return;
+    for (size_t i = 0; i < h->n_tensors; i++)
+        free(h->tensors[i].name);
+    free(h->tensors);
+    free(h);
+}

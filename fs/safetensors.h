@@ -1,0 +1,61 @@
+/*
+ * safetensors.h — parsing and validating a safetensors header.
+ *
+ * The file is: u64 little-endian N, N bytes of UTF-8 JSON, then the data
+ * buffer.  The JSON maps tensor names to {"dtype", "shape", "data_offsets"},
+ * plus an optional "__metadata__" object of string values.  st_parse checks
+ * everything the format requires (DESIGN §4 invariant 4): N within the file
+ * and at most 100 MB, valid JSON object, known dtype, shape of non-negative
+ * integers whose product times the dtype size equals end - begin, offsets
+ * ordered and inside the buffer, tensors contiguous and non-overlapping and
+ * covering the whole buffer.  Tensors are returned in data-offset order.
+ */
+#ifndef ST_SAFETENSORS_H
+#define ST_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ST_MAX_HEADER (100u * 1000u * 1000u)
+#define ST_MAX_DIMS 16
+
+typedef struct {
+    char *name;
+    uint32_t dtype;        /* format.md §4.3 code */
+    uint32_t elem_bits;    /* bits per element (F4: 4, F6: 6, BOOL: 8, ...) */
+    uint32_t ndim;
+    uint64_t shape[ST_MAX_DIMS];
+    uint64_t begin, end;   /* offsets within the data buffer */
+} st_tensor;
+
+typedef struct {
+    uint64_t header_size;  /* N */
+    uint64_t data_start;   /* 8 + N */
+    uint64_t file_size;
+    st_tensor *tensors;    /* sorted by begin */
+    size_t n_tensors;
+} st_header;
+
+/* Parse the header of a file of file_size bytes whose first bytes are in
+ * buf[0..bufSize) (bufSize >= min(file_size, 8 + N) is needed; call with the
+ * first 8 bytes to learn N via st_header_len).
+ * @return 0, or -1 with a message in err (without the file name). */
+int st_parse(const uint8_t *buf, size_t bufSize, uint64_t file_size, st_header **out,
+             char *err, size_t errCapacity);
+/* N from the first 8 bytes; -1 with a message if fewer than 8 bytes exist or N is too large. */
+int st_header_len(const uint8_t *buf, size_t bufSize, uint64_t file_size, uint64_t *n,
+                  char *err, size_t errCapacity);
+void st_free(st_header *h);
+
+/* dtype name <-> code; 0 if unknown. */
+uint32_t st_dtype_code(const char *name, uint32_t *elem_bits);
+const char *st_dtype_name(uint32_t code);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,208 @@
+/*
+ * util.c — I/O, hashing and progress helpers for the fs/ commands.
+ */
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+int cku_pread_full(int fd, void *buf, size_t len, uint64_t off)
+{
+    uint8_t *p = buf;
+    while (len) {
+        ssize_t n = pread(fd, p, len > (1u << 30) ? (1u << 30) : len, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        if (n == 0) {
+            errno = EIO;
+            return -1;
+        }
+        p += n;
+        off += (uint64_t)n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int cku_pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
+{
+    const uint8_t *p = buf;
+    while (len) {
+        ssize_t n = pwrite(fd, p, len > (1u << 30) ? (1u << 30) : len, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        off += (uint64_t)n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int cku_fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return rc;
+}
+
+int cku_mkdirs(const char *path, mode_t mode)
+{
+    char *p = strdup(path);
+    if (!p)
+        return -1;
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/')
+            continue;
+        *s = 0;
+        if (mkdir(p, mode) && errno != EEXIST) {
+            free(p);
+            return -1;
+        }
+        *s = '/';
+    }
+    int rc = mkdir(p, mode);
+    free(p);
+    return rc && errno != EEXIST ? -1 : 0;
+}
+
+struct cku_sha256 {
+    EVP_MD_CTX *ctx;
+};
+
+cku_sha256 *cku_sha256_new(void)
+{
+    cku_sha256 *s = malloc(sizeof *s);
+    if (!s)
+        return NULL;
+    s->ctx = EVP_MD_CTX_new();
+    if (!s->ctx || !EVP_DigestInit_ex(s->ctx, EVP_sha256(), NULL)) {
+        EVP_MD_CTX_free(s->ctx);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void cku_sha256_update(cku_sha256 *s, const void *p, size_t n) { EVP_DigestUpdate(s->ctx, p, n); }
+
+void cku_sha256_final(cku_sha256 *s, uint8_t out[32])
+{
+    unsigned len = 32;
+    EVP_DigestFinal_ex(s->ctx, out, &len);
+    EVP_MD_CTX_free(s->ctx);
+    free(s);
+}
+
+void cku_hex(const uint8_t *p, size_t n, char *out)
+{
+    static const char d[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = d[p[i] >> 4];
+        out[2 * i + 1] = d[p[i] & 15];
+    }
+    out[2 * n] = 0;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+int cku_unhex(const char *s, uint8_t *out, size_t n)
+{
+    if (strlen(s) != 2 * n)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        int a = hexval(s[2 * i]), b = hexval(s[2 * i + 1]);
+        if (a < 0 || b < 0)
+            return -1;
+        out[i] = (uint8_t)(a << 4 | b);
+    }
+    return 0;
+}
+
+double cku_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+struct cku_progress {
+    pthread_mutex_t lock; /* protects done and last */
+    const char *what;
+    uint64_t total, done;
+    double start, last;
+    int tty;
+};
+
+cku_progress *cku_progress_new(const char *what, uint64_t total)
+{
+    cku_progress *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    pthread_mutex_init(&p->lock, NULL);
+    p->what = what;
+    p->total = total;
+    p->start = p->last = cku_now();
+    p->tty = isatty(STDERR_FILENO);
+    return p;
+}
+
+static void progress_print(cku_progress *p, double now, int final)
+{
+    double el = now - p->start, rate = el > 0 ? p->done / el : 0;
+    double eta = rate > 0 && p->total > p->done ? (p->total - p->done) / rate : 0;
+    int width = 30, fill = p->total ? (int)(width * (double)p->done / p->total) : width;
+    char bar[64];
+    for (int i = 0; i < width; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[width] = 0;
+    fprintf(stderr, "\r%s [%s] %.2f/%.2f GB  %.0f MB/s  ETA %02d:%02d%s", p->what, bar, p->done / 1e9,
+            p->total / 1e9, rate / 1e6, (int)eta / 60, (int)eta % 60, final ? "\n" : " ");
+}
+
+void cku_progress_add(cku_progress *p, uint64_t bytes)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->lock);
+    p->done += bytes;
+    double now = cku_now();
+    if (p->tty && now - p->last > 0.2) {
+        p->last = now;
+        progress_print(p, now, 0);
+    }
+    pthread_mutex_unlock(&p->lock);
+}
+
+void cku_progress_done(cku_progress *p)
+{
+    if (!p)
+        return;
+    if (p->tty)
+        progress_print(p, cku_now(), 1);
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+}

@@ -1,0 +1,67 @@
+/*
+ * util.h — small helpers shared by the fs/ commands: full reads and writes
+ * that retry on EINTR and short counts, durable renames, SHA-256 through
+ * OpenSSL's libcrypto, little-endian field access, and a progress line.
+ */
+#ifndef CKU_UTIL_H
+#define CKU_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* pread/pwrite the whole range; @return 0, or -1 with errno (EIO for an
+ * unexpected end of file on read). */
+int cku_pread_full(int fd, void *buf, size_t len, uint64_t off);
+int cku_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
+/* fsync the directory holding path (or path itself if it is a directory). */
+int cku_fsync_dir(const char *dir);
+/* mkdir -p; @return 0 or -1 with errno. */
+int cku_mkdirs(const char *path, mode_t mode);
+
+/* SHA-256, incremental. */
+typedef struct cku_sha256 cku_sha256;
+cku_sha256 *cku_sha256_new(void);
+void cku_sha256_update(cku_sha256 *s, const void *p, size_t n);
+void cku_sha256_final(cku_sha256 *s, uint8_t out[32]); /* also frees s */
+void cku_hex(const uint8_t *p, size_t n, char *out);     /* out: 2n+1 chars */
+int cku_unhex(const char *s, uint8_t *out, size_t n);    /* 0 on success */
+
+static inline uint64_t cku_le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+static inline uint32_t cku_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline uint16_t cku_le16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static inline void cku_put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void cku_put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void cku_put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+/* Progress on a terminal (stderr): bytes done of total, rate, ETA.  Silent
+ * when stderr is not a terminal.  Thread-safe. */
+typedef struct cku_progress cku_progress;
+cku_progress *cku_progress_new(const char *what, uint64_t total);
+void cku_progress_add(cku_progress *p, uint64_t bytes);
+void cku_progress_done(cku_progress *p); /* prints the final line; frees */
+
+double cku_now(void); /* monotonic seconds */
+
+#endif
