@@ -198,6 +198,7 @@ int cki_build(const ckm_manifest *m, int64_t dirMtimeNs, cki_table **out, char *
     cki_table *t = calloc(1, sizeof *t);
     if (!t || add_node(t, strdup(""), S_IFDIR | 0755, 0, dirMtimeNs, -1) != CKI_ROOT)
         goto nomem;
+    t->nodes[CKI_ROOT].parent = CKI_ROOT;
     for (size_t i = 0; i < m->n_dirs; i++) {
         uint64_t ino;
         const char *p = m->dirs[i].path;

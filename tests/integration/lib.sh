@@ -1,0 +1,69 @@
+# lib.sh — shared setup of the mount integration tests (sourced).
+# Needs: CKPTFS (the binary), optionally PYTHON, CKPT_EXTENTS.  Skips (77)
+# without root or /dev/fuse.  Every test gets its own temporary directory and
+# unmounts whatever it mounted on exit, even on failure.
+set -eu
+: "${CKPTFS:?set CKPTFS to the ckptfs binary}"
+PY=${PYTHON:-python3}
+HERE=$(cd "$(dirname "$0")" && pwd)
+if [ "$(id -u)" != 0 ] || [ ! -c /dev/fuse ]; then
+    echo "SKIP: needs root and /dev/fuse"
+    exit 77
+fi
+T=$(mktemp -d /tmp/ckptfs-it.XXXXXX)
+MOUNTS=""
+PIDS=""
+
+cleanup() {
+    for m in $MOUNTS; do
+        if is_mounted "$m" || ! stat "$m" >/dev/null 2>&1; then
+            fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+        fi
+    done
+    for p in $PIDS; do kill "$p" 2>/dev/null || true; done
+    rm -rf "$T"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+fail() {
+    echo "FAIL: $*" >&2
+    for f in "$T"/log.*; do [ -f "$f" ] && { echo "--- $f" >&2; tail -20 "$f" >&2; }; done
+    exit 1
+}
+
+is_mounted() { grep -q " $1 fuse.ckptfs " /proc/mounts; }
+
+wait_mounted() {
+    for _ in $(seq 200); do is_mounted "$1" && return 0; sleep 0.05; done
+    fail "$1 did not get mounted"
+}
+
+wait_unmounted() {
+    for _ in $(seq 200); do is_mounted "$1" || return 0; sleep 0.05; done
+    fail "$1 is still mounted"
+}
+
+# make_model: $T/src (generated) packed into $T/dst.
+make_model() {
+    "$PY" "$HERE/gen_model.py" "$T/src"
+    "$CKPTFS" pack "$T/src" "$T/dst" >"$T/log.pack" 2>&1 || fail "ckptfs pack failed"
+}
+
+# new_mnt NAME: an empty mount point $T/NAME, unmounted at exit.
+new_mnt() {
+    mkdir -p "$T/$1"
+    MOUNTS="$MOUNTS $T/$1"
+}
+
+# mount_fg NAME [ARGS...]: mount $T/dst at $T/NAME with -f in the background;
+# sets PID; stderr goes to $T/log.NAME.
+mount_fg() {
+    _n=$1
+    shift
+    new_mnt "$_n"
+    "$CKPTFS" mount -f "$@" "$T/dst" "$T/$_n" 2>"$T/log.$_n" &
+    PID=$!
+    PIDS="$PIDS $PID"
+    wait_mounted "$T/$_n"
+}
