@@ -1,0 +1,161 @@
+/*
+ * ckc_x86.c — AVX-512 (F, BW, VL, VBMI) loops for K15 / byte-split chunks.
+ *
+ * Compiled for any x86-64 target: the vector functions carry
+ * __attribute__((target)) and ckc.c calls them only when the running CPU
+ * supports the instructions (ckc_avx512_supported), so the binary runs on
+ * any x86-64.  On other architectures the entry points are stubs that do
+ * nothing and report "unsupported".
+ *
+ * Both loops work in blocks of 32 weights (64 bytes of BF16).  Decode:
+ *   codes  16 bytes  -> vpermb spreads byte i/2 to u16 lane i, vpsrlvw by
+ *                       4*(i&1), AND 15       -> 32 code indexes
+ *   symbol            vpermw of a 16-entry table of (sym << low_bits)
+ *   K15 low 28 bytes  -> masked load (never past the 28 bytes), vpermb puts
+ *                       bytes 7i/8 and 7i/8+1 in lane i, vpsrlvw by 7i%8,
+ *                       AND 0x7F               -> 32 mantissas
+ *   escapes           lanes with code 15 (table entry 0) are patched from
+ *                       the escape stream by a scalar loop over the mask.
+ * Encode compares the 32 symbols against the 15 codebook entries, packs
+ * nibbles with a shift and vpmovdb, and packs mantissas 8 per u64 with three
+ * shift/mask steps and a vpermb that drops every 8th byte.
+ */
+#include "ckc_internal.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#include <string.h>
+
+#define CKC_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,bmi,popcnt")))
+
+int ckc_avx512_supported(void)
+{
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi");
+}
+
+/* Lane tables, derived from the layout rather than typed in. */
+typedef struct {
+    uint8_t code_perm[64];  /* byte b of u16 lane b/2 <- code byte (b/2)/2 */
+    uint16_t code_shift[32];
+    uint8_t low_perm[64];   /* lane i <- bytes 7i/8, 7i/8+1 */
+    uint16_t low_shift[32];
+} dec_tables;
+
+static void make_dec_tables(dec_tables *t)
+{
+    for (unsigned i = 0; i < 32; i++) {
+        t->code_perm[2 * i] = t->code_perm[2 * i + 1] = (uint8_t)(i / 2);
+        t->code_shift[i] = (uint16_t)(4 * (i & 1));
+        t->low_perm[2 * i] = (uint8_t)(7 * i / 8);
+        t->low_perm[2 * i + 1] = (uint8_t)(7 * i / 8 + 1);
+        t->low_shift[i] = (uint16_t)(7 * i % 8);
+    }
+}
+
+/* Patch the escape lanes of out[0..32) from the stream. */
+static int patch_escapes(ckc_dec_ctx *d, uint32_t em, uint16_t *out)
+{
+    unsigned lb = ckc_low_bits(d->is_k15);
+    if ((uint64_t)__builtin_popcount(em) > d->er.end - d->er.pos)
+        return -1;
+    for (; em; em &= em - 1)
+        out[__builtin_ctz(em)] |= (uint16_t)(ckc_esc_next(&d->er, d->is_k15) << lb);
+    return 0;
+}
+
+CKC_AVX512 size_t ckc_decode_bulk_avx512(ckc_dec_ctx *d, uint64_t first, size_t n, uint16_t *out)
+{
+    dec_tables t;
+    size_t j;
+    make_dec_tables(&t);
+    const __m512i cperm = _mm512_loadu_si512(t.code_perm);
+    const __m512i cshift = _mm512_loadu_si512(t.code_shift);
+    const __m512i lperm = _mm512_loadu_si512(t.low_perm);
+    const __m512i lshift = _mm512_loadu_si512(t.low_shift);
+    const __m512i tbl = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)d->shifted));
+    const __m512i m15 = _mm512_set1_epi16(15), m7f = _mm512_set1_epi16(0x7F);
+
+    for (j = 0; j + 32 <= n; j += 32) {
+        uint64_t i = first + j;
+        __m512i cb = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(d->codes + i / 2)));
+        __m512i ci = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi8(cperm, cb), cshift), m15);
+        __m512i v = _mm512_permutexvar_epi16(ci, tbl), lo;
+        __mmask32 em = _mm512_cmpeq_epi16_mask(ci, m15);
+        if (d->is_k15) {
+            __m512i lb = _mm512_maskz_loadu_epi8(0x0FFFFFFFu, d->low + i / 8 * 7);
+            lo = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi8(lperm, lb), lshift), m7f);
+        } else {
+            lo = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(d->low + i)));
+        }
+        _mm512_storeu_si512(out + j, _mm512_or_si512(v, lo));
+        if (em && patch_escapes(d, em, out + j) != 0)
+            return (size_t)-1;
+    }
+    return j;
+}
+
+CKC_AVX512 size_t ckc_encode_bulk_avx512(int is_k15, const ckc_codebook *cb, const uint16_t *w,
+                                         size_t n, uint64_t first, uint8_t *codes, uint8_t *low,
+                                         uint16_t *esc_syms, uint64_t *n_escapes)
+{
+    uint8_t drop8[32];
+    uint64_t ne = *n_escapes;
+    size_t j;
+    __m512i cbv[15];
+    for (int c = 0; c < 15; c++)
+        cbv[c] = _mm512_set1_epi16((short)cb->sym[c]);
+    for (unsigned b = 0; b < 32; b++) /* byte b of the packed 28 <- byte b + b/7 */
+        drop8[b] = (uint8_t)(b < 28 ? b + b / 7 : 31);
+    const __m256i drop = _mm256_loadu_si256((const __m256i *)drop8);
+    const __m512i m15 = _mm512_set1_epi16(15);
+    const __m256i k1a = _mm256_set1_epi64x(0x007F007F007F007FLL), k1b = _mm256_set1_epi64x(0x3F803F803F803F80LL);
+    const __m256i k2a = _mm256_set1_epi64x(0x00003FFF00003FFFLL), k2b = _mm256_set1_epi64x(0x0FFFC0000FFFC000LL);
+    const __m256i k3a = _mm256_set1_epi64x(0x000000000FFFFFFFLL), k3b = _mm256_set1_epi64x(0x00FFFFFFF0000000LL);
+
+    for (j = 0; j + 32 <= n; j += 32) {
+        uint64_t i = first + j;
+        __m512i wv = _mm512_loadu_si512(w + j);
+        __m512i sym = is_k15 ? _mm512_srli_epi16(wv, 7) : _mm512_srli_epi16(wv, 8);
+        __m512i code = m15;
+        for (int c = 14; c >= 0; c--) /* smallest code wins on duplicates */
+            code = _mm512_mask_mov_epi16(code, _mm512_cmpeq_epi16_mask(sym, cbv[c]), _mm512_set1_epi16((short)c));
+        __mmask32 em = _mm512_cmpeq_epi16_mask(code, m15);
+        __m512i pair = _mm512_or_si512(code, _mm512_srli_epi32(code, 12));
+        _mm_storeu_si128((__m128i *)(codes + i / 2), _mm512_cvtepi32_epi8(pair));
+        __m256i lb = _mm512_cvtepi16_epi8(wv);
+        if (is_k15) {
+            __m256i x = lb;
+            x = _mm256_or_si256(_mm256_and_si256(x, k1a), _mm256_and_si256(_mm256_srli_epi64(x, 1), k1b));
+            x = _mm256_or_si256(_mm256_and_si256(x, k2a), _mm256_and_si256(_mm256_srli_epi64(x, 2), k2b));
+            x = _mm256_or_si256(_mm256_and_si256(x, k3a), _mm256_and_si256(_mm256_srli_epi64(x, 4), k3b));
+            _mm256_mask_storeu_epi8(low + i / 8 * 7, 0x0FFFFFFFu, _mm256_permutexvar_epi8(drop, x));
+        } else {
+            _mm256_storeu_si256((__m256i *)(low + i), lb);
+        }
+        for (uint32_t m = em; m; m &= m - 1)
+            esc_syms[ne++] = (uint16_t)(w[j + __builtin_ctz(m)] >> (is_k15 ? 7 : 8));
+    }
+    *n_escapes = ne;
+    return j;
+}
+
+#else /* not x86-64 GCC/Clang */
+
+int ckc_avx512_supported(void) { return 0; }
+
+size_t ckc_decode_bulk_avx512(ckc_dec_ctx *d, uint64_t first, size_t n, uint16_t *out)
+{
+    (void)d, (void)first, (void)n, (void)out;
+    return 0;
+}
+
+size_t ckc_encode_bulk_avx512(int is_k15, const ckc_codebook *cb, const uint16_t *w, size_t n,
+                              uint64_t first, uint8_t *codes, uint8_t *low, uint16_t *esc_syms,
+                              uint64_t *n_escapes)
+{
+    (void)is_k15, (void)cb, (void)w, (void)n, (void)first, (void)codes, (void)low;
+    (void)esc_syms, (void)n_escapes;
+    return 0;
+}
+#endif
