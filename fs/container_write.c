@@ -233,6 +233,7 @@ typedef struct {
     int pass;                /* 0 histogram, 1 count, 2 encode */
     uint64_t c0, c1;         /* chunk range */
     uint64_t hist[512];
+    uint16_t *esc;           /* pass 2: one chunk's escapes */
 } bf16_task;
 
 static void *bf16_worker(void *arg)
@@ -248,11 +249,15 @@ static void *bf16_worker(void *arg)
         } else if (t->pass == 1) {
             j->esc_count[c] = ckc_count_escapes(j->enc, j->cb, src, nw);
         } else {
+            /* the encoder may write one entry past the escapes it finds, so
+             * it gets a private buffer of worst-case size, copied in place */
             uint64_t ne = 0;
-            ckc_status s = ckc_encode_chunk(j->enc, j->cb, src, nw, first, j->codes, j->low,
-                                            j->esc_syms + j->ix[c].datum, &ne);
+            ckc_status s = t->esc ? ckc_encode_chunk(j->enc, j->cb, src, nw, first, j->codes, j->low, t->esc, &ne)
+                                  : CKC_ERR_NOMEM;
             if (s != CKC_OK || ne != j->esc_count[c])
                 j->status = s != CKC_OK ? s : CKC_ERR_CORRUPT;
+            else
+                memcpy(j->esc_syms + j->ix[c].datum, t->esc, ne * sizeof *t->esc);
             j->ix[c].hash = ckc_hash64(src, nw * 2);
         }
     }
@@ -274,10 +279,14 @@ static void run_pass(bf16_job *j, int pass, int jobs, uint64_t *hist)
         t[i].pass = pass;
         t[i].c0 = j->n_chunks * (uint64_t)i / (uint64_t)jobs;
         t[i].c1 = j->n_chunks * (uint64_t)(i + 1) / (uint64_t)jobs;
+        if (pass == 2)
+            t[i].esc = malloc(j->chunk_w * sizeof *t[i].esc);
     }
     if (!t || !th) { /* fall back to the calling thread */
         bf16_task one = {.j = j, .pass = pass, .c0 = 0, .c1 = j->n_chunks};
+        one.esc = pass == 2 ? malloc(j->chunk_w * sizeof *one.esc) : NULL;
         bf16_worker(&one);
+        free(one.esc);
         if (hist)
             for (int k = 0; k < 512; k++)
                 hist[k] += one.hist[k];
@@ -297,6 +306,8 @@ static void run_pass(bf16_job *j, int pass, int jobs, uint64_t *hist)
         for (int i = 0; i < jobs; i++)
             for (int k = 0; k < 512; k++)
                 hist[k] += t[i].hist[k];
+    for (int i = 0; i < jobs; i++)
+        free(t[i].esc);
     free(t);
     free(th);
 }

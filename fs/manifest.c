@@ -150,7 +150,7 @@ static int check_tree(const ckm_manifest *m, const char *name, char *err, size_t
         if (i >= m->n_files) {
             ckm_dir key = {.path = (char *)p};
             ckm_file fkey = {.path = (char *)p};
-            if (bsearch(&fkey, m->files, m->n_files, sizeof fkey, cmp_file))
+            if (m->n_files && bsearch(&fkey, m->files, m->n_files, sizeof fkey, cmp_file))
                 return merr(err, cap, "%s: \"%s\" is both a file and a directory", name, p);
             (void)key;
         }
@@ -158,7 +158,7 @@ static int check_tree(const ckm_manifest *m, const char *name, char *err, size_t
             continue;
         char *parent = strndup(p, (size_t)(slash - p));
         ckm_dir key = {.path = parent};
-        int found = parent && bsearch(&key, m->dirs, m->n_dirs, sizeof key, cmp_dir) != NULL;
+        int found = parent && m->n_dirs && bsearch(&key, m->dirs, m->n_dirs, sizeof key, cmp_dir) != NULL;
         free(parent);
         if (!found)
             return merr(err, cap, "%s: parent directory of \"%s\" is not listed", name, p);
@@ -234,8 +234,10 @@ int ckm_load(const char *dst, ckm_manifest **out, char *err, size_t cap)
     }
     if (parse_files(files, m, name, err, cap) || parse_dirs(dirs, m, name, err, cap))
         goto out;
-    qsort(m->files, m->n_files, sizeof *m->files, cmp_file);
-    qsort(m->dirs, m->n_dirs, sizeof *m->dirs, cmp_dir);
+    if (m->n_files)
+        qsort(m->files, m->n_files, sizeof *m->files, cmp_file);
+    if (m->n_dirs)
+        qsort(m->dirs, m->n_dirs, sizeof *m->dirs, cmp_dir);
     if (check_tree(m, name, err, cap))
         goto out;
     *out = m;
@@ -266,8 +268,10 @@ static cJSON *file_json(const ckm_file *f)
 
 int ckm_write(const char *dst, ckm_manifest *m, char *err, size_t cap)
 {
-    qsort(m->files, m->n_files, sizeof *m->files, cmp_file);
-    qsort(m->dirs, m->n_dirs, sizeof *m->dirs, cmp_dir);
+    if (m->n_files)
+        qsort(m->files, m->n_files, sizeof *m->files, cmp_file);
+    if (m->n_dirs)
+        qsort(m->dirs, m->n_dirs, sizeof *m->dirs, cmp_dir);
     cJSON *root = cJSON_CreateObject(), *files = cJSON_CreateArray(), *dirs = cJSON_CreateArray();
     cJSON_AddNumberToObject(root, "format", 1);
     cJSON_AddItemToObject(root, "files", files);

@@ -1,0 +1,421 @@
+/*
+ * test_container.c — the container reader and writer, the safetensors parser
+ * and the manifest, against independent truth: the original bytes, SHA-256
+ * recorded at pack time (golden files), and hand-made invalid inputs.
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "container.h"
+#include "container_internal.h"
+#include "manifest.h"
+#include "safetensors.h"
+#include "util.h"
+
+static uint64_t rng_state = 88172645463325252ull;
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* BF16 of a N(0, sd) sample, rounded to nearest even. */
+static uint16_t gauss_bf16(double sd)
+{
+    double u1 = (rnd() >> 11) * 0x1.0p-53 + 1e-300, u2 = (rnd() >> 11) * 0x1.0p-53;
+    float f = (float)(sd * sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    return (uint16_t)((b + 0x7FFF + ((b >> 16) & 1)) >> 16);
+}
+
+static char tmpdir[256];
+
+static void setup(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/ckptfs-unit.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void teardown(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+typedef struct {
+    uint32_t enc;
+    uint64_t size;
+} piece;
+
+/* Write a packed file of pieces filled with content that suits each
+ * encoding; return the original bytes. */
+static uint8_t *write_pack(const char *path, const piece *pc, int n, uint64_t *total)
+{
+    *total = 0;
+    for (int i = 0; i < n; i++)
+        *total += pc[i].size;
+    uint8_t *orig = malloc(*total + 1);
+    uint64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        for (uint64_t k = 0; k + 1 < pc[i].size; k += 2) {
+            uint16_t w = pc[i].enc >= CKC_ENC_K15 ? gauss_bf16(0.02) : (uint16_t)(rnd() % 7);
+            memcpy(orig + at + k, &w, 2);
+        }
+        if (pc[i].size % 2)
+            orig[at + pc[i].size - 1] = 0x5a;
+        at += pc[i].size;
+    }
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    ck_assert_int_ge(fd, 0);
+    ckp_writer_opts o = {.path = "dir/model.safetensors", .kind = CKP_KIND_SAFETENSORS, .mode = 0640,
+                         .mtime_ns = 1234567890123456789LL, .jobs = 2};
+    ckp_writer *w;
+    ck_assert_int_eq(ckp_writer_new(fd, &o, &w), CKP_OK);
+    at = 0;
+    for (int i = 0; i < n; i++) {
+        ck_assert_int_eq(ckp_writer_add(w, pc[i].enc, orig + at, pc[i].size, "t", 7), CKP_OK);
+        at += pc[i].size;
+    }
+    uint8_t sha[32] = {1, 2, 3};
+    ck_assert_int_eq(ckp_writer_finish(w, sha), CKP_OK);
+    ckp_writer_free(w);
+    close(fd);
+    return orig;
+}
+
+static const piece mixed[] = {
+    {CKC_ENC_RAW, 1001},                        /* odd: next extent starts at an odd offset */
+    {CKC_ENC_K15, 2 * 150001},                  /* 3 chunks, odd weight count */
+    {CKC_ENC_ZSTD, 600000},                     /* compressible: ZSTD */
+    {CKC_ENC_BSPLIT, 2 * 70000},
+    {CKC_ENC_K15, 16},
+    {CKC_ENC_ZSTD, 5},
+};
+
+START_TEST(roundtrip_every_byte)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/a.ckpt", tmpdir);
+    uint64_t total;
+    uint8_t *orig = write_pack(path, mixed, 6, &total);
+    ckp_reader *r;
+    char err[512];
+    ck_assert_int_eq(ckp_open(path, &r, err, sizeof err), CKP_OK);
+    const ckp_info *in = ckp_get_info(r);
+    ck_assert_uint_eq(in->original_size, total);
+    ck_assert_str_eq(in->path, "dir/model.safetensors");
+    ck_assert_uint_eq(in->mode, 0640);
+    ck_assert_int_eq(in->mtime_ns, 1234567890123456789LL);
+    ck_assert_uint_eq(in->n_extents, 6);
+    ck_assert_uint_eq(ckp_get_extent(r, 2)->encoding, CKC_ENC_ZSTD);
+    ck_assert_uint_eq(ckp_get_extent(r, 1)->encoding, CKC_ENC_K15);
+    uint8_t *buf = malloc(total + 1);
+    ckp_scratch *s = ckp_scratch_new();
+    size_t got;
+    ck_assert_int_eq(ckp_pread(r, buf, total, 0, &got, s), CKP_OK);
+    ck_assert_uint_eq(got, total);
+    ck_assert(memcmp(buf, orig, total) == 0);
+    for (int i = 0; i < 2000; i++) { /* random ranges, also unaligned destinations */
+        uint64_t off = rnd() % total, len = rnd() % 300000;
+        ck_assert_int_eq(ckp_pread(r, buf + (i & 1), len, off, &got, s), CKP_OK);
+        ck_assert_uint_eq(got, len < total - off ? len : total - off);
+        ck_assert(memcmp(buf + (i & 1), orig + off, got) == 0);
+    }
+    ck_assert_int_eq(ckp_pread(r, buf, 10, total, &got, s), CKP_OK);
+    ck_assert_uint_eq(got, 0);
+    ckp_scratch_free(s);
+    ckp_close(r);
+    free(buf);
+    free(orig);
+}
+END_TEST
+
+/* Flip one byte of a file at off. */
+static void flip(const char *path, uint64_t off)
+{
+    int fd = open(path, O_RDWR);
+    uint8_t b;
+    ck_assert_int_eq(cku_pread_full(fd, &b, 1, off), 0);
+    b ^= 0x10;
+    ck_assert_int_eq(cku_pwrite_full(fd, &b, 1, off), 0);
+    close(fd);
+}
+
+START_TEST(damaged_chunk_is_an_error_others_read)
+{
+    char path[300], err[512];
+    snprintf(path, sizeof path, "%s/b.ckpt", tmpdir);
+    uint64_t total;
+    uint8_t *orig = write_pack(path, mixed, 6, &total);
+    ckp_reader *r;
+    ck_assert_int_eq(ckp_open(path, &r, err, sizeof err), CKP_OK);
+    const ckp_extent *x = ckp_get_extent(r, 1);
+    /* damage plane `_i` (codes, mantissas, escapes) inside chunk 1's bytes */
+    uint64_t plane_off[3] = {x->plane_offset[0] + 65536 / 2 + 100, x->plane_offset[1] + 65536 * 7 / 8 + 100,
+                             x->plane_offset[2] + (x->index[1].datum * 9) / 8 + 2};
+    uint64_t damaged = plane_off[_i];
+    ckp_close(r);
+    flip(path, damaged);
+    ck_assert_int_eq(ckp_open(path, &r, err, sizeof err), CKP_OK); /* metadata is intact */
+    x = ckp_get_extent(r, 1);
+    uint8_t *buf = malloc(CKP_MAX_CHUNK);
+    ckp_scratch *s = ckp_scratch_new();
+    int bad = 0;
+    for (uint32_t e = 0; e < ckp_get_info(r)->n_extents; e++) {
+        const ckp_extent *y = ckp_get_extent(r, e);
+        for (uint64_t c = 0; c < y->n_chunks; c++) {
+            ckp_status st = ckp_read_chunk(r, e, c, buf, s);
+            if (st == CKP_OK)
+                ck_assert(memcmp(buf, orig + y->orig_offset + c * y->chunk_size, ckp_chunk_len(y, c)) == 0);
+            else
+                bad++, ck_assert(e == 1 && c == 1 && st == CKP_ERR_CHUNK);
+        }
+    }
+    ck_assert_int_eq(bad, 1);
+    size_t got;
+    ck_assert_int_eq(ckp_pread(r, buf, 10, x->orig_offset + 65536 * 2 + 5, &got, s), CKP_ERR_CHUNK);
+    ck_assert_int_eq(ckp_status_errno(CKP_ERR_CHUNK), EIO);
+    ckp_scratch_free(s);
+    ckp_close(r);
+    free(buf);
+    free(orig);
+}
+END_TEST
+
+START_TEST(damaged_metadata_is_refused)
+{
+    char path[300], err[512];
+    snprintf(path, sizeof path, "%s/c.ckpt", tmpdir);
+    uint64_t total;
+    free(write_pack(path, mixed, 6, &total));
+    struct stat st;
+    stat(path, &st);
+    uint8_t h[64];
+    int fd = open(path, O_RDONLY);
+    cku_pread_full(fd, h, 64, 0);
+    close(fd);
+    uint64_t toc = cku_le64(h + H_TOC_OFF);
+    ckp_reader *r;
+    switch (_i) {
+    case 0: flip(path, 0); break;                                   /* magic */
+    case 1: flip(path, H_TOC_SIZE); break;                          /* header field */
+    case 2: flip(path, toc + 20); break;                            /* TOC sha */
+    case 3: flip(path, toc + CKP_TOC_HEADER_SIZE + 192 + X_ENC); break; /* extent encoding */
+    case 4: ck_assert_int_eq(truncate(path, st.st_size - 1), 0); break;
+    case 5: { /* an index entry: index hash catches it */
+        ck_assert_int_eq(ckp_open(path, &r, err, sizeof err), CKP_OK);
+        const ckp_extent *x = ckp_get_extent(r, 1);
+        uint64_t at = (uint64_t)(x->index - x->index) ; (void)at;
+        ckp_close(r);
+        fd = open(path, O_RDONLY);
+        uint8_t rec[192];
+        cku_pread_full(fd, rec, 192, toc + CKP_TOC_HEADER_SIZE + 192);
+        close(fd);
+        flip(path, cku_le64(rec + X_INDEX_OFF) + 16);
+        break;
+    }
+    case 6: { /* a future version with a valid header hash */
+        h[H_MAJOR] = 2;
+        cku_put64(h + H_HASH, ckc_hash64(h, H_HASH));
+        fd = open(path, O_RDWR);
+        cku_pwrite_full(fd, h, 64, 0);
+        close(fd);
+        break;
+    }
+    }
+    static const ckp_status want[] = {CKP_ERR_FORMAT, CKP_ERR_CORRUPT, CKP_ERR_CORRUPT, CKP_ERR_CORRUPT,
+                                      CKP_ERR_CORRUPT, CKP_ERR_CORRUPT, CKP_ERR_VERSION};
+    err[0] = 0;
+    ck_assert_int_eq(ckp_open(path, &r, err, sizeof err), want[_i]);
+    ck_assert_ptr_null(r);
+    ck_assert_ptr_nonnull(strstr(err, path)); /* the message names the file */
+}
+END_TEST
+
+/* ---- safetensors parser -------------------------------------------------- */
+
+static int parse(const char *json, uint64_t data, char *err)
+{
+    size_t n = strlen(json);
+    uint8_t *buf = calloc(1, 8 + n + data);
+    cku_put64(buf, n);
+    memcpy(buf + 8, json, n);
+    st_header *h = NULL;
+    int rc = st_parse(buf, 8 + n, 8 + n + data, &h, err, 256);
+    st_free(h);
+    free(buf);
+    return rc;
+}
+
+START_TEST(safetensors_valid)
+{
+    char err[256];
+    ck_assert_int_eq(parse("{\"__metadata__\":{\"format\":\"pt\"},\"b\":{\"dtype\":\"F32\",\"shape\":[2],"
+                           "\"data_offsets\":[4,12]},\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]},"
+                           "\"e\":{\"dtype\":\"BF16\",\"shape\":[0,5],\"data_offsets\":[12,12]}}   ",
+                           12, err), 0);
+    ck_assert_int_eq(parse("{}", 0, err), 0);
+    ck_assert_int_eq(parse("{\"x\":{\"dtype\":\"F4\",\"shape\":[4],\"data_offsets\":[0,2]}}", 2, err), 0);
+}
+END_TEST
+
+START_TEST(safetensors_invalid)
+{
+    static const struct {
+        const char *json;
+        uint64_t data;
+        const char *why;
+    } bad[] = {
+        {"{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]}", 4, "valid JSON"},
+        {"[1,2]", 0, "object"},
+        {"{\"a\":{\"dtype\":\"Q7\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, "unknown dtype"},
+        {"{\"a\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,4]}}", 4, "bytes"},
+        {"{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[4,0]}}", 4, "reversed"},
+        {"{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]},"
+         "\"b\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[2,6]}}", 6, "overlaps"},
+        {"{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]}}", 2, "past the data buffer"},
+        {"{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[2,6]}}", 6, "gap"},
+        {"{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]}}", 8, "cover"},
+        {"{\"a\":{\"dtype\":\"BF16\",\"shape\":[-2],\"data_offsets\":[0,4]}}", 4, "non-negative"},
+        {"{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]},"
+         "\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[4,8]}}", 8, "duplicate"},
+        {"{\"__metadata__\":{\"k\":1}}", 0, "not a string"},
+        {"{\"a\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4],\"x\":1}}", 4, "unknown field"},
+        {"{\"a\":{\"dtype\":\"BF16\",\"shape\":[4294967296,4294967296,4294967296],\"data_offsets\":[0,4]}}", 4, "bytes"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char err[256] = "";
+        ck_assert_msg(parse(bad[i].json, bad[i].data, err) == -1, "case %zu accepted", i);
+        ck_assert_msg(strstr(err, bad[i].why), "case %zu: \"%s\" lacks \"%s\"", i, err, bad[i].why);
+    }
+    uint8_t b[16] = {0};
+    st_header *h;
+    char err[256];
+    cku_put64(b, 200u * 1000 * 1000);
+    ck_assert_int_eq(st_parse(b, 16, 300u * 1000 * 1000, &h, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "100 MB"));
+    cku_put64(b, 100);
+    ck_assert_int_eq(st_parse(b, 16, 16, &h, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "past the end"));
+    ck_assert_int_eq(st_parse(b, 5, 5, &h, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "truncated"));
+}
+END_TEST
+
+/* ---- manifest and names ------------------------------------------------ */
+
+START_TEST(paths)
+{
+    ck_assert(ckp_path_ok("a") && ckp_path_ok("a/b.c") && ckp_path_ok(".hidden") && ckp_path_ok("a/..b"));
+    ck_assert(!ckp_path_ok("") && !ckp_path_ok("/etc/passwd") && !ckp_path_ok("..") && !ckp_path_ok("a/../b") &&
+              !ckp_path_ok("a//b") && !ckp_path_ok("./a") && !ckp_path_ok("a/") && !ckp_path_ok("a/."));
+}
+END_TEST
+
+START_TEST(manifest_roundtrip_and_damage)
+{
+    ckm_file f[2] = {{.path = "sub/b", .size = 5, .mode = 0644, .mtime_ns = 1700000000123456789LL},
+                     {.path = "a", .size = 1ull << 40, .mode = 0600, .mtime_ns = -5, .kind = CKP_KIND_SAFETENSORS}};
+    f[0].sha256[0] = 0xab;
+    ckm_dir d[1] = {{.path = "sub", .mode = 0755}};
+    ckm_manifest m = {.files = f, .n_files = 2, .dirs = d, .n_dirs = 1};
+    char err[512];
+    ck_assert_int_eq(ckm_write(tmpdir, &m, err, sizeof err), 0);
+    ckm_manifest *l;
+    ck_assert_int_eq(ckm_load(tmpdir, &l, err, sizeof err), 0);
+    ck_assert_uint_eq(l->n_files, 2);
+    ck_assert_str_eq(l->files[0].path, "a");
+    ck_assert_uint_eq(l->files[0].size, 1ull << 40);
+    ck_assert_int_eq(l->files[0].kind, CKP_KIND_SAFETENSORS);
+    ck_assert_int_eq(l->files[1].mtime_ns, 1700000000123456789LL);
+    ck_assert_uint_eq(l->files[1].sha256[0], 0xab);
+    ck_assert_int_eq(l->files[0].mtime_ns, -5);
+    ckm_free(l);
+    char path[400];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, CKP_MANIFEST_NAME);
+    flip(path, 60);
+    ck_assert_int_eq(ckm_load(tmpdir, &l, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "damaged"));
+    /* a hostile path, with a valid checksum */
+    ckm_file evil = {.path = "../../etc/passwd"};
+    ckm_manifest m2 = {.files = &evil, .n_files = 1};
+    ck_assert_int_eq(ckm_write(tmpdir, &m2, err, sizeof err), 0);
+    ck_assert_int_eq(ckm_load(tmpdir, &l, err, sizeof err), -1);
+    ckm_file orphan = {.path = "nodir/x"};
+    ckm_manifest m3 = {.files = &orphan, .n_files = 1};
+    ck_assert_int_eq(ckm_write(tmpdir, &m3, err, sizeof err), 0);
+    ck_assert_int_eq(ckm_load(tmpdir, &l, err, sizeof err), -1);
+}
+END_TEST
+
+/* ---- golden files: packed by format 1.0, must decode forever ----------- */
+
+START_TEST(golden_files_decode)
+{
+    static const char *fmt[] = {"k15", "bytesplit"};
+    char sums[512];
+    snprintf(sums, sizeof sums, "%s/v1.0/SHA256SUMS", GOLDEN_DIR);
+    FILE *f = fopen(sums, "r");
+    ck_assert_ptr_nonnull(f);
+    char hex[65], name[256];
+    int n = 0;
+    while (fscanf(f, "%64s %255s", hex, name) == 2) {
+        char path[700], err[512];
+        snprintf(path, sizeof path, "%s/v1.0/%s/%s.ckpt", GOLDEN_DIR, fmt[_i], name);
+        ckp_reader *r;
+        ck_assert_msg(ckp_open(path, &r, err, sizeof err) == CKP_OK, "%s", err);
+        const ckp_info *in = ckp_get_info(r);
+        uint8_t *buf = malloc(in->original_size + 1), d[32];
+        ckp_scratch *s = ckp_scratch_new();
+        size_t got;
+        ck_assert_int_eq(ckp_pread(r, buf, in->original_size, 0, &got, s), CKP_OK);
+        cku_sha256 *h = cku_sha256_new();
+        cku_sha256_update(h, buf, got);
+        cku_sha256_final(h, d);
+        char dh[65];
+        cku_hex(d, 32, dh);
+        ck_assert_str_eq(dh, hex);
+        ck_assert(memcmp(d, in->sha256, 32) == 0);
+        ckp_scratch_free(s);
+        free(buf);
+        ckp_close(r);
+        n++;
+    }
+    fclose(f);
+    ck_assert_int_eq(n, 3);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("container");
+    TCase *t = tcase_create("container");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_set_timeout(t, 120);
+    tcase_add_test(t, roundtrip_every_byte);
+    tcase_add_loop_test(t, damaged_chunk_is_an_error_others_read, 0, 3);
+    tcase_add_loop_test(t, damaged_metadata_is_refused, 0, 7);
+    tcase_add_test(t, safetensors_valid);
+    tcase_add_test(t, safetensors_invalid);
+    tcase_add_test(t, paths);
+    tcase_add_test(t, manifest_roundtrip_and_damage);
+    tcase_add_loop_test(t, golden_files_decode, 0, 2);
+    suite_add_tcase(s, t);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
