@@ -588,6 +588,24 @@ START_TEST(test_corrupt)
         ck_assert_msg(decode_exact(impl, enc, &t.cb, &t, z, 0, N, 0, e, out) == CKC_ERR_CORRUPT,
                       "plane %d empty accepted", k);
     }
+    /* Too few escapes, with an escape plane of exactly that many: the
+     * decoder must stop at the first extra code 15, wherever it is (ASan
+     * sees a read past the copy). */
+    for (uint64_t k = 0; k < e; k++) {
+        uint64_t z[3] = {exact[0], exact[1], is_k15(enc) ? (9 * k + 7) / 8 : k};
+        ck_assert_msg(decode_exact(impl, enc, &t.cb, &t, z, 0, N, 0, k, out) == CKC_ERR_CORRUPT,
+                      "%llu of %llu escapes accepted", (unsigned long long)k, (unsigned long long)e);
+    }
+    /* A multiple of 8 weights with exact planes: the last group's loads
+     * must stay inside (the padding is not there). */
+    {
+        uint64_t k = 0, z[3];
+        for (size_t i = 0; i < 1000; i++)
+            k += ref_code_of(&t.cb, ref_sym(enc, w[i])) == 15;
+        z[0] = 500, z[1] = is_k15(enc) ? 875 : 1000, z[2] = is_k15(enc) ? (9 * k + 7) / 8 : k;
+        ck_assert_int_eq(decode_exact(impl, enc, &t.cb, &t, z, 0, 1000, 0, k, out), CKC_OK);
+        assert_same_words(out, w, 1000, "exact 1000");
+    }
     /* Escape counts that do not match the code-15 entries. */
     ck_assert_int_eq(decode_exact(impl, enc, &t.cb, &t, exact, 0, N, 0, e - 1, out), CKC_ERR_CORRUPT);
     ck_assert_int_eq(decode_exact(impl, enc, &t.cb, &t, s, 0, N, 0, e + 1, out), CKC_ERR_CORRUPT);
@@ -597,6 +615,11 @@ START_TEST(test_corrupt)
     ck_assert_int_eq(decode_exact(impl, enc, &t.cb, &t, exact, 0, N, 1, e, out), CKC_ERR_CORRUPT);
     ck_assert_int_eq(decode_exact(impl, enc, &t.cb, &t, s, 0, N, UINT64_MAX - 2, e, out), CKC_ERR_CORRUPT);
     ck_assert_int_eq(decode_exact(impl, enc, &t.cb, &t, s, 0, N, 0, UINT64_MAX, out), CKC_ERR_CORRUPT);
+    {
+        uint64_t z[3] = {s[0], s[1], 0}; /* esc_first + esc_count wraps to 0 */
+        ck_assert_int_eq(decode_exact(impl, enc, &t.cb, &t, z, 0, N, 5, UINT64_MAX - 4, out), CKC_ERR_CORRUPT);
+    }
+    ck_assert_int_eq(decode_exact(impl, enc, &t.cb, &t, s, 0, N, 2, N + 1, out), CKC_ERR_CORRUPT);
     /* Weight range past the planes. */
     ck_assert_int_eq(decode_exact(impl, enc, &t.cb, &t, exact, 8, N, 0, e, out), CKC_ERR_CORRUPT);
     ck_assert_int_eq(decode_exact(impl, enc, &t.cb, &t, s, UINT64_MAX - 7, 16, 0, 0, out), CKC_ERR_CORRUPT);
@@ -619,6 +642,46 @@ START_TEST(test_corrupt)
 done:
     free(w);
     free(out);
+}
+END_TEST
+
+/* A chunk's encode writes exactly its own bytes of the code and low planes
+ * (neighbouring chunks are encoded concurrently) and overwrites, not ORs. */
+START_TEST(test_encode_bytes)
+{
+    ckc_impl impl;
+    uint32_t enc;
+    enum { N = 1003 };
+    uint16_t w[N], esc[N];
+    uint8_t codes[N], low[N + 8];
+    planes r;
+    if (!pick(_i, &impl, &enc))
+        return;
+    fill(DATA_SPECIAL, w, N);
+    ref_encode(enc, NULL, w, N, &r);
+    for (int it = 0; it < 300; it++) {
+        uint64_t first = (rnd() % (N / 8)) * 8, ne;
+        size_t n = it % 2 ? N - first : rnd() % (N - first + 1);
+        if (first + n != N)
+            n -= n % 8; /* only the tensor's last chunk may be partial */
+        uint64_t c0 = first / 2, c1 = (first + n + 1) / 2, i;
+        uint64_t l0 = is_k15(enc) ? first * 7 / 8 : first;
+        uint64_t l1 = is_k15(enc) ? ((first + n) * 7 + 7) / 8 : first + n;
+        memset(codes, 0xAA, sizeof codes);
+        memset(low, 0xAA, sizeof low);
+        ck_assert_int_eq(ckc_encode_chunk_impl(impl, enc, &r.cb, w + first, n, first, codes, low, esc, &ne), CKC_OK);
+        for (i = 0; i < sizeof codes; i++)
+            if (codes[i] != (i >= c0 && i < c1 ? r.p[0][i] : 0xAA))
+                break;
+        ck_assert_msg(i == sizeof codes, "code byte %llu (chunk %llu+%zu)", (unsigned long long)i,
+                      (unsigned long long)first, n);
+        for (i = 0; i < sizeof low; i++)
+            if (low[i] != (i >= l0 && i < l1 ? r.p[1][i] : 0xAA))
+                break;
+        ck_assert_msg(i == sizeof low, "low byte %llu (chunk %llu+%zu)", (unsigned long long)i,
+                      (unsigned long long)first, n);
+    }
+    planes_free(&r);
 }
 END_TEST
 
@@ -773,6 +836,7 @@ static Suite *codec_suite(void)
     tcase_add_loop_test(tc, test_chunks, 0, 4);
     tcase_add_loop_test(tc, test_corrupt, 0, 4);
     tcase_add_loop_test(tc, test_fuzz_decode, 0, 4);
+    tcase_add_loop_test(tc, test_encode_bytes, 0, 4);
     tcase_add_loop_test(tc, test_impls_agree, 0, 2);
     suite_add_tcase(s, tc);
     return s;
