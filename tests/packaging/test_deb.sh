@@ -25,7 +25,8 @@ for t in dpkg dpkg-deb dpkg-query cmake cpack python3 mount umount mountpoint fi
     command -v "$t" >/dev/null 2>&1 || skip "$t not found"
 done
 [ -c /dev/fuse ] || skip "/dev/fuse missing"
-python3 -c 'import numpy' 2>/dev/null || skip "python3 numpy missing"
+PY=$(command -v python3)
+"$PY" -c 'import numpy' 2>/dev/null || skip "python3 numpy missing"
 if [ "$(dpkg-query -W -f='${db:Status-Abbrev}' ckptfs 2>/dev/null || true)" = "ii " ] \
    && [ "${CKPTFS_TEST_DEB_FORCE:-0}" != 1 ]; then
     skip "a ckptfs package is already installed (CKPTFS_TEST_DEB_FORCE=1 replaces and then removes it)"
@@ -39,7 +40,7 @@ cleanup() {
     for m in "$MNT" "$MNT2"; do
         if mountpoint -q "$m" 2>/dev/null; then umount "$m" 2>/dev/null || umount -l "$m" || true; fi
     done
-    if [ "$installed" = 1 ]; then dpkg -r ckptfs >/dev/null 2>&1 || true; fi
+    if [ "$installed" = 1 ]; then dpkg -P ckptfs >/dev/null 2>&1 || true; fi
     if [ "${CKPTFS_TEST_KEEP:-0}" = 1 ] || [ "$rc" != 0 ]; then
         echo "work directory kept: $WORK"
     else
@@ -73,7 +74,6 @@ dpkg -i "$DEB" >"$WORK/dpkg-i.log" 2>&1 || { cat "$WORK/dpkg-i.log"; fail "dpkg 
 
 # From here on only installed files are used: the build tree is removed.
 rm -rf "$WORK/build"
-export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 CK=/usr/bin/ckptfs
 [ -x $CK ] || fail "$CK not installed"
 
@@ -86,7 +86,7 @@ grep -qiE 'format.*[0-9]+\.[0-9]+' <<<"$vout" || fail "--version does not print 
 # ---- a tiny model ------------------------------------------------------------
 step "generate a tiny safetensors model"
 mkdir -p "$MODEL" "$MNT" "$MNT2"
-python3 - "$MODEL" <<'PY'
+"$PY" - "$MODEL" <<'PY'
 import json, os, struct, sys
 import numpy as np
 
@@ -151,7 +151,7 @@ step "ckptfs pack / verify / stat"
 $CK pack "$MODEL" "$PACKED" || fail "pack exited $?"
 $CK verify --against "$MODEL" "$PACKED" || fail "verify exited $?"
 $CK stat "$PACKED" || fail "stat exited $?"
-$CK stat --json "$PACKED" | python3 -c 'import json,sys; json.load(sys.stdin)' || fail "stat --json is not JSON"
+$CK stat --json "$PACKED" | "$PY" -c 'import json,sys; json.load(sys.stdin)' || fail "stat --json is not JSON"
 
 # ---- mount through mount(8) ----------------------------------------------------
 compare_tree() {  # $1 = mount point
@@ -159,7 +159,7 @@ compare_tree() {  # $1 = mount point
     got=$( (cd "$1" && find . -type f | LC_ALL=C sort | xargs -d '\n' sha256sum) ) || fail "reading $1"
     diff <(echo "$got") "$WORK/model.sha256" || fail "files under $1 differ from the originals"
     # mmap(MAP_SHARED) reads, as older safetensors versions do.
-    python3 - "$MODEL" "$1" <<'PY' || fail "mmap reads under $1 differ"
+    "$PY" - "$MODEL" "$1" <<'PY' || fail "mmap reads under $1 differ"
 import mmap, os, sys
 src, mnt = sys.argv[1], sys.argv[2]
 for d, _, files in os.walk(src):
@@ -245,9 +245,12 @@ cc -std=c11 -Wall -Werror -o "$WORK/use_ckc" "$WORK/use_ckc.c" $(pkg-config --cf
 # ---- removal -------------------------------------------------------------------
 step "dpkg -r ckptfs"
 dpkg -r ckptfs >"$WORK/dpkg-r.log" 2>&1 || { cat "$WORK/dpkg-r.log"; fail "dpkg -r"; }
-installed=0
 for gone in /usr/bin/ckptfs /usr/sbin/mount.ckptfs /usr/sbin/mount.fuse.ckptfs "$unit" "$pcfile"; do
     if [ -e "$gone" ] || [ -L "$gone" ]; then fail "$gone is still there after dpkg -r"; fi
 done
 pkg-config --exists ckptfs 2>/dev/null && fail "pkg-config still finds ckptfs after dpkg -r"
+# Leave no "rc" (removed, config-files) entry behind.
+dpkg -P ckptfs >/dev/null 2>&1 || fail "dpkg -P"
+installed=0
+[ -z "$(dpkg-query -W -f='${db:Status-Abbrev}' ckptfs 2>/dev/null || true)" ] || fail "dpkg still knows ckptfs after purge"
 echo "PASS: packaging_deb"
