@@ -69,8 +69,9 @@ ckc_status ckc_decode_groups_portable(ckc_dec_ctx *d, uint64_t first, size_t j,
                                       size_t n_groups, uint16_t *out);
 
 /* AVX-512 bulk decode/encode: handle a prefix of the chunk in blocks of 32
- * weights and return how many weights were done (a multiple of 32).  Decode
- * returns (size_t)-1 on an escape overrun.  Only called when available. */
+ * (decode) or 64 (encode) weights and return how many weights were done.
+ * Decode returns (size_t)-1 on an escape overrun.  Only called when
+ * ckc_avx512_supported(). */
 size_t ckc_decode_bulk_avx512(ckc_dec_ctx *d, uint64_t first, size_t n_weights, uint16_t *out);
 size_t ckc_encode_bulk_avx512(int is_k15, const ckc_codebook *cb, const uint16_t *w,
                               size_t n_weights, uint64_t first, uint8_t *codes, uint8_t *low,

@@ -7,7 +7,7 @@
  * any x86-64.  On other architectures the entry points are stubs that do
  * nothing and report "unsupported".
  *
- * Both loops work in blocks of 32 weights (64 bytes of BF16).  Decode:
+ * Decode works in blocks of 32 weights (64 bytes of BF16):
  *   codes  16 bytes  -> vpermb spreads byte i/2 to u16 lane i, vpsrlvw by
  *                       4*(i&1), AND 15       -> 32 code indexes
  *   symbol            vpermw of a 16-entry table of (sym << low_bits)
@@ -16,9 +16,10 @@
  *                       AND 0x7F               -> 32 mantissas
  *   escapes           lanes with code 15 (table entry 0) are patched from
  *                       the escape stream by a scalar loop over the mask.
- * Encode compares the 32 symbols against the 15 codebook entries, packs
- * nibbles with a shift and vpmovdb, and packs mantissas 8 per u64 with three
- * shift/mask steps and a vpermb that drops every 8th byte.
+ * Encode (64 weights per step) looks codes up in the symbol -> code map
+ * held in registers (vpermt2b), packs nibbles with a shift and vpmovwb, and
+ * packs mantissas 8 per u64 with three shift/mask steps and a vpermb that
+ * drops every 8th byte.
  */
 #include "ckc_internal.h"
 
@@ -95,46 +96,61 @@ CKC_AVX512 size_t ckc_decode_bulk_avx512(ckc_dec_ctx *d, uint64_t first, size_t 
     return j;
 }
 
+/* Encode 64 weights per step.  The symbol -> code map (512 or 256 bytes)
+ * sits in 8 (4) registers; vpermt2b looks up 128 entries by the symbol's
+ * low 7 bits, and blends on bits 7 and 8 pick the right quarter. */
 CKC_AVX512 size_t ckc_encode_bulk_avx512(int is_k15, const ckc_codebook *cb, const uint16_t *w,
                                          size_t n, uint64_t first, uint8_t *codes, uint8_t *low,
                                          uint16_t *esc_syms, uint64_t *n_escapes)
 {
-    uint8_t drop8[32];
+    uint8_t map[512], drop8[64];
     uint64_t ne = *n_escapes;
+    unsigned shift = is_k15 ? 7 : 8;
     size_t j;
-    __m512i cbv[15];
-    for (int c = 0; c < 15; c++)
-        cbv[c] = _mm512_set1_epi16((short)cb->sym[c]);
-    for (unsigned b = 0; b < 32; b++) /* byte b of the packed 28 <- byte b + b/7 */
-        drop8[b] = (uint8_t)(b < 28 ? b + b / 7 : 31);
-    const __m256i drop = _mm256_loadu_si256((const __m256i *)drop8);
-    const __m512i m15 = _mm512_set1_epi16(15);
-    const __m256i k1a = _mm256_set1_epi64x(0x007F007F007F007FLL), k1b = _mm256_set1_epi64x(0x3F803F803F803F80LL);
-    const __m256i k2a = _mm256_set1_epi64x(0x00003FFF00003FFFLL), k2b = _mm256_set1_epi64x(0x0FFFC0000FFFC000LL);
-    const __m256i k3a = _mm256_set1_epi64x(0x000000000FFFFFFFLL), k3b = _mm256_set1_epi64x(0x00FFFFFFF0000000LL);
+    __m512i tab[8];
 
-    for (j = 0; j + 32 <= n; j += 32) {
+    memset(map, (int)CKC_ESCAPE, sizeof map);
+    for (int c = 14; c >= 0; c--) /* smallest code wins on duplicates */
+        map[cb->sym[c] & 511u] = (uint8_t)c;
+    for (int k = 0; k < 8; k++)
+        tab[k] = _mm512_loadu_si512(map + 64 * k);
+    for (unsigned b = 0; b < 64; b++) /* byte b of the packed 56 <- byte b + b/7 */
+        drop8[b] = (uint8_t)(b < 56 ? b + b / 7 : 63);
+    const __m512i drop = _mm512_loadu_si512(drop8);
+    const __m512i m15 = _mm512_set1_epi8(15);
+    const __m512i k1a = _mm512_set1_epi64(0x007F007F007F007FLL), k1b = _mm512_set1_epi64(0x3F803F803F803F80LL);
+    const __m512i k2a = _mm512_set1_epi64(0x00003FFF00003FFFLL), k2b = _mm512_set1_epi64(0x0FFFC0000FFFC000LL);
+    const __m512i k3a = _mm512_set1_epi64(0x000000000FFFFFFFLL), k3b = _mm512_set1_epi64(0x00FFFFFFF0000000LL);
+
+    for (j = 0; j + 64 <= n; j += 64) {
         uint64_t i = first + j;
-        __m512i wv = _mm512_loadu_si512(w + j);
-        __m512i sym = is_k15 ? _mm512_srli_epi16(wv, 7) : _mm512_srli_epi16(wv, 8);
-        __m512i code = m15;
-        for (int c = 14; c >= 0; c--) /* smallest code wins on duplicates */
-            code = _mm512_mask_mov_epi16(code, _mm512_cmpeq_epi16_mask(sym, cbv[c]), _mm512_set1_epi16((short)c));
-        __mmask32 em = _mm512_cmpeq_epi16_mask(code, m15);
-        __m512i pair = _mm512_or_si512(code, _mm512_srli_epi32(code, 12));
-        _mm_storeu_si128((__m128i *)(codes + i / 2), _mm512_cvtepi32_epi8(pair));
-        __m256i lb = _mm512_cvtepi16_epi8(wv);
+        __m512i w0 = _mm512_loadu_si512(w + j), w1 = _mm512_loadu_si512(w + j + 32);
+        __m512i s8 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srli_epi16(w0, shift))),
+                                        _mm512_cvtepi16_epi8(_mm512_srli_epi16(w1, shift)), 1);
+        __mmask64 b7 = _mm512_movepi8_mask(s8);
+        __m512i code = _mm512_mask_blend_epi8(b7, _mm512_permutex2var_epi8(tab[0], s8, tab[1]),
+                                              _mm512_permutex2var_epi8(tab[2], s8, tab[3]));
         if (is_k15) {
-            __m256i x = lb;
-            x = _mm256_or_si256(_mm256_and_si256(x, k1a), _mm256_and_si256(_mm256_srli_epi64(x, 1), k1b));
-            x = _mm256_or_si256(_mm256_and_si256(x, k2a), _mm256_and_si256(_mm256_srli_epi64(x, 2), k2b));
-            x = _mm256_or_si256(_mm256_and_si256(x, k3a), _mm256_and_si256(_mm256_srli_epi64(x, 4), k3b));
-            _mm256_mask_storeu_epi8(low + i / 8 * 7, 0x0FFFFFFFu, _mm256_permutexvar_epi8(drop, x));
-        } else {
-            _mm256_storeu_si256((__m256i *)(low + i), lb);
+            __mmask64 b8 = (__mmask64)_mm512_movepi16_mask(w0) | (__mmask64)_mm512_movepi16_mask(w1) << 32;
+            __m512i hi = _mm512_mask_blend_epi8(b7, _mm512_permutex2var_epi8(tab[4], s8, tab[5]),
+                                                _mm512_permutex2var_epi8(tab[6], s8, tab[7]));
+            code = _mm512_mask_blend_epi8(b8, code, hi);
         }
-        for (uint32_t m = em; m; m &= m - 1)
-            esc_syms[ne++] = (uint16_t)(w[j + __builtin_ctz(m)] >> (is_k15 ? 7 : 8));
+        __mmask64 em = _mm512_cmpeq_epi8_mask(code, m15);
+        __m512i pair = _mm512_or_si512(code, _mm512_srli_epi16(code, 4));
+        _mm256_storeu_si256((__m256i *)(codes + i / 2), _mm512_cvtepi16_epi8(pair));
+        __m512i lb = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(w0)), _mm512_cvtepi16_epi8(w1), 1);
+        if (is_k15) {
+            __m512i x = lb;
+            x = _mm512_or_si512(_mm512_and_si512(x, k1a), _mm512_and_si512(_mm512_srli_epi64(x, 1), k1b));
+            x = _mm512_or_si512(_mm512_and_si512(x, k2a), _mm512_and_si512(_mm512_srli_epi64(x, 2), k2b));
+            x = _mm512_or_si512(_mm512_and_si512(x, k3a), _mm512_and_si512(_mm512_srli_epi64(x, 4), k3b));
+            _mm512_mask_storeu_epi8(low + i / 8 * 7, 0x00FFFFFFFFFFFFFFull, _mm512_permutexvar_epi8(drop, x));
+        } else {
+            _mm512_storeu_si512(low + i, lb);
+        }
+        for (uint64_t m = em; m; m &= m - 1)
+            esc_syms[ne++] = (uint16_t)(w[j + (size_t)__builtin_ctzll(m)] >> shift);
     }
     *n_escapes = ne;
     return j;
