@@ -810,6 +810,39 @@ done:
 }
 END_TEST
 
+/* The helpers of ckc_decode.h (which the GPU kernels use) read the planes
+ * the way the reference does. */
+START_TEST(test_decode_header)
+{
+    uint32_t enc = encs[_i];
+    int k15 = is_k15(enc);
+    enum { N = 2051 };
+    uint16_t w[N];
+    planes r;
+    fill(DATA_SPECIAL, w, N);
+    ref_encode(enc, NULL, w, N, &r);
+    ck_assert_uint_eq(ckc_low_bits(k15), ref_lowbits(enc));
+    for (uint64_t i = 0, bad = N; i < N; i++) {
+        unsigned lo = get_bits(r.p[1], ref_lowbits(enc) * i, ref_lowbits(enc));
+        if (ckc_code_at(r.p[0], i) != get_bits(r.p[0], 4 * i, 4) || ckc_low_at(k15, r.p[1], i) != lo ||
+            ckc_bits_at_bounded(r.p[1], r.size[1], ref_lowbits(enc) * i, ref_lowbits(enc)) != lo ||
+            ckc_join(k15, ref_sym(enc, w[i]), lo) != w[i])
+            bad = i;
+        ck_assert_msg(bad == N, "weight %llu", (unsigned long long)i);
+    }
+    for (uint64_t k = 0; k < r.n_esc; k++)
+        ck_assert_uint_eq(ckc_escape_at(k15, r.p[2], k), get_bits(r.p[2], ref_symbits(enc) * k, ref_symbits(enc)));
+    if (k15)
+        for (uint64_t g = 0; g + 8 <= N; g += 8) {
+            unsigned m[8];
+            ckc_k15_unpack8(r.p[1] + g / 8 * 7, m);
+            for (int k = 0; k < 8; k++)
+                ck_assert_uint_eq(m[k], w[g + k] & 0x7Fu);
+        }
+    planes_free(&r);
+}
+END_TEST
+
 START_TEST(test_hash)
 {
     const char *a = "ckptfs", *b = "ckptfT";
@@ -838,6 +871,7 @@ static Suite *codec_suite(void)
     tcase_add_loop_test(tc, test_fuzz_decode, 0, 4);
     tcase_add_loop_test(tc, test_encode_bytes, 0, 4);
     tcase_add_loop_test(tc, test_impls_agree, 0, 2);
+    tcase_add_loop_test(tc, test_decode_header, 0, 2);
     suite_add_tcase(s, tc);
     return s;
 }
