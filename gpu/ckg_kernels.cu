@@ -1,0 +1,592 @@
+/*
+ * ckg_kernels.cu — the device side of ckgpu: escape index, bit-exact decode,
+ * fused decode + GEMV/small GEMM, and their launch wrappers (ckgpu.h).
+ *
+ * Every kernel decodes with ckc_decode.h / ckg_tile.h, the same functions the
+ * CPU references and tests run.  Escapes are located with the escape index
+ * (the rank of every 1024th weight, built from the chunk index by
+ * escape_index_kernel) plus an in-group count: a warp scan of per-lane
+ * code-15 counts (32 weights per lane), or a ballot in the generic kernel.
+ *
+ * The fused GEMV streams each 8-row tile's code and low planes (and x)
+ * through a per-warp cp.async ring in shared memory, 128 columns per step,
+ * turns them into BF16 pairs in registers and feeds mma.m16n8k16 with
+ * A = x^T (batch in M, padded to 16) and B = W^T (8 rows in N), FP32
+ * accumulators.  Escapes decode to their low part alone (a zero exponent,
+ * |value| < 2^-126, i.e. a contribution far below FP32 rounding of the sum);
+ * the lane holding an escape adds its exact product in FP32.
+ */
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+
+#include "ckgpu.h"
+#include "ckg_tile.h"
+
+namespace {
+
+constexpr unsigned kFull = 0xFFFFFFFFu;
+constexpr int kGroup = 32;                      /* weights per lane group */
+constexpr int kStepCols = 128;                  /* GEMV columns per warp step */
+constexpr int kRowsPerTile = 8;                 /* GEMV rows per block (MMA N) */
+constexpr int kGemvWarps = 4;
+constexpr int kStages = 4;
+constexpr int kXRowBytes = 288;                 /* swizzled x row in a stage (see x_slot) */
+
+/* ---- small device helpers ------------------------------------------------ */
+
+__device__ __forceinline__ uint4 ld16(const uint8_t *p) { return *reinterpret_cast<const uint4 *>(p); }
+
+__device__ __forceinline__ void load_codes(const uint8_t *codes, uint64_t q, uint32_t c[4])
+{
+    uint4 v = ld16(codes + q / 2);
+    c[0] = v.x; c[1] = v.y; c[2] = v.z; c[3] = v.w;
+}
+
+__device__ __forceinline__ unsigned esc_sym(const ckg_planes &P, uint64_t k)
+{
+    if (k >= P.n_escapes)     /* only on corrupt data, which upload rejects */
+        return 0;
+    return P.encoding == CKC_ENC_K15
+               ? ckc_bits_at(P.esc, P.esc_bit0 + k * CKC_K15_SYM_BITS, CKC_K15_SYM_BITS)
+               : P.esc[k];
+}
+
+__device__ __forceinline__ float bf16f(uint16_t w) { return __uint_as_float((uint32_t)w << 16); }
+
+/* Escape rank of weight pos, computed by the G aligned lanes of a group
+ * (gl = lane in group); every lane of the warp must call it. */
+template <int G>
+__device__ uint32_t rank_at(const ckg_planes &P, uint64_t pos, int gl, bool active)
+{
+    uint32_t n = 0, base = 0;
+    if (active) {
+        base = P.esc_index[pos / CKG_ESC_BLOCK];
+        uint64_t q0 = pos & ~(uint64_t)(CKG_ESC_BLOCK - 1);
+        for (uint64_t q = q0 + (uint64_t)kGroup * gl; q < pos; q += (uint64_t)kGroup * G) {
+            uint32_t c[4];
+            load_codes(P.codes, q, c);
+            uint64_t below = pos - q;
+            n += ckg_esc_count_below(c, below < 32 ? (unsigned)below : 32u);
+        }
+    }
+#pragma unroll
+    for (int d = 1; d < G; d <<= 1)
+        n += __shfl_xor_sync(kFull, n, d);
+    return base + n;
+}
+
+/* ---- escape index ----------------------------------------------------------
+ * One block per chunk: warps count code-15s per 1024-weight block into shared
+ * memory, warp 0 scans them and adds the chunk's prefix. */
+__global__ void escape_index_kernel(ckg_planes P, uint64_t chunk_w, const uint32_t *prefix,
+                                    uint32_t *index_out, uint32_t *err_count)
+{
+    extern __shared__ uint32_t cnt[];
+    const uint64_t c = blockIdx.x;
+    const uint64_t a = c * chunk_w;
+    const uint64_t b = min(a + chunk_w, P.n_weights);
+    const int nb = (int)((b - a + CKG_ESC_BLOCK - 1) / CKG_ESC_BLOCK);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+
+    for (int j = warp; j < nb; j += nwarps) {
+        uint64_t q = a + (uint64_t)j * CKG_ESC_BLOCK + (uint64_t)kGroup * lane;
+        uint32_t n = 0;
+        if (q < b) {
+            uint32_t cw[4];
+            load_codes(P.codes, q, cw);
+            n = ckg_esc_count_below(cw, b - q < 32 ? (unsigned)(b - q) : 32u);
+        }
+        n = __reduce_add_sync(kFull, n);
+        if (lane == 0)
+            cnt[j] = n;
+    }
+    __syncthreads();
+    if (warp != 0)
+        return;
+    uint32_t carry = prefix[c];
+    for (int j0 = 0; j0 < nb; j0 += 32) {
+        uint32_t v = j0 + lane < nb ? cnt[j0 + lane] : 0, incl = v;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            uint32_t t = __shfl_up_sync(kFull, incl, d);
+            if (lane >= d)
+                incl += t;
+        }
+        if (j0 + lane < nb)
+            index_out[a / CKG_ESC_BLOCK + j0 + lane] = carry + incl - v;
+        carry += __shfl_sync(kFull, incl, 31);
+    }
+    if (lane == 0 && carry != prefix[c + 1])
+        atomicAdd(err_count, 1u);
+}
+
+/* ---- decode ------------------------------------------------------------------
+ * A warp per 1024-weight block, 32 weights per lane: wide loads of codes and
+ * low parts, pairs from the table, a warp scan for the escape ranks, then the
+ * escapes are rewritten with their symbols. */
+__device__ __forceinline__ void load_low(const ckg_planes &P, bool k15, uint64_t q, uint32_t l[8])
+{
+    if (k15) {
+        const uint32_t *m = reinterpret_cast<const uint32_t *>(P.low + q / 8 * 7);
+#pragma unroll
+        for (int i = 0; i < 7; i++)
+            l[i] = m[i];
+        l[7] = 0;
+    } else {
+        uint4 u = ld16(P.low + q), v = ld16(P.low + q + 16);
+        l[0] = u.x; l[1] = u.y; l[2] = u.z; l[3] = u.w;
+        l[4] = v.x; l[5] = v.y; l[6] = v.z; l[7] = v.w;
+    }
+}
+
+__global__ void __launch_bounds__(256) decode_kernel(ckg_planes P, uint64_t first, uint64_t count,
+                                                     uint16_t *out)
+{
+    __shared__ uint32_t lut[32];
+    const bool k15 = P.encoding == CKC_ENC_K15;
+    if (threadIdx.x == 0)
+        ckg_make_lut(k15, &P.codebook, lut);
+    __syncthreads();
+
+    const int lane = threadIdx.x & 31;
+    const uint64_t end = first + count;
+    const uint64_t blk0 = first / CKG_ESC_BLOCK, blk1 = (end + CKG_ESC_BLOCK - 1) / CKG_ESC_BLOCK;
+    const uint64_t nwarps = (uint64_t)gridDim.x * (blockDim.x >> 5);
+    const bool vec_ok = (first & 7) == 0 && ((uintptr_t)out & 15) == 0;
+
+    for (uint64_t blk = blk0 + (blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) / 32; blk < blk1;
+         blk += nwarps) {
+        const uint64_t q = blk * CKG_ESC_BLOCK + (uint64_t)kGroup * lane;
+        uint32_t c[4] = {0, 0, 0, 0}, l[8], pr[16];
+        if (q < P.n_weights) {
+            load_codes(P.codes, q, c);
+            load_low(P, k15, q, l);
+            if (k15)
+                ckg_k15_pairs32(c, l, lut, pr);
+            else
+                ckg_bs_pairs32(c, l, lut, pr);
+        }
+        unsigned cnt = ckg_esc_count32(c), incl = cnt;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            unsigned t = __shfl_up_sync(kFull, incl, d);
+            if (lane >= d)
+                incl += t;
+        }
+        uint64_t k = P.esc_index[blk] + (incl - cnt);
+        if (q >= end || q + kGroup <= first || q >= P.n_weights)
+            continue;
+        if (vec_ok && q >= first && q + kGroup <= end) {
+            uint4 *o = reinterpret_cast<uint4 *>(out + (q - first));
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                o[i] = make_uint4(pr[4 * i], pr[4 * i + 1], pr[4 * i + 2], pr[4 * i + 3]);
+        } else {
+#pragma unroll
+            for (int j = 0; j < kGroup; j++) {
+                uint64_t i = q + j;
+                if (i >= first && i < end)
+                    out[i - first] = (uint16_t)(pr[j / 2] >> (16 * (j & 1)));
+            }
+        }
+        for (int w = 0; w < 4; w++) {
+            for (uint32_t bits = ckg_esc_bits8(c[w]); bits; bits &= bits - 1, k++) {
+                uint64_t i = q + 8 * w + ckg_ffs0(bits) / 4;
+                if (i >= first && i < end)
+                    out[i - first] = ckc_join(k15, esc_sym(P, k), ckc_low_at(k15, P.low, i));
+            }
+        }
+    }
+}
+
+/* ---- fused GEMV (tensor cores) ------------------------------------------------ */
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    int n = valid ? 16 : 0;  /* 0: zero-fill */
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void mma_bf16(float d[4], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1)
+{
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+}
+
+/* Offset of x piece q (8 columns) of lane group t, batch row g, in a stage:
+ * rows 288 bytes apart and groups 2,3 shifted by 16 so that the 8 lanes of a
+ * quarter warp read 8 different 16-byte bank groups. */
+__device__ __forceinline__ int x_slot(int g, int t, int q) { return g * kXRowBytes + t * 64 + (t >> 1) * 16 + q * 16; }
+
+struct GemvArgs {
+    ckg_planes P;
+    uint64_t elem_off;
+    uint32_t rows, cols;
+    const uint16_t *x;
+    void *y;
+    int batch;
+    int out_bf16;
+};
+
+template <bool K15>
+struct StageLayout {
+    static constexpr int kLowRow = K15 ? 112 : 128;        /* low bytes of 128 weights */
+    static constexpr int kCodes = kRowsPerTile * 64;
+    static constexpr int kLow = kRowsPerTile * kLowRow;
+    static __host__ __device__ int bytes(int batch) { return kCodes + kLow + batch * kXRowBytes; }
+};
+
+/* Issue the copies of step s (128 columns of the 8 rows, and of x) into a stage. */
+template <bool K15>
+__device__ void gemv_issue(const GemvArgs &A, uint32_t row0, uint32_t s, uint8_t *st, int lane)
+{
+    using L = StageLayout<K15>;
+    const uint64_t col = (uint64_t)s * kStepCols;
+    {   /* codes: lane = row g * 4 + piece */
+        int g = lane >> 2, t = lane & 3;
+        bool ok = row0 + g < A.rows;
+        uint64_t w = A.elem_off + (uint64_t)(ok ? row0 + g : 0) * A.cols + col;
+        cp_async16(st + g * 64 + t * 16, A.P.codes + w / 2 + t * 16, ok);
+    }
+    constexpr int kPieces = K15 ? 7 : 8;                   /* 16-byte pieces per row */
+    for (int i = lane; i < kRowsPerTile * kPieces; i += 32) {
+        int g = i / kPieces, t = i % kPieces;
+        bool ok = row0 + g < A.rows;
+        uint64_t w = A.elem_off + (uint64_t)(ok ? row0 + g : 0) * A.cols + col;
+        const uint8_t *src = A.P.low + (K15 ? w / 8 * 7 : w) + t * 16;
+        cp_async16(st + L::kCodes + g * L::kLowRow + t * 16, src, ok);
+    }
+    for (int i = lane; i < A.batch * 16; i += 32) {
+        int b = i >> 4, t = (i >> 2) & 3, q = i & 3;
+        const uint16_t *src = A.x + (uint64_t)b * A.cols + col + t * 32 + q * 8;
+        cp_async16(st + L::kCodes + L::kLow + x_slot(b, t, q), src, true);
+    }
+}
+
+template <bool K15>
+__global__ void __launch_bounds__(kGemvWarps * 32) gemv_mma_kernel(GemvArgs A)
+{
+    using L = StageLayout<K15>;
+    extern __shared__ __align__(16) uint8_t ring[];
+    __shared__ uint32_t lut[32];
+    __shared__ float red[kGemvWarps][2][CKG_MAX_BATCH][kRowsPerTile];
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int stage_bytes = L::bytes(A.batch);
+    uint8_t *my_ring = ring + warp * kStages * stage_bytes;
+    if (threadIdx.x == 0)
+        ckg_make_lut(K15, &A.P.codebook, lut);
+    __syncthreads();
+
+    const uint32_t row0 = blockIdx.x * kRowsPerTile;
+    const uint32_t steps = A.cols / kStepCols;
+    const uint32_t s0 = (uint32_t)((uint64_t)steps * warp / kGemvWarps);
+    const uint32_t s1 = (uint32_t)((uint64_t)steps * (warp + 1) / kGemvWarps);
+    const int n = (int)(s1 - s0);
+    const bool row_ok = row0 + g < A.rows;
+    const uint64_t row_w = A.elem_off + (uint64_t)(row_ok ? row0 + g : 0) * A.cols;
+
+    for (int i = 0; i < kStages - 1; i++) {
+        if (i < n)
+            gemv_issue<K15>(A, row0, s0 + i, my_ring + i * stage_bytes, lane);
+        cp_async_commit();
+    }
+    /* escape rank at this warp's first column of row g (4 lanes per row) */
+    uint32_t run = rank_at<4>(A.P, row_w + (uint64_t)s0 * kStepCols, t, row_ok && n > 0);
+
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    float corr[CKG_MAX_BATCH];
+#pragma unroll
+    for (int b = 0; b < CKG_MAX_BATCH; b++)
+        corr[b] = 0.f;
+
+    for (int i = 0; i < n; i++) {
+        if (i + kStages - 1 < n)
+            gemv_issue<K15>(A, row0, s0 + i + kStages - 1, my_ring + ((i + kStages - 1) % kStages) * stage_bytes, lane);
+        cp_async_commit();
+        cp_async_wait<kStages - 1>();
+        __syncwarp();
+        const uint8_t *st = my_ring + (i % kStages) * stage_bytes;
+
+        uint32_t c[4], l[8], pr[16], xw[16];
+        {
+            uint4 v = *reinterpret_cast<const uint4 *>(st + g * 64 + t * 16);
+            c[0] = v.x; c[1] = v.y; c[2] = v.z; c[3] = v.w;
+        }
+        if (K15) {
+            const uint32_t *m = reinterpret_cast<const uint32_t *>(st + L::kCodes + g * L::kLowRow + t * 28);
+#pragma unroll
+            for (int j = 0; j < 7; j++)
+                l[j] = m[j];
+            ckg_k15_pairs32(c, l, lut, pr);
+        } else {
+            const uint4 *m = reinterpret_cast<const uint4 *>(st + L::kCodes + g * L::kLowRow + t * 32);
+            uint4 u = m[0], v = m[1];
+            l[0] = u.x; l[1] = u.y; l[2] = u.z; l[3] = u.w;
+            l[4] = v.x; l[5] = v.y; l[6] = v.z; l[7] = v.w;
+            ckg_bs_pairs32(c, l, lut, pr);
+        }
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (g < A.batch)
+                v = *reinterpret_cast<const uint4 *>(st + L::kCodes + L::kLow + x_slot(g, t, q));
+            xw[4 * q] = v.x; xw[4 * q + 1] = v.y; xw[4 * q + 2] = v.z; xw[4 * q + 3] = v.w;
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            mma_bf16(acc, xw[2 * j], xw[2 * j + 1], pr[2 * j], pr[2 * j + 1]);
+
+        /* escapes: ranks by a scan over the row's 4 lanes, exact products in FP32 */
+        unsigned cnt = ckg_esc_count32(c), incl = cnt;
+#pragma unroll
+        for (int d = 1; d < 4; d <<= 1) {
+            unsigned v = __shfl_up_sync(kFull, incl, d, 4);
+            if (t >= d)
+                incl += v;
+        }
+        unsigned tot = __shfl_sync(kFull, incl, 3, 4);
+        uint64_t k = run + (incl - cnt);
+        run += tot;
+        const uint64_t col = (uint64_t)(s0 + i) * kStepCols + (uint64_t)t * kGroup;
+        for (int w = 0; w < 4 && cnt; w++) {
+            for (uint32_t bits = ckg_esc_bits8(c[w]); bits; bits &= bits - 1, k++) {
+                uint32_t j = 8 * w + ckg_ffs0(bits) / 4;
+                uint64_t wi = row_w + col + j;
+                float wf = bf16f(ckc_join(K15, esc_sym(A.P, k), ckc_low_at(K15, A.P.low, wi)));
+#pragma unroll
+                for (int b = 0; b < CKG_MAX_BATCH; b++)
+                    if (b < A.batch)
+                        corr[b] = fmaf(wf, bf16f(A.x[(uint64_t)b * A.cols + col + j]), corr[b]);
+            }
+        }
+        __syncwarp();
+    }
+    cp_async_wait<0>();
+
+    /* acc[0..1] = y[batch g][rows 2t, 2t+1]; corr[b] = part of y[b][row g] */
+#pragma unroll
+    for (int b = 0; b < CKG_MAX_BATCH; b++) {
+        corr[b] += __shfl_xor_sync(kFull, corr[b], 1);
+        corr[b] += __shfl_xor_sync(kFull, corr[b], 2);
+    }
+    if (g < A.batch) {
+        red[warp][0][g][2 * t] = acc[0];
+        red[warp][0][g][2 * t + 1] = acc[1];
+    }
+    if (t == 0) {
+#pragma unroll
+        for (int b = 0; b < CKG_MAX_BATCH; b++)
+            red[warp][1][b][g] = corr[b];
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < A.batch * kRowsPerTile) {
+        int b = threadIdx.x / kRowsPerTile, r = threadIdx.x % kRowsPerTile;
+        float v = 0.f;
+        for (int w = 0; w < kGemvWarps; w++)
+            v += red[w][0][b][r] + red[w][1][b][r];
+        if (row0 + r < A.rows) {
+            uint64_t o = (uint64_t)b * A.rows + row0 + r;
+            if (A.out_bf16)
+                reinterpret_cast<__nv_bfloat16 *>(A.y)[o] = __float2bfloat16_rn(v);
+            else
+                reinterpret_cast<float *>(A.y)[o] = v;
+        }
+    }
+}
+
+/* ---- generic GEMV: a warp per row, a weight per lane, FP32 FMA ------------------ */
+__global__ void __launch_bounds__(256) gemv_generic_kernel(GemvArgs A)
+{
+    __shared__ uint16_t cb[16];
+    if (threadIdx.x < 16)
+        cb[threadIdx.x] = A.P.codebook.sym[threadIdx.x];
+    __syncthreads();
+    const bool k15 = A.P.encoding == CKC_ENC_K15;
+    const int lane = threadIdx.x & 31;
+    const uint64_t row = (blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) / 32;
+    if (row >= A.rows)
+        return;
+    const uint64_t pos = A.elem_off + row * A.cols;
+    uint64_t k = rank_at<32>(A.P, pos, lane, true);
+    float acc[CKG_MAX_BATCH];
+#pragma unroll
+    for (int b = 0; b < CKG_MAX_BATCH; b++)
+        acc[b] = 0.f;
+    for (uint64_t c0 = 0; c0 < A.cols; c0 += 32) {
+        const uint64_t c = c0 + lane;
+        const bool valid = c < A.cols;
+        const unsigned code = valid ? ckc_code_at(A.P.codes, pos + c) : 0u;
+        const unsigned bal = __ballot_sync(kFull, code == CKC_ESCAPE);
+        const uint64_t rank = k + __popc(bal & ((1u << lane) - 1u));
+        k += __popc(bal);
+        if (!valid)
+            continue;
+        unsigned sym = code == CKC_ESCAPE ? esc_sym(A.P, rank) : cb[code];
+        float wf = bf16f(ckc_join(k15, sym, ckc_low_at(k15, A.P.low, pos + c)));
+#pragma unroll
+        for (int b = 0; b < CKG_MAX_BATCH; b++)
+            if (b < A.batch)
+                acc[b] = fmaf(wf, bf16f(A.x[(uint64_t)b * A.cols + c]), acc[b]);
+    }
+#pragma unroll
+    for (int b = 0; b < CKG_MAX_BATCH; b++) {
+        for (int d = 16; d > 0; d >>= 1)
+            acc[b] += __shfl_xor_sync(kFull, acc[b], d);
+        if (lane == 0 && b < A.batch) {
+            uint64_t o = (uint64_t)b * A.rows + row;
+            if (A.out_bf16)
+                reinterpret_cast<__nv_bfloat16 *>(A.y)[o] = __float2bfloat16_rn(acc[b]);
+            else
+                reinterpret_cast<float *>(A.y)[o] = acc[b];
+        }
+    }
+}
+
+/* ---- launch wrappers ------------------------------------------------------------ */
+
+ckg_status launched(void)
+{
+    return cudaGetLastError() == cudaSuccess ? CKG_OK : CKG_ERR_CUDA;
+}
+
+ckg_status check_planes(const ckg_planes *p, bool need_index)
+{
+    if (!p || !p->codes || !p->low || (p->n_escapes && !p->esc) || (need_index && !p->esc_index))
+        return CKG_ERR_ARG;
+    if (p->encoding != CKC_ENC_K15 && p->encoding != CKC_ENC_BSPLIT)
+        return CKG_ERR_UNSUPPORTED;
+    if (p->n_escapes >= (1ull << 32) || p->esc_bit0 > 7 || (p->encoding == CKC_ENC_BSPLIT && p->esc_bit0))
+        return CKG_ERR_UNSUPPORTED;
+    for (int c = 0; c < 15; c++)
+        if (p->codebook.sym[c] >= (p->encoding == CKC_ENC_K15 ? 512u : 256u))
+            return CKG_ERR_CORRUPT;
+    return CKG_OK;
+}
+
+ckg_status gemv_args(const ckg_planes *p, uint64_t elem_off, uint64_t rows, uint64_t cols,
+                     const uint16_t *x, int batch, void *y, ckg_out_type y_type, GemvArgs *A)
+{
+    ckg_status st = check_planes(p, true);
+    if (st != CKG_OK)
+        return st;
+    if (!x || !y || batch < 1 || batch > CKG_MAX_BATCH || (y_type != CKG_OUT_F32 && y_type != CKG_OUT_BF16))
+        return CKG_ERR_ARG;
+    if (rows == 0 || cols == 0 || rows >= (1ull << 31) || cols >= (1ull << 31))
+        return CKG_ERR_SHAPE;
+    if (elem_off > p->n_weights || rows > (p->n_weights - elem_off) / cols)
+        return CKG_ERR_SHAPE;
+    *A = GemvArgs{*p, elem_off, (uint32_t)rows, (uint32_t)cols, x, y, batch, y_type == CKG_OUT_BF16};
+    return CKG_OK;
+}
+
+ckg_status launch_generic(const GemvArgs &A, cudaStream_t s)
+{
+    const int threads = 256;
+    uint64_t blocks = ((uint64_t)A.rows * 32 + threads - 1) / threads;
+    gemv_generic_kernel<<<(unsigned)blocks, threads, 0, s>>>(A);
+    return launched();
+}
+
+template <bool K15>
+ckg_status launch_mma(const GemvArgs &A, cudaStream_t s)
+{
+    size_t smem = (size_t)kGemvWarps * kStages * StageLayout<K15>::bytes(A.batch);
+    if (smem > 48 * 1024 &&
+        cudaFuncSetAttribute(gemv_mma_kernel<K15>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
+        return CKG_ERR_CUDA;
+    unsigned blocks = (A.rows + kRowsPerTile - 1) / kRowsPerTile;
+    gemv_mma_kernel<K15><<<blocks, kGemvWarps * 32, smem, s>>>(A);
+    return launched();
+}
+
+} // namespace
+
+extern "C" {
+
+int ckg_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+ckg_status ckg_escape_index(const ckg_planes *p, uint64_t chunk_weights, const uint32_t *prefix,
+                            uint64_t n_chunks, uint32_t *index_out, uint32_t *err_count,
+                            ckg_stream stream)
+{
+    ckg_status st = check_planes(p, false);
+    if (st != CKG_OK)
+        return st;
+    if (!prefix || !index_out || !err_count || chunk_weights == 0)
+        return CKG_ERR_ARG;
+    if (chunk_weights % CKG_ESC_BLOCK)
+        return CKG_ERR_UNSUPPORTED;
+    if (n_chunks != (p->n_weights + chunk_weights - 1) / chunk_weights || n_chunks >= (1ull << 31))
+        return CKG_ERR_SHAPE;
+    if (n_chunks == 0)
+        return CKG_OK;
+    size_t smem = (size_t)(chunk_weights / CKG_ESC_BLOCK) * sizeof(uint32_t);
+    if (smem > 48 * 1024)
+        return CKG_ERR_UNSUPPORTED;
+    escape_index_kernel<<<(unsigned)n_chunks, 256, smem, (cudaStream_t)stream>>>(*p, chunk_weights, prefix,
+                                                                                  index_out, err_count);
+    return launched();
+}
+
+ckg_status ckg_decode(const ckg_planes *p, uint64_t first, uint64_t count, uint16_t *out, ckg_stream stream)
+{
+    ckg_status st = check_planes(p, true);
+    if (st != CKG_OK)
+        return st;
+    if (!out && count)
+        return CKG_ERR_ARG;
+    if (first > p->n_weights || count > p->n_weights - first)
+        return CKG_ERR_SHAPE;
+    if (count == 0)
+        return CKG_OK;
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        return CKG_ERR_CUDA;
+    uint64_t blocks_needed = ((first + count + CKG_ESC_BLOCK - 1) / CKG_ESC_BLOCK - first / CKG_ESC_BLOCK + 7) / 8;
+    uint64_t blocks = blocks_needed < (uint64_t)sms * 16 ? blocks_needed : (uint64_t)sms * 16;
+    decode_kernel<<<(unsigned)blocks, 256, 0, (cudaStream_t)stream>>>(*p, first, count, out);
+    return launched();
+}
+
+ckg_status ckg_gemv_generic(const ckg_planes *p, uint64_t elem_off, uint64_t rows, uint64_t cols,
+                            const uint16_t *x, int batch, void *y, ckg_out_type y_type, ckg_stream stream)
+{
+    GemvArgs A;
+    ckg_status st = gemv_args(p, elem_off, rows, cols, x, batch, y, y_type, &A);
+    return st != CKG_OK ? st : launch_generic(A, (cudaStream_t)stream);
+}
+
+ckg_status ckg_gemv(const ckg_planes *p, uint64_t elem_off, uint64_t rows, uint64_t cols,
+                    const uint16_t *x, int batch, void *y, ckg_out_type y_type, ckg_stream stream)
+{
+    GemvArgs A;
+    ckg_status st = gemv_args(p, elem_off, rows, cols, x, batch, y, y_type, &A);
+    if (st != CKG_OK)
+        return st;
+    bool fast = cols % kStepCols == 0 && elem_off % CKG_ESC_BLOCK == 0 &&
+                ((uintptr_t)p->codes & 15) == 0 && ((uintptr_t)p->low & 15) == 0 && ((uintptr_t)x & 15) == 0;
+    if (!fast)
+        return launch_generic(A, (cudaStream_t)stream);
+    return p->encoding == CKC_ENC_K15 ? launch_mma<true>(A, (cudaStream_t)stream)
+                                      : launch_mma<false>(A, (cudaStream_t)stream);
+}
+
+} // extern "C"

@@ -1,0 +1,525 @@
+/*
+ * ckg_loader.c — packed directory to device memory (ckgpu.h, loader part).
+ *
+ * A model holds one container reader per safetensors file (the one reader of
+ * the format, fs/container.h), the tensor list built from each file's
+ * safetensors header (extent 0, parsed by fs/safetensors.h) matched with the
+ * TOC's extents, and two pinned staging buffers.  An upload reads each plane
+ * range with pread into one staging buffer while the other is being copied to
+ * the device (cudaMemcpyAsync + an event per buffer), then builds the escape
+ * index on the device and, unless told not to, decodes the same chunks on
+ * the host to check their hashes before it returns.
+ *
+ * Invariants: staging[b] is not written while ev[b] (its last copy) is
+ * pending; a tensor owns every device buffer its planes point to.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include "ckgpu.h"
+#include "container.h"
+#include "manifest.h"
+#include "safetensors.h"
+
+#define STAGING_BYTES (8u << 20)
+#define DEV_PAD 64u  /* zeroed bytes after each device plane (wide loads read past the end) */
+
+struct ckg_model {
+    ckp_reader **readers;        /* one per safetensors file */
+    size_t n_files;
+    ckg_tensor_info *info;       /* names and file paths owned here */
+    uint32_t *t_file, *t_extent; /* per tensor; t_extent UINT32_MAX for empty tensors */
+    size_t n;
+    ckp_scratch *scratch;
+    void *staging[2];
+    cudaEvent_t ev[2];
+    int staging_dev;             /* device the events belong to, -1 before the first upload */
+    unsigned next_buf;           /* staging buffer for the next piece (alternates) */
+    void *chunk_buf;             /* host decode target for hash checks */
+    size_t chunk_buf_size;
+};
+
+struct ckg_tensor {
+    int packed;
+    ckg_planes planes;           /* device pointers into the buffers below */
+    void *d_codes, *d_low, *d_esc, *d_index, *d_raw;
+    uint64_t rows, cols, elem_off, nbytes, dev_bytes;
+    uint32_t dtype;
+};
+
+static void set_err(char *err, size_t cap, const char *fmt, ...)
+{
+    if (!err || !cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, cap, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- open ------------------------------------------------------------------- */
+
+static ckg_status add_file(ckg_model *m, const char *dir, const char *rel, char *err, size_t cap)
+{
+    size_t plen = strlen(dir) + strlen(rel) + strlen(CKP_SUFFIX) + 2;
+    char *path = malloc(plen);
+    if (!path)
+        return CKG_ERR_NOMEM;
+    snprintf(path, plen, "%s/%s%s", dir, rel, CKP_SUFFIX);
+    ckp_reader *r = NULL;
+    ckp_status ps = ckp_open(path, &r, err, cap);
+    free(path);
+    if (ps != CKP_OK)
+        return ps == CKP_ERR_IO ? CKG_ERR_IO : CKG_ERR_FORMAT;
+    m->readers[m->n_files++] = r;
+
+    const ckp_info *fi = ckp_get_info(r);
+    if (fi->n_extents == 0) {
+        set_err(err, cap, "%s: empty safetensors file", rel);
+        return CKG_ERR_FORMAT;
+    }
+    const ckp_extent *x0 = ckp_get_extent(r, 0);
+    uint8_t *hdr = malloc(x0->orig_size ? x0->orig_size : 1);
+    if (!hdr)
+        return CKG_ERR_NOMEM;
+    size_t got = 0;
+    st_header *h = NULL;
+    ckg_status st = CKG_OK;
+    if (ckp_pread(r, hdr, x0->orig_size, 0, &got, m->scratch) != CKP_OK || got != x0->orig_size) {
+        set_err(err, cap, "%s: cannot read the safetensors header", rel);
+        st = CKG_ERR_IO;
+        goto out_hdr;
+    }
+    char sterr[256];
+    if (st_parse(hdr, got, fi->original_size, &h, sterr, sizeof sterr) != 0) {
+        set_err(err, cap, "%s: %s", rel, sterr);
+        st = CKG_ERR_FORMAT;
+        goto out_hdr;
+    }
+    size_t cap_n = m->n + h->n_tensors;
+    ckg_tensor_info *ni = realloc(m->info, cap_n * sizeof *ni);
+    if (ni)
+        m->info = ni;
+    uint32_t *nf = ni ? realloc(m->t_file, cap_n * sizeof *nf) : NULL;
+    if (nf)
+        m->t_file = nf;
+    uint32_t *ne = nf ? realloc(m->t_extent, cap_n * sizeof *ne) : NULL;
+    if (!ne) {
+        st = CKG_ERR_NOMEM;
+        goto out_st;
+    }
+    m->t_extent = ne;
+    /* non-empty tensors are extents 1.. in data-offset order, as st_parse sorts them */
+    uint32_t e = 1;
+    for (size_t k = 0; k < h->n_tensors; k++) {
+        const st_tensor *t = &h->tensors[k];
+        ckg_tensor_info *ti = &m->info[m->n];
+        memset(ti, 0, sizeof *ti);
+        uint32_t ext = UINT32_MAX;
+        if (t->end > t->begin) {
+            const ckp_extent *x = e < fi->n_extents ? ckp_get_extent(r, e) : NULL;
+            if (!x || strcmp(x->name, t->name) != 0 || x->orig_offset != h->data_start + t->begin ||
+                x->orig_size != t->end - t->begin) {
+                set_err(err, cap, "%s: tensor %s does not match the packed extents", rel, t->name);
+                st = CKG_ERR_FORMAT;
+                goto out_st;
+            }
+            ext = e++;
+            ti->encoding = x->encoding;
+        } else {
+            ti->encoding = CKC_ENC_RAW;
+        }
+        ti->name = strdup(t->name);
+        if (!ti->name) {
+            st = CKG_ERR_NOMEM;
+            goto out_st;
+        }
+        ti->file = fi->path;
+        ti->dtype = t->dtype;
+        ti->ndim = t->ndim;
+        for (uint32_t d = 0; d < t->ndim && d < CKG_MAX_DIMS; d++)
+            ti->shape[d] = t->shape[d];
+        ti->nbytes = t->end - t->begin;
+        m->t_file[m->n] = (uint32_t)(m->n_files - 1);
+        m->t_extent[m->n] = ext;
+        m->n++;
+    }
+out_st:
+    st_free(h);
+out_hdr:
+    free(hdr);
+    return st;
+}
+
+ckg_status ckg_model_open(const char *dir, ckg_model **out, char *err, size_t cap)
+{
+    if (!out)
+        return CKG_ERR_ARG;
+    *out = NULL;
+    if (!dir)
+        return CKG_ERR_ARG;
+    ckm_manifest *man = NULL;
+    if (ckm_load(dir, &man, err, cap) != 0)
+        return CKG_ERR_FORMAT;
+    ckg_status st = CKG_ERR_NOMEM;
+    ckg_model *m = calloc(1, sizeof *m);
+    if (!m)
+        goto out_man;
+    m->staging_dev = -1;
+    m->readers = calloc(man->n_files ? man->n_files : 1, sizeof *m->readers);
+    m->scratch = ckp_scratch_new();
+    if (!m->readers || !m->scratch)
+        goto fail;
+    st = CKG_OK;
+    for (size_t i = 0; i < man->n_files && st == CKG_OK; i++)
+        if (man->files[i].kind == CKP_KIND_SAFETENSORS)
+            st = add_file(m, dir, man->files[i].path, err, cap);
+    if (st != CKG_OK)
+        goto fail;
+    *out = m;
+    goto out_man;
+fail:
+    ckg_model_close(m);
+out_man:
+    ckm_free(man);
+    return st;
+}
+
+void ckg_model_close(ckg_model *m)
+{
+    if (!m)
+        return;
+    for (size_t i = 0; i < m->n; i++)
+        free((char *)m->info[i].name);
+    for (size_t i = 0; i < m->n_files; i++)
+        ckp_close(m->readers[i]);
+    for (int b = 0; b < 2; b++) {
+        if (m->staging[b])
+            cudaFreeHost(m->staging[b]);
+        if (m->staging_dev >= 0)
+            cudaEventDestroy(m->ev[b]);
+    }
+    ckp_scratch_free(m->scratch);
+    free(m->chunk_buf);
+    free(m->readers);
+    free(m->info);
+    free(m->t_file);
+    free(m->t_extent);
+    free(m);
+}
+
+size_t ckg_model_count(const ckg_model *m) { return m ? m->n : 0; }
+
+const ckg_tensor_info *ckg_model_info(const ckg_model *m, size_t i)
+{
+    return m && i < m->n ? &m->info[i] : NULL;
+}
+
+ckg_status ckg_model_find(const ckg_model *m, const char *name, size_t *index)
+{
+    if (!m || !name || !index)
+        return CKG_ERR_ARG;
+    for (size_t i = 0; i < m->n; i++)
+        if (strcmp(m->info[i].name, name) == 0) {
+            *index = i;
+            return CKG_OK;
+        }
+    return CKG_ERR_NOTFOUND;
+}
+
+/* ---- staging ---------------------------------------------------------------- */
+
+static ckg_status staging_ready(ckg_model *m)
+{
+    int dev;
+    if (cudaGetDevice(&dev) != cudaSuccess)
+        return CKG_ERR_NODEVICE;
+    if (m->staging_dev == dev)
+        return CKG_OK;
+    if (m->staging_dev >= 0) {
+        for (int b = 0; b < 2; b++) {
+            cudaEventSynchronize(m->ev[b]);
+            cudaEventDestroy(m->ev[b]);
+        }
+        m->staging_dev = -1;
+    }
+    for (int b = 0; b < 2; b++)
+        if (!m->staging[b] && cudaHostAlloc(&m->staging[b], STAGING_BYTES, cudaHostAllocDefault) != cudaSuccess)
+            return CKG_ERR_CUDA;
+    if (cudaEventCreateWithFlags(&m->ev[0], cudaEventDisableTiming) != cudaSuccess)
+        return CKG_ERR_CUDA;
+    if (cudaEventCreateWithFlags(&m->ev[1], cudaEventDisableTiming) != cudaSuccess) {
+        cudaEventDestroy(m->ev[0]);
+        return CKG_ERR_CUDA;
+    }
+    m->staging_dev = dev;
+    return CKG_OK;
+}
+
+/* A source of bytes for stage_copy: plain pread of the packed file, or
+ * ckp_pread (decoded, hash-checked) of original bytes. */
+typedef struct {
+    ckg_model *m;
+    const ckp_reader *r;
+    int decoded;
+} source;
+
+static ckg_status source_read(const source *s, void *buf, size_t len, uint64_t off)
+{
+    if (s->decoded) {
+        size_t got = 0;
+        ckp_status ps = ckp_pread(s->r, buf, len, off, &got, s->m->scratch);
+        if (ps != CKP_OK)
+            return ps == CKP_ERR_IO ? CKG_ERR_IO : CKG_ERR_CORRUPT;
+        return got == len ? CKG_OK : CKG_ERR_CORRUPT;
+    }
+    int fd = ckp_fd(s->r);
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return CKG_ERR_IO;
+        done += (size_t)n;
+    }
+    return CKG_OK;
+}
+
+/* Copy len bytes at off of the source to dst (device), double-buffered. */
+static ckg_status stage_copy(const source *s, uint64_t off, uint64_t len, void *dst, cudaStream_t stream)
+{
+    ckg_model *m = s->m;
+    for (uint64_t done = 0; done < len;) {
+        unsigned b = m->next_buf++ & 1u;
+        size_t piece = len - done < STAGING_BYTES ? (size_t)(len - done) : STAGING_BYTES;
+        if (cudaEventSynchronize(m->ev[b]) != cudaSuccess)
+            return CKG_ERR_CUDA;
+        ckg_status st = source_read(s, m->staging[b], piece, off + done);
+        if (st != CKG_OK)
+            return st;
+        if (cudaMemcpyAsync((char *)dst + done, m->staging[b], piece, cudaMemcpyHostToDevice, stream) != cudaSuccess ||
+            cudaEventRecord(m->ev[b], stream) != cudaSuccess)
+            return CKG_ERR_CUDA;
+        done += piece;
+    }
+    return CKG_OK;
+}
+
+/* ---- upload ------------------------------------------------------------------ */
+
+static ckg_status dev_alloc(ckg_tensor *t, void **p, uint64_t len, cudaStream_t stream)
+{
+    uint64_t size = (len + DEV_PAD + 255) & ~(uint64_t)255;
+    if (cudaMalloc(p, size) != cudaSuccess)
+        return CKG_ERR_CUDA;
+    t->dev_bytes += size;
+    return cudaMemsetAsync((char *)*p + len, 0, size - len, stream) == cudaSuccess ? CKG_OK : CKG_ERR_CUDA;
+}
+
+/* Upload plane k's bytes [start, start+len) (clipped to the stored plane). */
+static ckg_status upload_plane(const source *s, const ckp_extent *x, int k, uint64_t start, uint64_t len,
+                               ckg_tensor *t, void **dst, cudaStream_t stream)
+{
+    if (start > x->plane_size[k] || len > x->plane_size[k] - start)
+        return CKG_ERR_CORRUPT;
+    ckg_status st = dev_alloc(t, dst, len, stream);
+    if (st != CKG_OK)
+        return st;
+    return stage_copy(s, x->plane_offset[k] + start, len, *dst, stream);
+}
+
+static ckg_status verify_chunks(ckg_model *m, const ckp_reader *r, uint32_t e, const ckp_extent *x,
+                                uint64_t ca, uint64_t cb)
+{
+    if (m->chunk_buf_size < x->chunk_size) {
+        void *nb = realloc(m->chunk_buf, x->chunk_size);
+        if (!nb)
+            return CKG_ERR_NOMEM;
+        m->chunk_buf = nb;
+        m->chunk_buf_size = x->chunk_size;
+    }
+    for (uint64_t c = ca; c < cb; c++) {
+        ckp_status ps = ckp_read_chunk(r, e, c, m->chunk_buf, m->scratch);
+        if (ps != CKP_OK)
+            return ps == CKP_ERR_IO ? CKG_ERR_IO : CKG_ERR_CORRUPT;
+    }
+    return CKG_OK;
+}
+
+static ckg_status upload_packed(ckg_model *m, const ckp_reader *r, uint32_t e, uint64_t w_begin,
+                                uint64_t w_end, unsigned flags, ckg_tensor *t, cudaStream_t stream)
+{
+    const ckp_extent *x = ckp_get_extent(r, e);
+    const int k15 = x->encoding == CKC_ENC_K15;
+    const uint64_t cw = x->chunk_size / 2, n = x->orig_size / 2;
+    const uint64_t ca = w_begin / cw, cb = (w_end + cw - 1) / cw;
+    const uint64_t W0 = ca * cw, W1 = cb * cw < n ? cb * cw : n, nw = W1 - W0;
+    const uint64_t e0 = x->index[ca].datum, e1 = cb < x->n_chunks ? x->index[cb].datum : x->n_escapes;
+    if (e1 < e0 || e1 - e0 >= (1ull << 32) || cb - ca >= (1ull << 31))
+        return CKG_ERR_UNSUPPORTED;
+    source s = {m, r, 0};
+    ckg_status st;
+    if ((st = upload_plane(&s, x, 0, W0 / 2, (nw + 1) / 2, t, &t->d_codes, stream)) != CKG_OK ||
+        (st = upload_plane(&s, x, 1, k15 ? W0 / 8 * 7 : W0, k15 ? (nw * 7 + 7) / 8 : nw, t, &t->d_low, stream)) != CKG_OK)
+        return st;
+    uint64_t eb = k15 ? e0 * 9 / 8 : e0, el = k15 ? (e1 * 9 + 7) / 8 - eb : e1 - e0;
+    if ((st = upload_plane(&s, x, 2, eb, el, t, &t->d_esc, stream)) != CKG_OK)
+        return st;
+
+    /* chunk prefixes relative to the run, then the escape index */
+    uint64_t nc = cb - ca, n_idx = (nw + CKG_ESC_BLOCK - 1) / CKG_ESC_BLOCK;
+    uint32_t *prefix = malloc((nc + 1) * sizeof *prefix), err_count = 0;
+    void *d_prefix = NULL, *d_err = NULL;
+    if (!prefix)
+        return CKG_ERR_NOMEM;
+    for (uint64_t j = 0; j < nc; j++)
+        prefix[j] = (uint32_t)(x->index[ca + j].datum - e0);
+    prefix[nc] = (uint32_t)(e1 - e0);
+    st = CKG_ERR_CUDA;
+    if (dev_alloc(t, &t->d_index, n_idx * 4, stream) != CKG_OK || cudaMalloc(&d_prefix, (nc + 1) * 4) != cudaSuccess ||
+        cudaMalloc(&d_err, 4) != cudaSuccess || cudaMemsetAsync(d_err, 0, 4, stream) != cudaSuccess ||
+        cudaMemcpyAsync(d_prefix, prefix, (nc + 1) * 4, cudaMemcpyHostToDevice, stream) != cudaSuccess)
+        goto out;
+    t->planes = (ckg_planes){.encoding = x->encoding, .codebook = x->codebook, .n_weights = nw,
+                             .codes = t->d_codes, .low = t->d_low, .esc = t->d_esc,
+                             .esc_bit0 = k15 ? (uint32_t)(e0 * 9 % 8) : 0, .n_escapes = e1 - e0};
+    st = ckg_escape_index(&t->planes, cw, d_prefix, nc, t->d_index, d_err, stream);
+    if (st != CKG_OK)
+        goto out;
+    t->planes.esc_index = t->d_index;
+    if (!(flags & CKG_UPLOAD_NO_VERIFY) && (st = verify_chunks(m, r, e, x, ca, cb)) != CKG_OK)
+        goto out;
+    st = CKG_ERR_CUDA;
+    if (cudaMemcpyAsync(&err_count, d_err, 4, cudaMemcpyDeviceToHost, stream) != cudaSuccess ||
+        cudaStreamSynchronize(stream) != cudaSuccess)
+        goto out;
+    st = err_count ? CKG_ERR_CORRUPT : CKG_OK;
+    t->packed = 1;
+    t->elem_off = w_begin - W0;
+out:
+    cudaStreamSynchronize(stream);
+    cudaFree(d_prefix);
+    cudaFree(d_err);
+    free(prefix);
+    return st;
+}
+
+static ckg_status upload_raw(ckg_model *m, const ckp_reader *r, const ckp_extent *x, uint64_t b_begin,
+                             uint64_t b_end, ckg_tensor *t, cudaStream_t stream)
+{
+    ckg_status st = dev_alloc(t, &t->d_raw, b_end - b_begin, stream);
+    if (st != CKG_OK)
+        return st;
+    source s = {m, r, 1};
+    st = stage_copy(&s, x->orig_offset + b_begin, b_end - b_begin, t->d_raw, stream);
+    if (cudaStreamSynchronize(stream) != cudaSuccess && st == CKG_OK)
+        st = CKG_ERR_CUDA;
+    return st;
+}
+
+ckg_status ckg_tensor_upload(ckg_model *m, size_t i, uint64_t row_begin, uint64_t row_end,
+                             unsigned flags, ckg_stream stream_, ckg_tensor **out)
+{
+    if (!out)
+        return CKG_ERR_ARG;
+    *out = NULL;
+    if (!m || i >= m->n)
+        return CKG_ERR_ARG;
+    cudaStream_t stream = (cudaStream_t)stream_;
+    const ckg_tensor_info *ti = &m->info[i];
+    uint64_t rows = ti->ndim ? ti->shape[0] : 1;
+    uint64_t row_bytes = rows ? ti->nbytes / rows : 0;
+    if (row_end == UINT64_MAX)
+        row_end = rows;
+    if (row_begin > row_end || row_end > rows)
+        return CKG_ERR_ARG;
+    if (ckg_device_count() == 0)
+        return CKG_ERR_NODEVICE;
+    ckg_status st = staging_ready(m);
+    if (st != CKG_OK)
+        return st;
+    ckg_tensor *t = calloc(1, sizeof *t);
+    if (!t)
+        return CKG_ERR_NOMEM;
+    t->rows = row_end - row_begin;
+    t->dtype = ti->dtype;
+    t->nbytes = t->rows * row_bytes;
+    if (t->nbytes == 0) {
+        *out = t;
+        return CKG_OK;
+    }
+    const ckp_reader *r = m->readers[m->t_file[i]];
+    uint32_t e = m->t_extent[i];
+    const ckp_extent *x = ckp_get_extent(r, e);
+    int bf16 = x->encoding == CKC_ENC_K15 || x->encoding == CKC_ENC_BSPLIT;
+    if (bf16 && row_bytes % 2)
+        st = CKG_ERR_FORMAT;
+    else if (bf16 && !(flags & CKG_UPLOAD_DECODED) && (x->chunk_size / 2) % CKG_ESC_BLOCK == 0) {
+        t->cols = row_bytes / 2;
+        st = upload_packed(m, r, e, row_begin * t->cols, row_end * t->cols, flags, t, stream);
+    } else {
+        t->cols = row_bytes;  /* bytes per row for raw tensors; elements for BF16 */
+        if (ti->dtype == 7)
+            t->cols = row_bytes / 2;
+        st = upload_raw(m, r, x, row_begin * row_bytes, row_end * row_bytes, t, stream);
+    }
+    if (st != CKG_OK) {
+        ckg_tensor_free(t);
+        return st;
+    }
+    *out = t;
+    return CKG_OK;
+}
+
+void ckg_tensor_free(ckg_tensor *t)
+{
+    if (!t)
+        return;
+    cudaFree(t->d_codes);
+    cudaFree(t->d_low);
+    cudaFree(t->d_esc);
+    cudaFree(t->d_index);
+    cudaFree(t->d_raw);
+    free(t);
+}
+
+int ckg_tensor_is_packed(const ckg_tensor *t) { return t && t->packed; }
+const ckg_planes *ckg_tensor_planes(const ckg_tensor *t) { return t && t->packed ? &t->planes : NULL; }
+void *ckg_tensor_data(const ckg_tensor *t) { return t ? t->d_raw : NULL; }
+uint64_t ckg_tensor_nbytes(const ckg_tensor *t) { return t ? t->nbytes : 0; }
+uint64_t ckg_tensor_device_bytes(const ckg_tensor *t) { return t ? t->dev_bytes : 0; }
+uint64_t ckg_tensor_rows(const ckg_tensor *t) { return t ? t->rows : 0; }
+uint64_t ckg_tensor_cols(const ckg_tensor *t) { return t ? t->cols : 0; }
+uint64_t ckg_tensor_elem_off(const ckg_tensor *t) { return t ? t->elem_off : 0; }
+
+ckg_status ckg_tensor_decode(const ckg_tensor *t, void *out, size_t cap, ckg_stream stream)
+{
+    if (!t || (!out && t->nbytes))
+        return CKG_ERR_ARG;
+    if (cap < t->nbytes)
+        return CKG_ERR_SHAPE;
+    if (t->nbytes == 0)
+        return CKG_OK;
+    if (t->packed)
+        return ckg_decode(&t->planes, t->elem_off, t->nbytes / 2, out, stream);
+    return cudaMemcpyAsync(out, t->d_raw, t->nbytes, cudaMemcpyDeviceToDevice, (cudaStream_t)stream) == cudaSuccess
+               ? CKG_OK
+               : CKG_ERR_CUDA;
+}
+
+ckg_status ckg_tensor_gemv(const ckg_tensor *t, const uint16_t *x, int batch, void *y,
+                           ckg_out_type y_type, ckg_stream stream)
+{
+    if (!t)
+        return CKG_ERR_ARG;
+    if (!t->packed)
+        return CKG_ERR_UNSUPPORTED;
+    return ckg_gemv(&t->planes, t->elem_off, t->rows, t->cols, x, batch, y, y_type, stream);
+}

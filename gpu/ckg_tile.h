@@ -1,0 +1,143 @@
+/*
+ * ckg_tile.h — the word-level decode tricks of the GPU kernels, written once
+ * for host and device (like codec/ckc_decode.h, which it builds on).
+ *
+ * A "lane group" is 32 consecutive weights starting at a multiple of 32: its
+ * codes are 4 little-endian u32 words (16 bytes), its K15 mantissas 7 words
+ * (28 bytes, 224 bits), its BSPLIT low bytes 8 words.  The kernels load those
+ * words with wide loads and turn them into 16 BF16 pairs (a u32 holding
+ * weight 2p in its low half, 2p+1 in its high half), the operand format of
+ * the tensor-core MMA.  Codes index a 32-entry table: lut[c] = sym << 7 (K15)
+ * or sym << 8 (BSPLIT) for the low half, lut[16 + c] = the same << 16 for the
+ * high half, and lut[15] = lut[31] = 0, so an escape decodes to its low part
+ * alone; callers fix escapes afterwards (the GEMV adds their exact product,
+ * the decoder rewrites them).  tests/test_gpu_tile.c checks every function
+ * here against ckc_decode.h on random planes.
+ */
+#ifndef CKG_TILE_H
+#define CKG_TILE_H
+
+#include <stdint.h>
+
+#include "ckc_decode.h"
+
+/* Funnel shift: bits [s, s+32) of the 64-bit hi:lo, s < 32. */
+CKC_HD uint32_t ckg_funnel(uint32_t lo, uint32_t hi, unsigned s)
+{
+#if defined(__CUDA_ARCH__)
+    return __funnelshift_r(lo, hi, s);
+#else
+    return (uint32_t)((((uint64_t)hi << 32) | lo) >> s);
+#endif
+}
+
+/* Byte permute (PRMT without sign modes): byte i of the result is byte
+ * (sel >> 4i) & 7 of the 8-byte value y:x. */
+CKC_HD uint32_t ckg_prmt(uint32_t x, uint32_t y, uint32_t sel)
+{
+#if defined(__CUDA_ARCH__)
+    return __byte_perm(x, y, sel);
+#else
+    uint64_t v = ((uint64_t)y << 32) | x;
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++)
+        r |= (uint32_t)((v >> (8 * ((sel >> (4 * i)) & 7u))) & 0xFFu) << (8 * i);
+    return r;
+#endif
+}
+
+/* The 32-entry table described above. */
+CKC_HD void ckg_make_lut(int is_k15, const ckc_codebook *cb, uint32_t lut[32])
+{
+    unsigned sh = ckc_low_bits(is_k15);
+    for (int c = 0; c < 16; c++) {
+        uint32_t v = c == (int)CKC_ESCAPE ? 0u : (uint32_t)cb->sym[c] << sh;
+        lut[c] = v;
+        lut[16 + c] = v << 16;
+    }
+}
+
+/* Nibble j of c is 15 <=> bit 4j+3 of the result is set. */
+CKC_HD uint32_t ckg_esc_bits8(uint32_t c)
+{
+    return ((c & 0x77777777u) + 0x11111111u) & c & 0x88888888u;
+}
+
+CKC_HD unsigned ckg_popc(uint32_t v)
+{
+#if defined(__CUDA_ARCH__)
+    return (unsigned)__popc(v);
+#else
+    return (unsigned)__builtin_popcount(v);
+#endif
+}
+
+/* Lowest set bit's index (v != 0). */
+CKC_HD unsigned ckg_ffs0(uint32_t v)
+{
+#if defined(__CUDA_ARCH__)
+    return (unsigned)__ffs((int)v) - 1u;
+#else
+    return (unsigned)__builtin_ctz(v);
+#endif
+}
+
+/* Escapes among the 32 weights of a lane group. */
+CKC_HD unsigned ckg_esc_count32(const uint32_t c[4])
+{
+    return ckg_popc(ckg_esc_bits8(c[0])) + ckg_popc(ckg_esc_bits8(c[1])) +
+           ckg_popc(ckg_esc_bits8(c[2])) + ckg_popc(ckg_esc_bits8(c[3]));
+}
+
+/* Escapes among the first `below` (0..32) weights of a lane group. */
+CKC_HD unsigned ckg_esc_count_below(const uint32_t c[4], unsigned below)
+{
+    unsigned n = 0;
+    for (int q = 0; q < 4; q++) {
+        int keep = (int)below - 8 * q;           /* weights of word q to count */
+        uint32_t b = ckg_esc_bits8(c[q]);
+        if (keep <= 0)
+            b = 0;
+        else if (keep < 8)
+            b &= (1u << (4 * keep)) - 1u;
+        n += ckg_popc(b);
+    }
+    return n;
+}
+
+/* K15: 16 BF16 pairs (escapes without their symbol) from codes c[4] and
+ * mantissa words m[7] of a lane group. */
+CKC_HD void ckg_k15_pairs32(const uint32_t c[4], const uint32_t m[7], const uint32_t *lut,
+                            uint32_t out[16])
+{
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int p = 0; p < 16; p++) {
+        const int bit = 14 * p, w = bit >> 5, s = bit & 31;
+        uint32_t x = ckg_funnel(m[w], w < 6 ? m[w + 1] : 0u, (unsigned)s);
+        /* m(2p) to bit 0, m(2p+1) (bits 7..13 of x) to bit 16; x's bits 14.. belong to the next pair */
+        uint32_t mant = ((x & 0x7Fu) | (x << 9)) & 0x007F007Fu;
+        uint32_t byte = (c[p >> 2] >> (8 * (p & 3))) & 0xFFu;
+        out[p] = lut[byte & 15u] | lut[16u + (byte >> 4)] | mant;
+    }
+}
+
+/* BSPLIT: 16 BF16 pairs from codes c[4] and low-byte words l[8]. */
+CKC_HD void ckg_bs_pairs32(const uint32_t c[4], const uint32_t l[8], const uint32_t *lut,
+                           uint32_t out[16])
+{
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int p = 0; p < 16; p++) {
+        uint32_t lows = ckg_prmt(l[p >> 1], 0u, (p & 1) ? 0x4342u : 0x4140u);
+        uint32_t byte = (c[p >> 2] >> (8 * (p & 3))) & 0xFFu;
+        out[p] = lut[byte & 15u] | lut[16u + (byte >> 4)] | lows;
+    }
+}
+
+/* BF16 bits to float bits. */
+CKC_HD uint32_t ckg_bf16_bits_to_f32_bits(uint16_t w) { return (uint32_t)w << 16; }
+
+#endif /* CKG_TILE_H */

@@ -1,0 +1,245 @@
+/*
+ * test_gpu_kernels.c — the CPU references (gpu/ckg_ref.c) against the
+ * original weights and the codec's ckc_decode_chunk, then, when a CUDA
+ * device is present, every kernel against those references: escape index
+ * and decode bit for bit, GEMV within ckg_gemv_tolerance, every output
+ * written (outputs are poisoned with NaN first).  Without a device the
+ * device part prints "SKIP device part: no CUDA device" and the test passes.
+ */
+#include <cuda_runtime_api.h>
+
+#include "ckg_ref.h"
+#include "gpu_test_util.h"
+
+typedef struct {
+    uint32_t enc;
+    uint64_t n, chunk_w;
+    double outliers;
+} tcase;
+
+typedef struct {
+    uint64_t rows, cols, elem_off;
+} gshape;
+
+static uint32_t *cpu_index(const tu_packed *p)
+{
+    ckg_planes v = tu_planes(p);
+    uint32_t *idx = calloc((p->n + CKG_ESC_BLOCK - 1) / CKG_ESC_BLOCK + 1, 4), bad = 99;
+    CHECK(idx, "alloc");
+    CHECK(ckg_ref_escape_index(&v, p->chunk_w, p->prefix, p->n_chunks, idx, &bad) == CKG_OK, "ref index");
+    CHECK(bad == 0, "ref index reports %u bad chunks on good data", bad);
+    return idx;
+}
+
+static void cpu_checks(const tu_packed *p, const uint16_t *w, const uint32_t *idx)
+{
+    ckg_planes v = tu_planes(p);
+    uint16_t *out = malloc(p->n * 2);
+    CHECK(out, "alloc");
+    CHECK(ckg_ref_decode(&v, 0, p->n, out) == CKG_OK, "ref decode");
+    CHECK(memcmp(out, w, p->n * 2) == 0, "ref decode differs from the original");
+    /* the codec's own chunk decoder agrees */
+    ckc_cplanes cp = {p->codes, p->low, p->esc, p->codes_size, p->low_size, p->esc_size};
+    for (uint64_t c = 0; c < p->n_chunks; c++) {
+        uint64_t a = c * p->chunk_w, len = p->n - a < p->chunk_w ? p->n - a : p->chunk_w;
+        CHECK(ckc_decode_chunk(p->enc, &p->cb, &cp, a, len, p->prefix[c], p->prefix[c + 1] - p->prefix[c],
+                               out + a) == CKC_OK, "ckc_decode_chunk %llu", (unsigned long long)c);
+    }
+    CHECK(memcmp(out, w, p->n * 2) == 0, "ckc_decode_chunk differs from the original");
+    /* index = escapes before each 1024th weight */
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < p->n; i++) {
+        if (i % CKG_ESC_BLOCK == 0)
+            CHECK(idx[i / CKG_ESC_BLOCK] == k, "index entry %llu", (unsigned long long)(i / CKG_ESC_BLOCK));
+        k += ckc_code_at(p->codes, i) == CKC_ESCAPE;
+    }
+    CHECK(k == p->n_esc, "escape total");
+    /* a damaged chunk index is reported */
+    if (p->n_chunks > 1 && p->n_esc > 0) {
+        uint32_t *bad_prefix = malloc((p->n_chunks + 1) * 4), bad = 0;
+        uint32_t *idx2 = malloc(((p->n + 1023) / 1024 + 1) * 4);
+        memcpy(bad_prefix, p->prefix, (p->n_chunks + 1) * 4);
+        bad_prefix[1] += 1;
+        CHECK(ckg_ref_escape_index(&v, p->chunk_w, bad_prefix, p->n_chunks, idx2, &bad) == CKG_OK && bad > 0,
+              "tampered prefix not reported");
+        free(bad_prefix);
+        free(idx2);
+    }
+    free(out);
+}
+
+static void cpu_gemv_check(const tu_packed *p, const uint16_t *w, gshape s)
+{
+    ckg_planes v = tu_planes(p);
+    int batch = 3;
+    uint16_t *x = malloc(batch * s.cols * 2);
+    double *y = malloc(batch * s.rows * 8), *ya = malloc(batch * s.rows * 8);
+    for (uint64_t i = 0; i < batch * s.cols; i++)
+        x[i] = tu_bf16((float)tu_gauss());
+    CHECK(ckg_ref_gemv(&v, s.elem_off, s.rows, s.cols, x, batch, y, ya) == CKG_OK, "ref gemv");
+    for (int b = 0; b < batch; b++)
+        for (uint64_t r = 0; r < s.rows; r++) {
+            double want = 0;
+            for (uint64_t c = 0; c < s.cols; c++)
+                want += (double)ckg_bf16_to_float(w[s.elem_off + r * s.cols + c]) * ckg_bf16_to_float(x[b * s.cols + c]);
+            CHECK(want == y[b * s.rows + r], "ref gemv row %llu", (unsigned long long)r);
+        }
+    free(x);
+    free(y);
+    free(ya);
+}
+
+/* ---- device part --------------------------------------------------------------- */
+
+#define CU(call) CHECK((call) == cudaSuccess, "%s", cudaGetErrorString(cudaGetLastError()))
+
+static void *dev_copy(const void *h, size_t len, size_t pad)
+{
+    void *d = NULL;
+    CU(cudaMalloc(&d, len + pad));
+    CU(cudaMemset(d, 0, len + pad));
+    if (len)
+        CU(cudaMemcpy(d, h, len, cudaMemcpyHostToDevice));
+    return d;
+}
+
+static void device_checks(const tu_packed *p, const uint16_t *w, const uint32_t *idx, const gshape *shapes, int n_shapes)
+{
+    ckg_planes v = tu_planes(p);
+    v.codes = dev_copy(p->codes, p->codes_size, 64);
+    v.low = dev_copy(p->low, p->low_size, 64);
+    v.esc = dev_copy(p->esc, p->esc_size, 64);
+    uint64_t n_idx = (p->n + CKG_ESC_BLOCK - 1) / CKG_ESC_BLOCK;
+    uint32_t *d_prefix = dev_copy(p->prefix, (p->n_chunks + 1) * 4, 0), *d_idx = dev_copy(NULL, 0, n_idx * 4);
+    uint32_t *d_err = dev_copy(NULL, 0, 4), err = 0;
+
+    CHECK(ckg_escape_index(&v, p->chunk_w, d_prefix, p->n_chunks, d_idx, d_err, NULL) == CKG_OK, "escape index launch");
+    CU(cudaDeviceSynchronize());
+    uint32_t *gi = malloc(n_idx * 4);
+    CU(cudaMemcpy(gi, d_idx, n_idx * 4, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(&err, d_err, 4, cudaMemcpyDeviceToHost));
+    CHECK(err == 0 && memcmp(gi, idx, n_idx * 4) == 0, "device escape index (err %u)", err);
+    if (p->n_chunks > 1 && p->n_esc > 0) {   /* a damaged prefix is counted */
+        uint32_t bump = p->prefix[1] + 1, *d_tmp = dev_copy(NULL, 0, n_idx * 4);
+        CU(cudaMemcpy(d_prefix + 1, &bump, 4, cudaMemcpyHostToDevice));
+        CHECK(ckg_escape_index(&v, p->chunk_w, d_prefix, p->n_chunks, d_tmp, d_err, NULL) == CKG_OK, "launch");
+        CU(cudaMemcpy(&err, d_err, 4, cudaMemcpyDeviceToHost));
+        CHECK(err > 0, "device escape index missed a damaged prefix");
+        CU(cudaFree(d_tmp));
+    }
+    v.esc_index = d_idx;
+
+    /* decode: whole, unaligned, and inner ranges, poisoned output */
+    uint64_t ranges[][2] = {{0, p->n}, {13, p->n - 100}, {3 * 1024 + 8, p->n / 3}, {p->n - 7, 7}};
+    uint16_t *d_out = NULL, *out = malloc(p->n * 2);
+    CU(cudaMalloc((void **)&d_out, p->n * 2));
+    for (int r = 0; r < 4; r++) {
+        uint64_t first = ranges[r][0], count = ranges[r][1];
+        CU(cudaMemset(d_out, 0xFF, p->n * 2));
+        CHECK(ckg_decode(&v, first, count, d_out, NULL) == CKG_OK, "decode launch");
+        CU(cudaDeviceSynchronize());
+        CU(cudaMemcpy(out, d_out, count * 2, cudaMemcpyDeviceToHost));
+        for (uint64_t i = 0; i < count; i++)
+            CHECK(out[i] == w[first + i], "decode [%llu,+%llu) weight %llu: %04x != %04x", (unsigned long long)first,
+                  (unsigned long long)count, (unsigned long long)(first + i), out[i], w[first + i]);
+    }
+    CHECK(ckg_decode(&v, 1, p->n, d_out, NULL) == CKG_ERR_SHAPE, "decode past the end accepted");
+
+    /* GEMV: fast and generic, batch 1..8, FP32 and BF16 out */
+    for (int si = 0; si < n_shapes; si++) {
+        gshape s = shapes[si];
+        uint16_t *x = malloc(8 * s.cols * 2);
+        for (uint64_t i = 0; i < 8 * s.cols; i++)
+            x[i] = tu_bf16((float)tu_gauss());
+        double *ry = malloc(8 * s.rows * 8), *ra = malloc(8 * s.rows * 8);
+        ckg_planes hv = tu_planes(p);
+        CHECK(ckg_ref_gemv(&hv, s.elem_off, s.rows, s.cols, x, 8, ry, ra) == CKG_OK, "ref");
+        uint16_t *d_x = dev_copy(x, 8 * s.cols * 2, 0);
+        float *y = malloc(8 * s.rows * 4);
+        void *d_y = NULL;
+        CU(cudaMalloc(&d_y, 8 * s.rows * 4));
+        const int batches[] = {1, 2, 3, 4, 8};
+        for (int bi = 0; bi < 5; bi++)
+            for (int generic = 0; generic < 2; generic++)
+                for (int bf16 = 0; bf16 < 2; bf16++) {
+                    int batch = batches[bi];
+                    /* x rows are [batch][cols]: the reference used batch 8 with the same rows */
+                    CU(cudaMemset(d_y, 0xFF, 8 * s.rows * 4));
+                    ckg_status st = (generic ? ckg_gemv_generic : ckg_gemv)(&v, s.elem_off, s.rows, s.cols, d_x, batch,
+                                                                            d_y, bf16 ? CKG_OUT_BF16 : CKG_OUT_F32, NULL);
+                    CHECK(st == CKG_OK, "gemv: %s", ckg_status_name(st));
+                    CU(cudaDeviceSynchronize());
+                    CU(cudaMemcpy(y, d_y, 8 * s.rows * 4, cudaMemcpyDeviceToHost));
+                    for (int b = 0; b < batch; b++)
+                        for (uint64_t r = 0; r < s.rows; r++) {
+                            uint64_t o = b * s.rows + r;
+                            double got = bf16 ? ckg_bf16_to_float(((uint16_t *)y)[o]) : y[o];
+                            double tol = ckg_gemv_tolerance(ry[o], ra[o], bf16);
+                            CHECK(fabs(got - ry[o]) <= tol,
+                                  "gemv %s rows %llu cols %llu off %llu batch %d %s: y[%d][%llu] = %.9g, ref %.9g, tol %.3g",
+                                  generic ? "generic" : "fast", (unsigned long long)s.rows, (unsigned long long)s.cols,
+                                  (unsigned long long)s.elem_off, batch, bf16 ? "bf16" : "f32", b, (unsigned long long)r,
+                                  got, ry[o], tol);
+                        }
+                }
+        CHECK(ckg_gemv(&v, s.elem_off, s.rows, s.cols, d_x, 9, d_y, CKG_OUT_F32, NULL) == CKG_ERR_ARG, "batch 9 accepted");
+        CHECK(ckg_gemv(&v, s.elem_off, p->n, s.cols, d_x, 1, d_y, CKG_OUT_F32, NULL) == CKG_ERR_SHAPE, "too many rows accepted");
+        CU(cudaFree(d_x));
+        CU(cudaFree(d_y));
+        free(x);
+        free(y);
+        free(ry);
+        free(ra);
+    }
+    CU(cudaFree((void *)v.codes));
+    CU(cudaFree((void *)v.low));
+    CU(cudaFree((void *)v.esc));
+    CU(cudaFree(d_prefix));
+    CU(cudaFree(d_idx));
+    CU(cudaFree(d_err));
+    CU(cudaFree(d_out));
+    free(gi);
+    free(out);
+}
+
+int main(void)
+{
+    const tcase cases[] = {
+        {CKC_ENC_K15, 3 * 65536 + 4096, 65536, 0.0},
+        {CKC_ENC_BSPLIT, 3 * 65536 + 4096, 65536, 0.01},
+        {CKC_ENC_K15, 40 * 2048 + 1000, 2048, 0.02},
+        {CKC_ENC_BSPLIT, 50 * 1024 + 24, 1024, 0.05},
+    };
+    int have_dev = ckg_device_count() > 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const tcase *tc = &cases[ci];
+        uint16_t *w = malloc(tc->n * 2);
+        CHECK(w, "alloc");
+        tu_weights(w, tc->n, 0.02, tc->outliers);
+        tu_packed p;
+        tu_pack(tc->enc, w, tc->n, tc->chunk_w, &p);
+        uint32_t *idx = cpu_index(&p);
+        cpu_checks(&p, w, idx);
+        gshape shapes[] = {
+            {(tc->n - 5 * 1024) / 2048, 2048, 5 * 1024},  /* fast, row tail */
+            {tc->n / 384, 384, 0},                        /* fast, 3 steps over 4 warps */
+            {(tc->n - 24) / 1000, 1000, 24},              /* generic */
+            {tc->n / 8192 > 0 ? tc->n / 8192 : 1, tc->n >= 8192 ? 8192 : 1024, 0},
+        };
+        for (int s = 0; s < 4; s++)
+            cpu_gemv_check(&p, w, shapes[s]);
+        printf("gpu_kernels: %s n=%llu chunk=%llu escapes=%llu (%.3f%%): CPU references ok\n",
+               ckc_encoding_name(tc->enc), (unsigned long long)tc->n, (unsigned long long)tc->chunk_w,
+               (unsigned long long)p.n_esc, 100.0 * p.n_esc / tc->n);
+        if (have_dev) {
+            device_checks(&p, w, idx, shapes, 4);
+            printf("gpu_kernels: device escape index, decode, GEMV ok\n");
+        }
+        tu_free(&p);
+        free(idx);
+        free(w);
+    }
+    if (!have_dev)
+        printf("SKIP device part: no CUDA device\n");
+    return 0;
+}
