@@ -275,13 +275,18 @@ static ckp_status parse_toc(ckp_reader *r, const uint8_t *t, uint64_t toc_off, u
     if (memchr(r->strings, 0, path_len) || !ckp_path_ok(r->strings))
         return rerr(err, cap, f, CKP_ERR_CORRUPT, "recorded path is not a safe relative path");
     char *names_end = r->strings + path_len + 1;
-    uint64_t pos = 0;
+    uint64_t pos = 0, chunks = 0, max_chunks = (toc_off - CKP_HEADER_SIZE) / CKP_INDEX_ENTRY;
     for (uint32_t i = 0; i < n; i++) {
         ckp_status s = parse_extent(r, t + CKP_TOC_HEADER_SIZE + (size_t)i * CKP_EXTENT_SIZE, i, pos,
                                     toc_off, strtab, strtab_size, &names_end, err, cap);
         if (s != CKP_OK)
             return s;
         pos += r->x[i].orig_size;
+        /* The indexes are loaded into memory: together they must fit in the
+         * file, or overlapping ones would make memory grow with its square. */
+        chunks += r->x[i].n_chunks; /* each <= max_chunks: no overflow */
+        if (chunks > max_chunks)
+            return rerr(err, cap, f, CKP_ERR_CORRUPT, "chunk indexes take more room than the file holds");
     }
     if (pos != r->info.original_size)
         return rerr(err, cap, f, CKP_ERR_CORRUPT, "extents cover %llu of %llu bytes",
