@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# test_cli.sh CKPTFS [--big] — the pack/unpack/verify/stat commands, end to end,
+# against the original bytes: every file round-trips bit for bit, bad input is
+# refused with a message naming the file and no output, an existing DST is not
+# overwritten, --delete-source and resume lose nothing.
+set -uo pipefail
+CK=${1:?usage: test_cli.sh path/to/ckptfs [--big]}
+BIG=${2:-}
+HERE=$(cd "$(dirname "$0")" && pwd)
+T=$(mktemp -d /tmp/ckptfs-cli.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
+
+# tree_sums DIR: sha256, size and mode of every file, and the directory list
+tree_sums() {
+  (cd "$1" && find . -type f -printf '%P %s %m\n' | sort && find . -type d -printf 'dir %P\n' | sort &&
+   find . -type f -print0 | sort -z | xargs -0 sha256sum)
+}
+
+python3 "$HERE/gen_model.py" "$T/src" $BIG || { echo "cannot generate the model"; exit 1; }
+tree_sums "$T/src" > "$T/src.sums"
+
+for fmt in k15 bytesplit; do
+  "$CK" pack --format $fmt "$T/src" "$T/p-$fmt" 2> "$T/err"
+  check "$fmt: pack exits 0" test $? -eq 0
+  check "$fmt: pack is quiet off a terminal" test ! -s "$T/err"
+  check "$fmt: source untouched" diff -q <(tree_sums "$T/src") "$T/src.sums"
+  check "$fmt: verify --against" "$CK" verify --against "$T/src" "$T/p-$fmt"
+  "$CK" unpack "$T/p-$fmt" "$T/u-$fmt"
+  check "$fmt: unpack equals the source (bytes, sizes, modes, tree)" diff -q <(tree_sums "$T/u-$fmt") "$T/src.sums"
+  check "$fmt: mtimes kept" test "$(stat -c %Y "$T/u-$fmt/config.json")" = "$(stat -c %Y "$T/src/config.json")"
+  "$CK" stat --json "$T/p-$fmt" > "$T/stat.json"
+  check "$fmt: stat --json fields" python3 -c "
+import json,sys; s=json.load(open('$T/stat.json'))
+for k in ('original_bytes','packed_bytes','bf16_weights','bf16_bits_per_weight','escape_rate'): assert k in s, k
+assert s['original_bytes'] > s['packed_bytes'] > 0 and s['bf16_weights'] > 0
+lim = 11.6 if '$fmt' == 'k15' else 12.4   # small model: headers and padding weigh more
+assert s['bf16_bits_per_weight'] < lim, s['bf16_bits_per_weight']"
+done
+
+# one .safetensors file as SRC
+"$CK" pack "$T/src/nested/adapter.safetensors" "$T/p-one" && "$CK" unpack "$T/p-one" "$T/u-one"
+check "single file: round trip" cmp "$T/src/nested/adapter.safetensors" "$T/u-one/adapter.safetensors"
+
+# an existing DST is not overwritten unless asked; the same command again is
+# a resume with nothing left to do
+"$CK" pack "$T/src/nested" "$T/p-k15" 2> "$T/err"
+check "existing DST of another source: refused" test $? -ne 0
+check "existing DST: says so" grep -q "already exists" "$T/err"
+check "existing DST: intact" "$CK" verify --against "$T/src" "$T/p-k15"
+"$CK" pack "$T/src" "$T/p-k15"
+check "same command again: exit 0, still complete" "$CK" verify --against "$T/src" "$T/p-k15"
+mkdir "$T/notpack" && echo precious > "$T/notpack/file"
+"$CK" pack --force "$T/src" "$T/notpack" 2> "$T/err"
+check "--force on a foreign directory: refused" test $? -ne 0
+check "--force on a foreign directory: file kept" grep -q precious "$T/notpack/file"
+"$CK" pack --force --format bytesplit "$T/src/nested" "$T/p-k15" 2> "$T/err"
+check "--force replaces a pack" "$CK" verify --against "$T/src/nested" "$T/p-k15"
+check "--force leaves no stale files" test ! -e "$T/p-k15/config.json.ckpt"
+"$CK" pack "$T/src" "$T/src/inside" 2> "$T/err"
+check "DST inside SRC: refused" test $? -ne 0 -a ! -e "$T/src/inside"
+
+# bad input: clear error naming the file, non-zero exit, no output
+mkbad() { # name, python code writing $T/bad/<name>/x.safetensors
+  mkdir -p "$T/bad/$1"
+  python3 - "$T/bad/$1/x.safetensors" <<PY
+import struct, sys, json
+p = sys.argv[1]
+def w(h, data=b"", n=None):
+    h = h.encode() if isinstance(h, str) else h
+    open(p, "wb").write(struct.pack("<Q", len(h) if n is None else n) + h + data)
+t = lambda d, s, o: json.dumps({"a": {"dtype": d, "shape": s, "data_offsets": o}})
+$2
+PY
+}
+mkbad truncated   'w(t("BF16", [4], [0, 8]), b"\0" * 5)'
+mkbad header_past 'w(t("BF16", [2], [0, 4]), b"\0" * 4, n=10**6)'
+mkbad short       'open(p, "wb").write(b"\x05\0\0")'
+mkbad json        'w("{\"a\": {", b"")'
+mkbad dtype       'w(t("BF17", [2], [0, 4]), b"\0" * 4)'
+mkbad shape       'w(t("BF16", [3], [0, 4]), b"\0" * 4)'
+mkbad reversed    'w(t("BF16", [2], [4, 0]), b"\0" * 4)'
+mkbad range       'w(t("BF16", [2], [8, 12]), b"\0" * 4)'
+mkbad overlap     'w(json.dumps({"a": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}, "b": {"dtype": "BF16", "shape": [2], "data_offsets": [2, 6]}}), b"\0" * 6)'
+mkbad huge        'w("{}", b"", n=200 * 10**6)'
+mkbad notobject   'w("[1, 2, 3]", b"")'
+for d in "$T"/bad/*; do
+  name=$(basename "$d")
+  cp "$T/src/config.json" "$d/"   # a good file beside it: must not be packed either
+  "$CK" pack "$d" "$T/out-$name" 2> "$T/err"
+  rc=$?
+  check "bad input $name: non-zero exit" test $rc -ne 0
+  check "bad input $name: message names the file" grep -q "x.safetensors" "$T/err"
+  check "bad input $name: no output" test ! -e "$T/out-$name"
+done
+
+# --delete-source: sources go only when their packed copy is safe
+cp -a "$T/src" "$T/del"
+"$CK" pack --delete-source "$T/del" "$T/p-del"
+check "delete-source: exit 0" test $? -eq 0
+check "delete-source: no source files left" test -z "$(find "$T/del" -type f)"
+"$CK" unpack "$T/p-del" "$T/u-del"
+check "delete-source: everything recoverable" diff -q <(tree_sums "$T/u-del") "$T/src.sums"
+
+# resume: a removed packed file and a stale temporary are repaired by rerunning
+cp -a "$T/src" "$T/res"
+"$CK" pack "$T/res" "$T/p-res" >/dev/null
+rm "$T/p-res/model-00002-of-00002.safetensors.ckpt" "$T/p-res/ckptfs.manifest"
+echo junk > "$T/p-res/.config.json.ckpt.tmp"
+"$CK" pack "$T/res" "$T/p-res"
+check "resume: exit 0" test $? -eq 0
+check "resume: temporary removed" test ! -e "$T/p-res/.config.json.ckpt.tmp"
+check "resume: complete again" "$CK" verify --against "$T/res" "$T/p-res"
+"$CK" pack --format bytesplit "$T/res" "$T/p-res" 2> "$T/err"
+check "resume with another format: refused" test $? -ne 0
+
+# damaged data: verify names it, unpack refuses and leaves nothing
+cp -a "$T/p-k15" "$T/dmg" 2>/dev/null; rm -rf "$T/dmg"; cp -a "$T/p-bytesplit" "$T/dmg"
+f="$T/dmg/model-00002-of-00002.safetensors.ckpt"
+printf '\xff' | dd of="$f" bs=1 seek=$((4096 + 4000)) conv=notrunc status=none
+"$CK" verify "$T/dmg" 2> "$T/err"
+check "damage: verify fails" test $? -ne 0
+check "damage: verify names file, tensor and chunk" grep -q "model-00002-of-00002.safetensors.ckpt: embed, chunk" "$T/err"
+"$CK" unpack "$T/dmg" "$T/u-dmg" 2> "$T/err"
+check "damage: unpack refuses" test $? -ne 0
+check "damage: unpack leaves no output" test ! -e "$T/u-dmg"
+
+if [ -n "$BIG" ]; then
+  "$CK" pack "$T/src/big.safetensors" "$T/p-big" && "$CK" unpack "$T/p-big" "$T/u-big"
+  check "over 4 GiB: round trip" cmp "$T/src/big.safetensors" "$T/u-big/big.safetensors"
+fi
+
+echo "$pass passed, $fail failed"
+test $fail -eq 0
