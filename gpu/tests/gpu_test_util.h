@@ -86,10 +86,10 @@ static inline void tu_pack(uint32_t enc, const uint16_t *w, uint64_t n, uint64_t
     CHECK(ckc_codebook_from_hist(enc, hist, &p->cb) == CKC_OK, "codebook");
     p->codes_size = ckc_code_plane_size(n);
     p->low_size = ckc_low_plane_size(enc, n);
-    p->codes = calloc(1, p->codes_size + 64);
-    p->low = calloc(1, p->low_size + 64);
-    p->prefix = calloc(p->n_chunks + 1, sizeof *p->prefix);
-    uint16_t *syms = malloc((n + 8) * sizeof *syms);
+    p->codes = (uint8_t *)calloc(1, p->codes_size + 64);
+    p->low = (uint8_t *)calloc(1, p->low_size + 64);
+    p->prefix = (uint32_t *)calloc(p->n_chunks + 1, sizeof *p->prefix);
+    uint16_t *syms = (uint16_t *)malloc((n + 8) * sizeof *syms);
     CHECK(p->codes && p->low && p->prefix && syms, "alloc");
     uint64_t total = 0;
     for (uint64_t c = 0; c < p->n_chunks; c++) {
@@ -102,7 +102,7 @@ static inline void tu_pack(uint32_t enc, const uint16_t *w, uint64_t n, uint64_t
     p->prefix[p->n_chunks] = (uint32_t)total;
     p->n_esc = total;
     p->esc_size = ckc_escape_plane_size(enc, total);
-    p->esc = calloc(1, p->esc_size + 64);
+    p->esc = (uint8_t *)calloc(1, p->esc_size + 64);
     CHECK(p->esc, "alloc");
     CHECK(ckc_pack_escapes(enc, syms, total, 0, p->esc, p->esc_size) == CKC_OK, "pack escapes");
     free(syms);
