@@ -469,6 +469,8 @@ static int clear_dst(const char *dir, int top)
     return rc;
 }
 
+/* Empty, or holding only the temporary of a first write_state that was
+ * interrupted (a kill right after DST was created must not block the rerun). */
 static int dir_is_empty(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -477,7 +479,7 @@ static int dir_is_empty(const char *dir)
     struct dirent *e;
     int empty = 1;
     while (empty && (e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, "." STATE_NAME ".tmp"))
             empty = 0;
     closedir(d);
     return empty;
