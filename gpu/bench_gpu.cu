@@ -176,8 +176,8 @@ static void bench_gemv(cublasHandle_t hb, cudaStream_t s, uint64_t rows, uint64_
     uint64_t n = rows * cols;
     std::vector<uint16_t> w(n);
     tu_weights(w.data(), n, 0.02, 0.0);
-    /* enough copies that a pass over them is > 2x L2 (BF16 size) */
-    int copies = (int)std::min<uint64_t>(16, (2 * l2) / (n * 2) + 1);
+    /* enough copies that a pass over the packed ones (~11/16 of BF16) is > 2x L2 */
+    int copies = (int)std::min<uint64_t>(24, (2 * l2) / (n * 11 / 8) + 1);
     std::vector<void *> wb(copies);
     for (auto &b : wb)
         b = dcopy(w.data(), n * 2, 0);
