@@ -373,7 +373,9 @@ static int already_packed(pack_ctx *c, const src_entry *e)
     ckp_close(r);
     if (!same || !c->o->delete_source)
         return same;
-    /* About to delete: the source must hash to what the packed copy holds. */
+    /* About to delete: the source must hash to what the packed copy records,
+     * and the packed copy must read back equal to it now (it may have been
+     * damaged since the run that wrote it; then it is packed again). */
     int fd;
     const uint8_t *p;
     uint64_t size;
@@ -385,8 +387,9 @@ static int already_packed(pack_ctx *c, const src_entry *e)
     sj.p = p;
     sj.size = size;
     sha_thread(&sj);
+    int equal = memcmp(sj.sha, sha, 32) == 0 && read_back(final, src_path, p, size, sj.sha) == 0;
     unmap_file(fd, p, size);
-    return memcmp(sj.sha, sha, 32) == 0 && delete_source(src_path) == 0 ? 2 : 0;
+    return equal && delete_source(src_path) == 0 ? 2 : 0;
 }
 
 /* ---- DST state ----------------------------------------------------------- */
