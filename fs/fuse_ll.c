@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -730,6 +731,11 @@ static int serve(ckfs_ctx *c, const char *mnt)
     struct fuse_session *se = opts ? fuse_session_new(&args, &ckfs_ops, sizeof ckfs_ops, c) : NULL;
     if (!se)
         goto out_opts;
+    /* libfuse leaves a signal alone when it is ignored, and shells start
+     * background jobs with SIGINT ignored: unmount cleanly on all three. */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
     if (fuse_set_signal_handlers(se) != 0)
         goto out_session;
     if (fuse_session_mount(se, mnt) != 0)
@@ -758,7 +764,11 @@ static int serve(ckfs_ctx *c, const char *mnt)
     fuse_loop_cfg_set_clone_fd(cfg, 0);
     int rc = fuse_session_loop_mt(se, cfg);
     fuse_loop_cfg_destroy(cfg);
-    status = (rc == 0 || fuse_session_exited(se)) ? 0 : 1;
+    /* 0: unmounted (fusermount3 -u); > 0: the signal that stopped us
+     * (libfuse's handlers record it); < 0: -errno of a failure. */
+    if (rc < 0)
+        ckfs_log("session loop failed: %s", strerror(-rc));
+    status = rc < 0 ? 1 : 0;
     if (c->o.stats)
         print_stats(c);
 out_cache:

@@ -1,0 +1,49 @@
+#!/bin/sh
+# mount_lifecycle: options and usage errors, clean unmount on SIGTERM and
+# SIGINT, stale-mount detection after the daemon is killed, and mounting
+# through packaging/mount.ckptfs with the options mount(8)/fstab pass.
+. "$(dirname "$0")/lib.sh"
+make_model
+new_mnt m
+
+"$CKPTFS" mount -h | grep -q "cache_size=" || fail "mount -h prints no usage"
+for bad in "-o bogus" "-o cache_size=12X" "-o threads=0" "-o rw" "-x"; do
+    # shellcheck disable=SC2086
+    if "$CKPTFS" mount $bad "$T/dst" "$T/m" 2>"$T/err"; then fail "accepted '$bad'"; fi
+    grep -q "ckptfs mount:" "$T/err" || fail "no clear message for '$bad'"
+    is_mounted "$T/m" && fail "mounted despite '$bad'"
+done
+if "$CKPTFS" mount "$T/src" "$T/m" 2>"$T/err"; then fail "mounted an unpacked directory"; fi
+grep -q "manifest" "$T/err" || fail "no message naming the manifest: $(cat "$T/err")"
+
+for sig in TERM INT; do
+    mount_fg m -o cache_size=16M,threads=4,prefetch=1M,prefetch_threads=1
+    cmp "$T/src/config.json" "$T/m/config.json" || fail "content"
+    kill -"$sig" "$PID"
+    wait "$PID" || fail "daemon exit status $? after SIG$sig"
+    wait_unmounted "$T/m"
+done
+
+# A killed daemon leaves a stale mount: a new mount says what to do.
+mount_fg m
+kill -KILL "$PID"
+wait "$PID" 2>/dev/null || true
+if stat "$T/m" >/dev/null 2>&1; then fail "mount point not stale after SIGKILL"; fi
+if "$CKPTFS" mount "$T/dst" "$T/m" 2>"$T/err"; then fail "mounted over a stale mount"; fi
+grep -q "fusermount3 -u $T/m" "$T/err" || fail "stale mount message: $(cat "$T/err")"
+fusermount3 -u "$T/m" || fail "fusermount3 -u of the stale mount"
+stat "$T/m" >/dev/null || fail "mount point unusable after fusermount3 -u"
+
+# The mount(8) helper drops generic options and keeps ours.
+CKPTFS=$CKPTFS sh "$MOUNT_HELPER" "$T/dst" "$T/m" \
+    -o rw,noauto,nofail,_netdev,x-systemd.automount,cache_size=16M,allow_other ||
+    fail "mount.ckptfs"
+is_mounted "$T/m" || fail "mount.ckptfs did not mount"
+grep " $T/m fuse.ckptfs " /proc/mounts | grep -q "allow_other" || fail "allow_other not passed"
+cmp "$T/src/sub/notes.txt" "$T/m/sub/notes.txt" || fail "content via mount.ckptfs"
+if CKPTFS=$CKPTFS sh "$MOUNT_HELPER" "$T/dst" "$T/m" -o bogus 2>"$T/err"; then
+    fail "mount.ckptfs passed an unknown option silently"
+fi
+umount "$T/m" || fail "umount"
+wait_unmounted "$T/m"
+echo "mount_lifecycle: ok"
