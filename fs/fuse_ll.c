@@ -194,6 +194,19 @@ static int chunk_at(const ckp_reader *r, uint32_t file, uint64_t off, chunk_ref 
     return 0;
 }
 
+/* Ask the prefetch workers to decode the chunks holding [from, to). */
+static void queue_chunks(ckfs_ctx *c, const ckp_reader *r, uint32_t file, uint64_t from,
+                         uint64_t to)
+{
+    chunk_ref cr;
+    for (int n = 0; from < to && n < MAX_PREFETCH_CHUNKS; n++) {
+        if (chunk_at(r, file, from, &cr) != 0)
+            break;
+        ckcache_prefetch(c->cache, &cr.key, cr.len);
+        from = cr.start + cr.len;
+    }
+}
+
 /* Sequential-read detection: reads near the end of the previous ones (the
  * kernel's readahead sends several at once, in any order) count as
  * sequential; from the third on, queue decode-ahead of the next bytes. */
@@ -219,13 +232,7 @@ static void read_ahead(ckfs_ctx *c, ofile *of, const ckp_reader *r, uint64_t off
             of->ahead_to = to;
     }
     pthread_mutex_unlock(&of->lock);
-    chunk_ref cr;
-    for (int n = 0; from < to && n < MAX_PREFETCH_CHUNKS; n++) {
-        if (chunk_at(r, of->file, from, &cr) != 0)
-            break;
-        ckcache_prefetch(c->cache, &cr.key, cr.len);
-        from = cr.start + cr.len;
-    }
+    queue_chunks(c, r, of->file, from, to);
 }
 
 /* ---- attributes ---------------------------------------------------------- */
@@ -445,6 +452,13 @@ static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     if (size >= (512u << 10))
         atomic_fetch_add_explicit(&c->big_reads, 1, memory_order_relaxed);
     read_ahead(c, of, r, (uint64_t)off, end, n->size);
+    /* A request spanning several chunks: workers decode the later ones
+     * while this thread decodes the first (each is decoded once either way). */
+    if (c->o.prefetch_threads && end - (uint64_t)off > CKP_BF16_CHUNK_WEIGHTS * 2u) {
+        chunk_ref first;
+        if (chunk_at(r, of->file, (uint64_t)off, &first) == 0)
+            queue_chunks(c, r, of->file, first.start + first.len, end);
+    }
 
     pieces p = {.e = NULL, .n = 0, .cap = 32};
     p.e = p.e_small;
