@@ -1,6 +1,7 @@
 # lib.sh — shared setup of the mount integration tests (sourced).
-# Needs: CKPTFS (the binary), optionally PYTHON, CKPT_EXTENTS.  Skips (77)
-# without root or /dev/fuse.  Every test gets its own temporary directory and
+# Needs: CKPTFS (the binary), optionally PYTHON, CKPT_EXTENTS, CKPTFS_PACK
+# (a different binary for `pack`, e.g. to run only the daemon under ASan).
+# Skips (77) without root or /dev/fuse.  Every test gets its own temporary directory and
 # unmounts whatever it mounted on exit, even on failure.
 set -eu
 : "${CKPTFS:?set CKPTFS to the ckptfs binary}"
@@ -47,7 +48,7 @@ wait_unmounted() {
 # make_model: $T/src (generated) packed into $T/dst.
 make_model() {
     "$PY" "$HERE/gen_model.py" "$T/src"
-    "$CKPTFS" pack "$T/src" "$T/dst" >"$T/log.pack" 2>&1 || fail "ckptfs pack failed"
+    "${CKPTFS_PACK:-$CKPTFS}" pack "$T/src" "$T/dst" >"$T/log.pack" 2>&1 || fail "ckptfs pack failed"
 }
 
 # new_mnt NAME: an empty mount point $T/NAME, unmounted at exit.
