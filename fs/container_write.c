@@ -5,8 +5,9 @@
  * are produced (pwrite from offset 64 on); the extent records and the string
  * table are kept in memory and written as the TOC by ckp_writer_finish, which
  * then writes the file header.  Memory is bounded by one tensor's planes.
- * BF16 tensors are encoded in three passes, each split over `jobs` threads by
- * chunk: histogram, escape count per chunk, then encode + chunk hashes.
+ * BF16 tensors are encoded in two passes, each split over `jobs` threads by
+ * chunk: histogram, then encode + chunk hashes; each chunk's escapes are kept
+ * apart and packed in order once the escape prefix counts are known.
  */
 #include "container.h"
 #include "container_internal.h"
@@ -221,16 +222,16 @@ typedef struct {
     uint64_t chunk_w;        /* weights per chunk */
     uint64_t n_chunks;
     const ckc_codebook *cb;
-    uint64_t *esc_count;     /* per chunk, then prefix */
+    uint64_t *esc_count;     /* per chunk */
+    uint16_t **chunk_esc;    /* per chunk: its escaped symbols */
     ckp_chunk_entry *ix;
     uint8_t *codes, *low;
-    uint16_t *esc_syms;      /* all escapes, in order */
-    ckc_status status;
+    ckc_status status;       /* first failure of any worker (any non-OK value will do) */
 } bf16_job;
 
 typedef struct {
     bf16_job *j;
-    int pass;                /* 0 histogram, 1 count, 2 encode */
+    int pass;                /* 0 histogram, 1 encode */
     uint64_t c0, c1;         /* chunk range */
     uint64_t hist[512];
     uint16_t *esc;           /* pass 2: one chunk's escapes */
@@ -246,20 +247,21 @@ static void *bf16_worker(void *arg)
         const uint16_t *src = j->w + first;
         if (t->pass == 0) {
             ckc_histogram(j->enc, src, nw, t->hist);
-        } else if (t->pass == 1) {
-            j->esc_count[c] = ckc_count_escapes(j->enc, j->cb, src, nw);
-        } else {
-            /* the encoder may write one entry past the escapes it finds, so
-             * it gets a private buffer of worst-case size, copied in place */
-            uint64_t ne = 0;
-            ckc_status s = t->esc ? ckc_encode_chunk(j->enc, j->cb, src, nw, first, j->codes, j->low, t->esc, &ne)
-                                  : CKC_ERR_NOMEM;
-            if (s != CKC_OK || ne != j->esc_count[c])
-                j->status = s != CKC_OK ? s : CKC_ERR_CORRUPT;
-            else
-                memcpy(j->esc_syms + j->ix[c].datum, t->esc, ne * sizeof *t->esc);
-            j->ix[c].hash = ckc_hash64(src, nw * 2);
+            continue;
         }
+        /* the encoder needs room for nw escapes; each chunk's are kept apart
+         * until the escape prefix counts are known */
+        uint64_t ne = 0;
+        ckc_status s = t->esc ? ckc_encode_chunk(j->enc, j->cb, src, nw, first, j->codes, j->low, t->esc, &ne)
+                              : CKC_ERR_NOMEM;
+        j->esc_count[c] = ne;
+        if (s == CKC_OK && ne && !(j->chunk_esc[c] = malloc(ne * sizeof *t->esc)))
+            s = CKC_ERR_NOMEM;
+        if (s != CKC_OK)
+            j->status = s;
+        else if (ne)
+            memcpy(j->chunk_esc[c], t->esc, ne * sizeof *t->esc);
+        j->ix[c].hash = ckc_hash64(src, nw * 2);
     }
     return NULL;
 }
@@ -279,12 +281,12 @@ static void run_pass(bf16_job *j, int pass, int jobs, uint64_t *hist)
         t[i].pass = pass;
         t[i].c0 = j->n_chunks * (uint64_t)i / (uint64_t)jobs;
         t[i].c1 = j->n_chunks * (uint64_t)(i + 1) / (uint64_t)jobs;
-        if (pass == 2)
+        if (pass == 1)
             t[i].esc = malloc(j->chunk_w * sizeof *t[i].esc);
     }
     if (!t || !th) { /* fall back to the calling thread */
         bf16_task one = {.j = j, .pass = pass, .c0 = 0, .c1 = j->n_chunks};
-        one.esc = pass == 2 ? malloc(j->chunk_w * sizeof *one.esc) : NULL;
+        one.esc = pass == 1 ? malloc(j->chunk_w * sizeof *one.esc) : NULL;
         bf16_worker(&one);
         free(one.esc);
         if (hist)
@@ -341,11 +343,12 @@ static ckp_status add_bf16(ckp_writer *w, uint8_t *rec, uint32_t enc, const uint
     uint64_t codes_sz = ckc_code_plane_size(j.n), low_sz = ckc_low_plane_size(enc, j.n);
     j.cb = &cb;
     j.esc_count = calloc(j.n_chunks, sizeof *j.esc_count);
+    j.chunk_esc = calloc(j.n_chunks, sizeof *j.chunk_esc);
     j.ix = calloc(j.n_chunks, sizeof *j.ix);
     j.codes = calloc(1, codes_sz);
     j.low = calloc(1, low_sz);
     uint8_t *esc = NULL;
-    if (!j.esc_count || !j.ix || !j.codes || !j.low) {
+    if (!j.esc_count || !j.chunk_esc || !j.ix || !j.codes || !j.low) {
         s = werr(w, CKP_ERR_NOMEM, "out of memory for a tensor of %llu bytes", (unsigned long long)size);
         goto out;
     }
@@ -358,17 +361,17 @@ static ckp_status add_bf16(ckp_writer *w, uint8_t *rec, uint32_t enc, const uint
         n_esc += j.esc_count[c];
     }
     uint64_t esc_sz = ckc_escape_plane_size(enc, n_esc);
-    j.esc_syms = malloc((n_esc ? n_esc : 1) * sizeof *j.esc_syms);
     esc = calloc(1, esc_sz);
-    if (!j.esc_syms || !esc) {
-        s = werr(w, CKP_ERR_NOMEM, "out of memory");
+    if (!esc || j.status != CKC_OK) {
+        s = esc ? werr(w, CKP_ERR_CORRUPT, "internal encoder error: %s", ckc_status_name(j.status))
+                : werr(w, CKP_ERR_NOMEM, "out of memory");
         goto out;
     }
-    run_pass(&j, 2, w->o.jobs, NULL);
-    if (j.status != CKC_OK || ckc_pack_escapes(enc, j.esc_syms, n_esc, 0, esc, esc_sz) != CKC_OK) {
-        s = werr(w, CKP_ERR_CORRUPT, "internal encoder error: %s", ckc_status_name(j.status));
-        goto out;
-    }
+    for (uint64_t c = 0; c < j.n_chunks; c++) /* sequential: K15 escapes of adjacent chunks share bytes */
+        if (ckc_pack_escapes(enc, j.chunk_esc[c], j.esc_count[c], j.ix[c].datum, esc, esc_sz) != CKC_OK) {
+            s = werr(w, CKP_ERR_CORRUPT, "internal encoder error: escapes do not fit");
+            goto out;
+        }
     uint64_t align = j.n >= CKP_BIG_TENSOR_WEIGHTS ? 4096 : 64;
     cku_put32(rec + X_ENC, enc);
     cku_put32(rec + X_CHUNK, (uint32_t)(j.chunk_w * 2));
@@ -382,11 +385,13 @@ static ckp_status add_bf16(ckp_writer *w, uint8_t *rec, uint32_t enc, const uint
     s = write_index(w, rec, j.ix, j.n_chunks);
 out:
     free(copy);
+    for (uint64_t c = 0; j.chunk_esc && c < j.n_chunks; c++)
+        free(j.chunk_esc[c]);
+    free(j.chunk_esc);
     free(j.esc_count);
     free(j.ix);
     free(j.codes);
     free(j.low);
-    free(j.esc_syms);
     free(esc);
     return s;
 }
