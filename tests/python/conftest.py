@@ -1,0 +1,113 @@
+"""Shared fixtures of the Python loader tests: the ckptfs binary ($CKPTFS),
+one temporary directory per run (removed at the end), `pack` and `Mount`.
+
+A Mount runs `ckptfs mount -f` as a child process and is always unmounted
+(fusermount3 -u, then umount -l) and reaped in teardown, on failure too;
+SIGTERM (ctest's timeout) is turned into KeyboardInterrupt so pytest still
+runs the finalizers."""
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+
+def _term(signum, frame):
+    raise KeyboardInterrupt("SIGTERM")
+
+
+signal.signal(signal.SIGTERM, _term)
+
+
+def is_mounted(mnt):
+    with open("/proc/mounts") as f:
+        return any(line.split()[1] == mnt and line.split()[2] == "fuse.ckptfs" for line in f)
+
+
+class Mount:
+    """`with Mount(binary, dst, mnt, opts) as m:` serves dst at m.path."""
+
+    def __init__(self, binary, dst, mnt, opts=None):
+        self.binary, self.dst, self.path, self.opts = binary, dst, os.path.abspath(mnt), opts
+        self.proc = None
+        self.log = self.path + ".log"
+
+    def start(self):
+        os.makedirs(self.path, exist_ok=True)
+        cmd = [self.binary, "mount", "-f"] + (["-o", self.opts] if self.opts else []) + [self.dst, self.path]
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while not is_mounted(self.path):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("ckptfs mount failed (rc=%s): %s" % (self.proc.returncode, self.log_text()))
+            time.sleep(0.02)
+        return self
+
+    def log_text(self):
+        try:
+            with open(self.log, errors="replace") as f:
+                return f.read()[-4000:]
+        except OSError:
+            return ""
+
+    def stop(self):
+        """Unmount and reap the daemon; returns its exit status."""
+        if is_mounted(self.path):
+            if subprocess.call(["fusermount3", "-u", self.path], stderr=subprocess.DEVNULL) != 0:
+                subprocess.call(["umount", "-l", self.path], stderr=subprocess.DEVNULL)
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        rc = self.stop()
+        if exc[0] is None and rc not in (0, None):
+            raise AssertionError("ckptfs mount exited with %s: %s" % (rc, self.log_text()))
+        return False
+
+
+@pytest.fixture(scope="session")
+def ckptfs():
+    b = os.environ.get("CKPTFS")
+    if not b or not os.access(b, os.X_OK):
+        pytest.skip("set CKPTFS to the ckptfs binary (run.py --ckptfs PATH does)")
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse") or not shutil.which("fusermount3"):
+        pytest.skip("needs root, /dev/fuse and fusermount3")
+    return b
+
+
+@pytest.fixture(scope="session")
+def workdir():
+    d = tempfile.mkdtemp(prefix="ckptfs-py.")
+    yield d
+    # Mounts below d are stopped by their own fixtures first; be safe anyway.
+    with open("/proc/mounts") as f:
+        left = [l.split()[1] for l in f if l.split()[1].startswith(d + "/")]
+    for m in left:
+        subprocess.call(["fusermount3", "-u", m]) == 0 or subprocess.call(["umount", "-l", m])
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def pack(binary, src, dst, fmt=None):
+    cmd = [binary, "pack"] + (["--format", fmt] if fmt else []) + [src, dst]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert r.returncode == 0, "ckptfs pack failed: %s" % r.stdout.decode(errors="replace")[-4000:]
+    return dst
+
+
+def mount_fixture(ckptfs, dst, mnt, opts=None):
+    """A generator for yield fixtures: mounted for the fixture's scope."""
+    with Mount(ckptfs, dst, mnt, opts) as m:
+        yield m
