@@ -449,7 +449,8 @@ ckp_status ckp_writer_finish(ckp_writer *w, const uint8_t sha256[32])
     cku_put64(toc + T_MTIME, (uint64_t)w->o.mtime_ns);
     cku_put32(toc + T_PATH_LEN, (uint32_t)strlen(w->o.path));
     cku_put32(toc + T_STRTAB, w->strtab_size);
-    memcpy(toc + CKP_TOC_HEADER_SIZE, w->recs, (size_t)w->n_extents * CKP_EXTENT_SIZE);
+    if (w->n_extents) /* an empty source has no extents and no records */
+        memcpy(toc + CKP_TOC_HEADER_SIZE, w->recs, (size_t)w->n_extents * CKP_EXTENT_SIZE);
     memcpy(toc + CKP_TOC_HEADER_SIZE + (size_t)w->n_extents * CKP_EXTENT_SIZE, w->strtab, w->strtab_size);
     uint8_t hdr[CKP_HEADER_SIZE] = {0};
     memcpy(hdr + H_MAGIC, CKP_MAGIC, 8);
