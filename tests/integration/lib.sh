@@ -68,3 +68,17 @@ mount_fg() {
     PIDS="$PIDS $PID"
     wait_mounted "$T/$_n"
 }
+
+# stop_daemon SIG PID: send SIG, wait (at most 10 s) for a clean exit.
+stop_daemon() {
+    kill -"$1" "$2"
+    for _ in $(seq 200); do
+        kill -0 "$2" 2>/dev/null || break
+        sleep 0.05
+    done
+    if kill -0 "$2" 2>/dev/null; then
+        kill -KILL "$2"
+        fail "daemon ignored SIG$1"
+    fi
+    wait "$2" || fail "daemon exit status $? after SIG$1"
+}

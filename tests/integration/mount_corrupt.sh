@@ -78,7 +78,6 @@ kill -0 "$PID" || fail "daemon died"
 [ "$(grep -c "$SHARD.*$TENSOR.*chunk $CH" "$T/log.mnt")" = 1 ] ||
     fail "expected one log line naming $SHARD, $TENSOR and chunk $CH"
 grep "$TENSOR" "$T/log.mnt"
-kill -TERM "$PID"
-wait "$PID" || fail "daemon exit status $? after SIGTERM"
+stop_daemon TERM "$PID"
 wait_unmounted "$T/mnt"
 echo "mount_corrupt: ok"

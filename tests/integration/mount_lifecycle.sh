@@ -19,8 +19,7 @@ grep -q "manifest" "$T/err" || fail "no message naming the manifest: $(cat "$T/e
 for sig in TERM INT; do
     mount_fg m -o cache_size=16M,threads=4,prefetch=1M,prefetch_threads=1
     cmp "$T/src/config.json" "$T/m/config.json" || fail "content"
-    kill -"$sig" "$PID"
-    wait "$PID" || fail "daemon exit status $? after SIG$sig"
+    stop_daemon "$sig" "$PID"
     wait_unmounted "$T/m"
 done
 
