@@ -139,16 +139,26 @@ __device__ __forceinline__ void load_low(const ckg_planes &P, bool k15, uint64_t
     }
 }
 
-__global__ void __launch_bounds__(256) decode_kernel(ckg_planes P, uint64_t first, uint64_t count,
-                                                     uint16_t *out)
+/* Slot of 16-byte piece i (0..3) of lane `lane`'s 64 decoded bytes in the
+ * warp's 2 KiB staging buffer, swizzled so that both the per-lane writes and
+ * the coalesced read-out (piece r*32 + lane) hit 8 different bank groups per
+ * quarter warp. */
+__device__ __forceinline__ int out_slot(int lane, int i) { return lane * 4 + (i ^ ((lane >> 1) & 3)); }
+
+constexpr int kDecodeThreads = 256;
+
+__global__ void __launch_bounds__(kDecodeThreads) decode_kernel(ckg_planes P, uint64_t first, uint64_t count,
+                                                                uint16_t *out)
 {
     __shared__ uint32_t lut[32];
+    __shared__ uint4 stage[kDecodeThreads / 32][CKG_ESC_BLOCK / 8];
     const bool k15 = P.encoding == CKC_ENC_K15;
     if (threadIdx.x == 0)
         ckg_make_lut(k15, &P.codebook, lut);
     __syncthreads();
 
     const int lane = threadIdx.x & 31;
+    uint4 *my = stage[threadIdx.x >> 5];
     const uint64_t end = first + count;
     const uint64_t blk0 = first / CKG_ESC_BLOCK, blk1 = (end + CKG_ESC_BLOCK - 1) / CKG_ESC_BLOCK;
     const uint64_t nwarps = (uint64_t)gridDim.x * (blockDim.x >> 5);
@@ -174,20 +184,36 @@ __global__ void __launch_bounds__(256) decode_kernel(ckg_planes P, uint64_t firs
                 incl += t;
         }
         uint64_t k = P.esc_index[blk] + (incl - cnt);
-        if (q >= end || q + kGroup <= first || q >= P.n_weights)
-            continue;
-        if (vec_ok && q >= first && q + kGroup <= end) {
-            uint4 *o = reinterpret_cast<uint4 *>(out + (q - first));
+        const uint64_t b0 = blk * CKG_ESC_BLOCK;
+        /* whole block inside [first, end) and the tensor: staged, coalesced stores (warp-uniform) */
+        if (vec_ok && b0 >= first && b0 + CKG_ESC_BLOCK <= end && b0 + CKG_ESC_BLOCK <= P.n_weights) {
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                o[i] = make_uint4(pr[4 * i], pr[4 * i + 1], pr[4 * i + 2], pr[4 * i + 3]);
-        } else {
+                my[out_slot(lane, i)] = make_uint4(pr[4 * i], pr[4 * i + 1], pr[4 * i + 2], pr[4 * i + 3]);
+            uint16_t *my16 = reinterpret_cast<uint16_t *>(my);
+            for (int w = 0; w < 4; w++)
+                for (uint32_t bits = ckg_esc_bits8(c[w]); bits; bits &= bits - 1, k++) {
+                    unsigned j = 8 * w + ckg_ffs0(bits) / 4;
+                    my16[out_slot(lane, j / 8) * 8 + j % 8] =
+                        ckc_join(k15, esc_sym(P, k), ckc_low_at(k15, P.low, q + j));
+                }
+            __syncwarp();
+            uint4 *o = reinterpret_cast<uint4 *>(out + (b0 - first));
 #pragma unroll
-            for (int j = 0; j < kGroup; j++) {
-                uint64_t i = q + j;
-                if (i >= first && i < end)
-                    out[i - first] = (uint16_t)(pr[j / 2] >> (16 * (j & 1)));
+            for (int r = 0; r < 4; r++) {
+                int u = r * 32 + lane;  /* piece u = lane u/4's piece u%4 */
+                o[u] = my[out_slot(u >> 2, u & 3)];
             }
+            __syncwarp();
+            continue;
+        }
+        if (q >= end || q + kGroup <= first || q >= P.n_weights)
+            continue;
+#pragma unroll
+        for (int j = 0; j < kGroup; j++) {
+            uint64_t i = q + j;
+            if (i >= first && i < end)
+                out[i - first] = (uint16_t)(pr[j / 2] >> (16 * (j & 1)));
         }
         for (int w = 0; w < 4; w++) {
             for (uint32_t bits = ckg_esc_bits8(c[w]); bits; bits &= bits - 1, k++) {
@@ -560,9 +586,9 @@ ckg_status ckg_decode(const ckg_planes *p, uint64_t first, uint64_t count, uint1
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
         return CKG_ERR_CUDA;
-    uint64_t blocks_needed = ((first + count + CKG_ESC_BLOCK - 1) / CKG_ESC_BLOCK - first / CKG_ESC_BLOCK + 7) / 8;
+    uint64_t blocks_needed = ((first + count + CKG_ESC_BLOCK - 1) / CKG_ESC_BLOCK - first / CKG_ESC_BLOCK + 7) / (kDecodeThreads / 32);
     uint64_t blocks = blocks_needed < (uint64_t)sms * 16 ? blocks_needed : (uint64_t)sms * 16;
-    decode_kernel<<<(unsigned)blocks, 256, 0, (cudaStream_t)stream>>>(*p, first, count, out);
+    decode_kernel<<<(unsigned)blocks, kDecodeThreads, 0, (cudaStream_t)stream>>>(*p, first, count, out);
     return launched();
 }
 
