@@ -15,7 +15,14 @@ import time
 import pytest
 
 
+_MAIN_PID = os.getpid()
+
+
 def _term(signum, frame):
+    if os.getpid() != _MAIN_PID:          # a forked worker: die as usual
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
     raise KeyboardInterrupt("SIGTERM")
 
 
@@ -33,6 +40,7 @@ class Mount:
     def __init__(self, binary, dst, mnt, opts=None):
         self.binary, self.dst, self.path, self.opts = binary, dst, os.path.abspath(mnt), opts
         self.proc = None
+        self.lazy = False
         self.log = self.path + ".log"
 
     def start(self):
@@ -59,11 +67,12 @@ class Mount:
         """Unmount and reap the daemon; returns its exit status."""
         if is_mounted(self.path):
             if subprocess.call(["fusermount3", "-u", self.path], stderr=subprocess.DEVNULL) != 0:
+                self.lazy = True   # busy (a file still open): detach, then kill
                 subprocess.call(["umount", "-l", self.path], stderr=subprocess.DEVNULL)
         if self.proc is None:
             return None
         try:
-            return self.proc.wait(timeout=15)
+            return self.proc.wait(timeout=5 if self.lazy else 15)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait()
