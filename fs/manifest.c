@@ -22,16 +22,7 @@
 
 int ckm_path_ok(const char *rel) { return ckp_path_ok(rel); }
 
-static int merr(char *err, size_t cap, const char *fmt, ...)
-{
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
+#define merr cku_errf
 
 void ckm_free(ckm_manifest *m)
 {

@@ -8,6 +8,7 @@
  * otherwise silently collapse.
  */
 #include "safetensors.h"
+#include "util.h"
 
 #include <cjson/cJSON.h>
 #include <stdarg.h>
@@ -47,16 +48,7 @@ const char *st_dtype_name(uint32_t code)
     return "none";
 }
 
-static int fail(char *err, size_t cap, const char *fmt, ...)
-{
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
+#define fail cku_errf
 
 int st_header_len(const uint8_t *buf, size_t bufSize, uint64_t file_size, uint64_t *n, char *err,
                   size_t cap)

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -205,4 +206,15 @@ void cku_progress_done(cku_progress *p)
         progress_print(p, cku_now(), 1);
     pthread_mutex_destroy(&p->lock);
     free(p);
+}
+
+int cku_errf(char *err, size_t cap, const char *fmt, ...)
+{
+    if (err && cap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, cap, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
 }

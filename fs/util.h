@@ -64,4 +64,8 @@ void cku_progress_done(cku_progress *p); /* prints the final line; frees */
 
 double cku_now(void); /* monotonic seconds */
 
+/* Format a message into err (if given) and return -1: the error idiom of the
+ * parsers, which report problems without knowing the file name. */
+int cku_errf(char *err, size_t errCapacity, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 #endif
