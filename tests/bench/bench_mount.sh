@@ -1,0 +1,264 @@
+#!/usr/bin/env bash
+# bench_mount.sh BUILD_DIR_OR_CKPTFS [OUT.md] — how fast `ckptfs mount` serves
+# a model, as ratios against baselines measured in the same run (a benchmark,
+# not a test: it prints figures and never fails on them).
+#
+#  1. First sequential read of one big virtual shard (dd bs=1M), packed file
+#     in the page cache, a fresh mount per run (FUSE's page cache cold):
+#     ckptfs (default and other -o options) vs noop_fuse (a do-nothing FUSE
+#     fs serving zeros from memory: the ceiling; target >= 70%) and vs
+#     lmz's FUSE mount of the same weights (target >= 3x).
+#  2. Cold page cache (drop_caches): every shard through the mount vs the
+#     original files (target >= 1.2x faster).
+#  3. safetensors.torch.load_file, warm: mount vs original directory
+#     (target within 1.5x).
+#  4. The daemon's peak RSS (VmHWM) next to its cache limit; FUSE request
+#     sizes from -o stats.
+# Each figure is the median of $REPS runs (default 3).  Needs root,
+# /dev/fuse, fusermount3, python3 with numpy (torch + safetensors for 3,
+# lmzip for the lmz column), cc and pkg-config fuse3 for noop_fuse.
+# Data (~1.5 GiB source, its packs, the lmz store) is kept in $BENCH_DIR
+# (default /var/tmp/ckptfs-bench) between runs; BIG_MIB, SMALL_MIB, N_SMALL
+# size it; rm -rf it to free the disk.
+set -euo pipefail
+[ $# -ge 1 ] || { echo "usage: $0 BUILD_DIR_OR_CKPTFS [OUT.md]" >&2; exit 2; }
+CKPTFS=$1
+[ -d "$CKPTFS" ] && CKPTFS=$CKPTFS/fs/ckptfs
+CKPTFS=$(readlink -f "$CKPTFS")
+[ -x "$CKPTFS" ] || { echo "no ckptfs binary at $CKPTFS" >&2; exit 2; }
+OUT_MD=${2:-}
+HERE=$(cd "$(dirname "$0")" && pwd)
+PY=${PYTHON:-python3}
+REPS=${REPS:-3}
+W=${BENCH_DIR:-/var/tmp/ckptfs-bench}
+BIG_MIB=${BIG_MIB:-1024}
+SMALL_MIB=${SMALL_MIB:-256}
+N_SMALL=${N_SMALL:-2}
+[ "$(id -u)" = 0 ] && [ -c /dev/fuse ] || { echo "needs root and /dev/fuse" >&2; exit 2; }
+
+T=$(mktemp -d /tmp/ckptfs-bench.XXXXXX)
+MNT=$T/mnt
+mkdir -p "$MNT" "$W"
+PID=""
+cleanup() {
+    grep -q " $MNT fuse" /proc/mounts && { fusermount3 -u "$MNT" 2>/dev/null || umount -l "$MNT"; }
+    [ -n "$PID" ] && kill "$PID" 2>/dev/null
+    rm -rf "$T"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+t0=$(date +%s)
+log() { echo "[$(( $(date +%s) - t0 )) s] $*" >&2; }
+
+# ---- data -------------------------------------------------------------------
+SRC=$W/src-$BIG_MIB-$SMALL_MIB-$N_SMALL
+if [ ! -f "$SRC/.done" ]; then
+    log "generating $SRC"
+    rm -rf "$SRC"
+    "$PY" "$HERE/mount_gen.py" "$SRC" "$BIG_MIB" "$SMALL_MIB" "$N_SMALL"
+    touch "$SRC/.done"
+fi
+mapfile -t SHARDS < <(cd "$SRC" && ls model-*.safetensors)
+BIG=${SHARDS[0]}
+BIG_SIZE=$(stat -c %s "$SRC/$BIG")
+SRC_BYTES=0
+for s in "${SHARDS[@]}"; do SRC_BYTES=$((SRC_BYTES + $(stat -c %s "$SRC/$s"))); done
+PK=$W/packed
+rm -rf "$PK"
+log "packing ($(basename "$CKPTFS") pack, default format)"
+ps=$(date +%s.%N)
+"$CKPTFS" pack "$SRC" "$PK" >"$T/pack.log" 2>&1 || { cat "$T/pack.log"; exit 1; }
+pack_s=$(awk -v a="$(date +%s.%N)" -v b="$ps" 'BEGIN {print a - b}')
+PK_BYTES=$(du -cb "$PK"/*.ckpt | tail -1 | cut -f1)
+
+# ---- helpers ------------------------------------------------------------------
+median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+gbps() { awk -v b="$1" -v s="$2" 'BEGIN {printf "%.3f", b / s / 1e9}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", (b > 0) ? a / b : 0}'; }
+dd_secs() {   # dd_secs FILE: seconds of one dd bs=1M pass
+    dd if="$1" of=/dev/null bs=1M 2>&1 | awk '/copied/ {for (i = 1; i <= NF; i++) if ($i ~ /^s,?$/) print $(i-1)}'
+}
+wait_mount() {   # wait_mount FSTYPE
+    for _ in $(seq 400); do grep -q " $MNT $1 " /proc/mounts && return 0; sleep 0.025; done
+    echo "mount at $MNT ($1) did not come up" >&2; return 1
+}
+unmount() {
+    fusermount3 -u "$MNT" 2>/dev/null || umount -l "$MNT"
+    [ -n "$PID" ] && { wait "$PID" 2>/dev/null || true; }
+    PID=""
+}
+warm_packed() { cat "$PK"/* >/dev/null; }
+drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+HWM_KB=0
+note_hwm() {
+    local h
+    h=$(awk '/VmHWM/ {print $2}' "/proc/$PID/status" 2>/dev/null || echo 0)
+    [ "${h:-0}" -gt "$HWM_KB" ] && HWM_KB=$h
+    return 0
+}
+mount_ck() {    # mount_ck OPTS: a fresh ckptfs mount in the foreground, PID set
+    local o=${1:-}
+    "$CKPTFS" mount -f ${o:+-o "$o"} "$PK" "$MNT" 2>>"$T/ck.log" &
+    PID=$!
+    wait_mount fuse.ckptfs
+}
+
+# ---- 1. first sequential read ---------------------------------------------------
+first_read_ck() {   # first_read_ck OPTS -> median GB/s
+    local r=()
+    for _ in $(seq "$REPS"); do
+        warm_packed
+        mount_ck "$1"
+        r+=("$(gbps "$BIG_SIZE" "$(dd_secs "$MNT/$BIG")")")
+        note_hwm
+        unmount
+    done
+    printf '%s\n' "${r[@]}" | median
+}
+
+NOOP=$T/noop_fuse
+cc -O2 -o "$NOOP" "$HERE/noop_fuse.c" $(pkg-config --cflags --libs fuse3)
+first_read_noop() {   # first_read_noop READ_AHEAD_KB -> median GB/s
+    local r=() dev
+    for _ in $(seq "$REPS"); do
+        "$NOOP" "$BIG_SIZE" 16 "$MNT" &
+        PID=$!
+        wait_mount fuse.noop
+        dev=$(awk -v m="$MNT" '$5 == m {print $3}' /proc/self/mountinfo | tail -1)
+        [ "$1" != 0 ] && echo "$1" >"/sys/class/bdi/$dev/read_ahead_kb"
+        r+=("$(gbps "$BIG_SIZE" "$(dd_secs "$MNT/zero.bin")")")
+        unmount
+    done
+    printf '%s\n' "${r[@]}" | median
+}
+
+log "1. first sequential read of $BIG ($((BIG_SIZE >> 20)) MiB), $REPS runs each"
+declare -A CK
+VARIANTS=("" "threads=4" "threads=2" "prefetch=16M" "prefetch_threads=1" "prefetch_threads=4"
+          "prefetch=0" "read_ahead_kb=4096" "read_ahead_kb=0")
+[ -n "${CK_VARIANTS:-}" ] && IFS=' ' read -r -a VARIANTS <<<"$CK_VARIANTS"
+for v in "${VARIANTS[@]}"; do
+    CK["o:$v"]=$(first_read_ck "$v")
+    log "  ckptfs ${v:-default}: ${CK["o:$v"]} GB/s"
+done
+CK_DEF=${CK["o:"]:-${CK["o:${VARIANTS[0]}"]}}
+BEST_V=${VARIANTS[0]}
+for v in "${VARIANTS[@]}"; do
+    awk -v a="${CK["o:$v"]}" -v b="${CK["o:$BEST_V"]}" 'BEGIN {exit !(a > b)}' && BEST_V=$v
+done
+CK_BEST=${CK["o:$BEST_V"]}
+NOOP_1M=$(first_read_noop 1024)
+NOOP_KDEF=$(first_read_noop 0)
+log "  noop_fuse: read_ahead_kb=1024 $NOOP_1M GB/s, kernel default $NOOP_KDEF GB/s"
+NOOP_BEST=$(printf '%s\n%s\n' "$NOOP_1M" "$NOOP_KDEF" | sort -g | tail -1)
+
+LMZ=""
+if command -v lmz >/dev/null 2>&1; then
+    LS=$W/lmz-$BIG_MIB-$SMALL_MIB-$N_SMALL
+    if [ ! -f "$LS/.done" ]; then
+        log "lmz add (once; kept in $LS)"
+        rm -rf "$LS"
+        lmz add "$SRC" --store "$LS" --name m -q >"$T/lmz.log" 2>&1 || { cat "$T/lmz.log"; exit 1; }
+        touch "$LS/.done"
+    fi
+    LMZ_BYTES=$(du -cb "$LS"/models/* | tail -1 | cut -f1)
+    r=()
+    for _ in $(seq "$REPS"); do
+        cat "$LS"/models/* >/dev/null
+        lmz mount --store "$LS" "$MNT" -q >>"$T/lmz.log" 2>&1 &
+        PID=$!
+        for _ in $(seq 400); do [ -e "$MNT/m/$BIG" ] && break; sleep 0.05; done
+        r+=("$(gbps "$BIG_SIZE" "$(dd_secs "$MNT/m/$BIG")")")
+        unmount
+    done
+    LMZ=$(printf '%s\n' "${r[@]}" | median)
+    log "  lmz mount: $LMZ GB/s"
+fi
+
+# ---- 2. cold page cache: every shard -------------------------------------------
+log "2. cold cache: all ${#SHARDS[@]} shards, $REPS runs each"
+seq_secs() { "$PY" "$HERE/mount_read.py" seq "$@" | cut -d' ' -f2; }
+r_src=() r_ck=()
+for _ in $(seq "$REPS"); do
+    drop_caches
+    r_src+=("$(seq_secs "${SHARDS[@]/#/$SRC/}")")
+    mount_ck ""
+    drop_caches
+    r_ck+=("$(seq_secs "${SHARDS[@]/#/$MNT/}")")
+    note_hwm
+    unmount
+done
+COLD_SRC=$(gbps "$SRC_BYTES" "$(printf '%s\n' "${r_src[@]}" | median)")
+COLD_CK=$(gbps "$SRC_BYTES" "$(printf '%s\n' "${r_ck[@]}" | median)")
+log "  original $COLD_SRC GB/s, ckptfs $COLD_CK GB/s"
+
+# ---- 3. load_file, warm ----------------------------------------------------------
+LOAD=""
+if "$PY" -c "import torch, safetensors" 2>/dev/null; then
+    log "3. load_file, warm, $REPS runs each"
+    ld() { "$PY" "$HERE/mount_read.py" "$@" | cut -d' ' -f2; }
+    declare -A L
+    for mode in load pread; do
+        a=() b=() c=()
+        cat "${SHARDS[@]/#/$SRC/}" >/dev/null
+        for _ in $(seq "$REPS"); do
+            a+=("$(ld "$mode" "${SHARDS[@]/#/$SRC/}")")
+            warm_packed
+            mount_ck ""
+            b+=("$(ld "$mode" "${SHARDS[@]/#/$MNT/}")")    # fresh mount: FUSE cache cold
+            c+=("$(ld "$mode" "${SHARDS[@]/#/$MNT/}")")    # again: FUSE page cache warm
+            note_hwm
+            unmount
+        done
+        L[$mode.src]=$(printf '%s\n' "${a[@]}" | median)
+        L[$mode.fresh]=$(printf '%s\n' "${b[@]}" | median)
+        L[$mode.warm]=$(printf '%s\n' "${c[@]}" | median)
+        log "  $mode: original ${L[$mode.src]} s, mount fresh ${L[$mode.fresh]} s, mount warm ${L[$mode.warm]} s"
+    done
+    LOAD=1
+fi
+
+# ---- 4. request sizes ------------------------------------------------------------
+warm_packed
+: >"$T/stats.log"
+"$CKPTFS" mount -f -o stats "$PK" "$MNT" 2>"$T/stats.log" &
+PID=$!
+wait_mount fuse.ckptfs
+dd_secs "$MNT/$BIG" >/dev/null
+note_hwm
+unmount
+STATS=$(grep -m1 'reads' "$T/stats.log" || echo "(no stats line)")
+CACHE_LIMIT=$("$CKPTFS" mount -h 2>&1 | sed -n 's/.*cache_size=BYTES.*default \([^;)]*\).*/\1/p')
+
+# ---- report ----------------------------------------------------------------------
+{
+echo "## ckptfs mount benchmark"
+echo
+echo "$(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs, kernel $(uname -r), $(git -C "$HERE" rev-parse --short HEAD 2>/dev/null || echo ?);" \
+     "median of $REPS runs; GB = 10^9 bytes."
+echo "Source: ${#SHARDS[@]} BF16 N(0,0.02) shards, $((SRC_BYTES >> 20)) MiB; packed $((PK_BYTES >> 20)) MiB" \
+     "($(ratio "$PK_BYTES" "$SRC_BYTES") of source) in ${pack_s%.*} s${LMZ:+; lmz store $((LMZ_BYTES >> 20)) MiB}."
+echo
+echo "| measurement | ckptfs | baseline | ratio | target |"
+echo "|---|---|---|---|---|"
+echo "| first read, $((BIG_SIZE >> 20)) MiB shard, default options | $CK_DEF GB/s | noop FUSE $NOOP_BEST GB/s | $(ratio "$CK_DEF" "$NOOP_BEST") | >= 0.70 |"
+echo "| first read, best options (\`${BEST_V:-default}\`) | $CK_BEST GB/s | noop FUSE $NOOP_BEST GB/s | $(ratio "$CK_BEST" "$NOOP_BEST") | >= 0.70 |"
+[ -n "$LMZ" ] && echo "| first read vs lmz mount, default options | $CK_DEF GB/s | lmz $LMZ GB/s | $(ratio "$CK_DEF" "$LMZ")x | >= 3x |"
+[ -n "$LMZ" ] && echo "| first read vs lmz mount, best options | $CK_BEST GB/s | lmz $LMZ GB/s | $(ratio "$CK_BEST" "$LMZ")x | >= 3x |"
+echo "| cold page cache, all shards | $COLD_CK GB/s | original files $COLD_SRC GB/s | $(ratio "$COLD_CK" "$COLD_SRC")x | >= 1.2x |"
+if [ -n "$LOAD" ]; then
+    for mode in load pread; do
+        what="load_file"; [ "$mode" = pread ] && what='load_file(backend="pread")'
+        echo "| $what, warm (second pass on a mount) | ${L[$mode.warm]} s | original ${L[$mode.src]} s | $(ratio "${L[$mode.warm]}" "${L[$mode.src]}")x time | <= 1.5x |"
+        echo "| $what, fresh mount, packed file cached | ${L[$mode.fresh]} s | original ${L[$mode.src]} s | $(ratio "${L[$mode.fresh]}" "${L[$mode.src]}")x time | (info) |"
+    done
+fi
+echo "| daemon peak RSS (VmHWM, all runs) | $((HWM_KB >> 10)) MiB | cache_size ${CACHE_LIMIT:-256M} | | bounded |"
+echo
+echo "First read by mount option (GB/s): $(for v in "${VARIANTS[@]}"; do printf '`%s` %s; ' "${v:-default}" "${CK["o:$v"]}"; done)" \
+     "noop FUSE: read_ahead_kb=1024 $NOOP_1M, kernel default $NOOP_KDEF."
+echo
+echo "Daemon stats, one dd of the big shard: $STATS"
+} | tee "$T/report.md"
+[ -n "$OUT_MD" ] && cp "$T/report.md" "$OUT_MD"
+log "done"
