@@ -708,7 +708,8 @@ int ckpt_pack(const ckpt_pack_opts *o)
             goto out;
         }
     }
-    qsort(c.list.v, c.list.n, sizeof *c.list.v, cmp_entry);
+    if (c.list.n) /* an emptied SRC (rerun after --delete-source) has no list: qsort(NULL) is UB */
+        qsort(c.list.v, c.list.n, sizeof *c.list.v, cmp_entry);
     uint64_t total;
     if (validate_all(&c, &total))
         goto out;
