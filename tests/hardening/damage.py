@@ -263,8 +263,9 @@ def main():
                     with open(os.path.join(out, r2[:-5]), "rb") as a, open(os.path.join(SRC, r2[:-5]), "rb") as b:
                         if hashlib.sha256(a.read()).digest() != hashlib.sha256(b.read()).digest():
                             fail("random flip %s@%d: unpack returned wrong bytes for %s" % (rel, off, r2))
-        if rel.endswith(".ckpt"):
-            check_reads(d, rel, None if rc else set())
+        # detected: that file may fail (at open or in chunks), the others read exact;
+        # harmless: every file reads exact
+        check_reads(d, rel if rc and rel.endswith(".ckpt") else "", None)
         shutil.rmtree(out, ignore_errors=True)
         shutil.rmtree(d)
     print("random flips: %d detected, %d in unused bytes (all reads exact)" %
