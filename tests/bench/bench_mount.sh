@@ -48,6 +48,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM
 t0=$(date +%s)
+LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 log() { echo "[$(( $(date +%s) - t0 )) s] $*" >&2; }
 
 # ---- data -------------------------------------------------------------------
@@ -72,7 +73,7 @@ pack_s=$(awk -v a="$(date +%s.%N)" -v b="$ps" 'BEGIN {print a - b}')
 PK_BYTES=$(du -cb "$PK"/*.ckpt | tail -1 | cut -f1)
 
 # ---- helpers ------------------------------------------------------------------
-median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+median() { sort -g | awk '{a[NR]=$1} END {printf "%.4g\n", (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 gbps() { awk -v b="$1" -v s="$2" 'BEGIN {printf "%.3f", b / s / 1e9}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", (b > 0) ? a / b : 0}'; }
 dd_secs() {   # dd_secs FILE: seconds of one dd bs=1M pass
@@ -104,54 +105,27 @@ mount_ck() {    # mount_ck OPTS: a fresh ckptfs mount in the foreground, PID set
 }
 
 # ---- 1. first sequential read ---------------------------------------------------
-first_read_ck() {   # first_read_ck OPTS -> median GB/s
-    local r=()
-    for _ in $(seq "$REPS"); do
-        warm_packed
-        mount_ck "$1"
-        r+=("$(gbps "$BIG_SIZE" "$(dd_secs "$MNT/$BIG")")")
-        note_hwm
-        unmount
-    done
-    printf '%s\n' "${r[@]}" | median
+# One round = every configuration once, back to back, so that a burst of
+# background load (the machine is shared) hits them alike; $REPS rounds.
+one_ck() {   # one_ck OPTS -> GB/s of one first read through a fresh mount
+    warm_packed
+    mount_ck "$1"
+    gbps "$BIG_SIZE" "$(dd_secs "$MNT/$BIG")"
+    note_hwm
+    unmount
 }
-
 NOOP=$T/noop_fuse
 cc -O2 -o "$NOOP" "$HERE/noop_fuse.c" $(pkg-config --cflags --libs fuse3)
-first_read_noop() {   # first_read_noop READ_AHEAD_KB -> median GB/s
-    local r=() dev
-    for _ in $(seq "$REPS"); do
-        "$NOOP" "$BIG_SIZE" 16 "$MNT" &
-        PID=$!
-        wait_mount fuse.noop
-        dev=$(awk -v m="$MNT" '$5 == m {print $3}' /proc/self/mountinfo | tail -1)
-        [ "$1" != 0 ] && echo "$1" >"/sys/class/bdi/$dev/read_ahead_kb"
-        r+=("$(gbps "$BIG_SIZE" "$(dd_secs "$MNT/zero.bin")")")
-        unmount
-    done
-    printf '%s\n' "${r[@]}" | median
+one_noop() {   # one_noop READ_AHEAD_KB (0: the kernel's) -> GB/s
+    local dev
+    "$NOOP" "$BIG_SIZE" 16 "$MNT" &
+    PID=$!
+    wait_mount fuse.noop
+    dev=$(awk -v m="$MNT" '$5 == m {print $3}' /proc/self/mountinfo | tail -1)
+    [ "$1" != 0 ] && echo "$1" >"/sys/class/bdi/$dev/read_ahead_kb"
+    gbps "$BIG_SIZE" "$(dd_secs "$MNT/zero.bin")"
+    unmount
 }
-
-log "1. first sequential read of $BIG ($((BIG_SIZE >> 20)) MiB), $REPS runs each"
-declare -A CK
-VARIANTS=("" "threads=4" "threads=2" "prefetch=16M" "prefetch_threads=1" "prefetch_threads=4"
-          "prefetch=0" "read_ahead_kb=4096" "read_ahead_kb=0")
-[ -n "${CK_VARIANTS:-}" ] && IFS=' ' read -r -a VARIANTS <<<"$CK_VARIANTS"
-for v in "${VARIANTS[@]}"; do
-    CK["o:$v"]=$(first_read_ck "$v")
-    log "  ckptfs ${v:-default}: ${CK["o:$v"]} GB/s"
-done
-CK_DEF=${CK["o:"]:-${CK["o:${VARIANTS[0]}"]}}
-BEST_V=${VARIANTS[0]}
-for v in "${VARIANTS[@]}"; do
-    awk -v a="${CK["o:$v"]}" -v b="${CK["o:$BEST_V"]}" 'BEGIN {exit !(a > b)}' && BEST_V=$v
-done
-CK_BEST=${CK["o:$BEST_V"]}
-NOOP_1M=$(first_read_noop 1024)
-NOOP_KDEF=$(first_read_noop 0)
-log "  noop_fuse: read_ahead_kb=1024 $NOOP_1M GB/s, kernel default $NOOP_KDEF GB/s"
-NOOP_BEST=$(printf '%s\n%s\n' "$NOOP_1M" "$NOOP_KDEF" | sort -g | tail -1)
-
 LMZ=""
 if command -v lmz >/dev/null 2>&1; then
     LS=$W/lmz-$BIG_MIB-$SMALL_MIB-$N_SMALL
@@ -162,18 +136,42 @@ if command -v lmz >/dev/null 2>&1; then
         touch "$LS/.done"
     fi
     LMZ_BYTES=$(du -cb "$LS"/models/* | tail -1 | cut -f1)
-    r=()
-    for _ in $(seq "$REPS"); do
-        cat "$LS"/models/* >/dev/null
-        lmz mount --store "$LS" "$MNT" -q >>"$T/lmz.log" 2>&1 &
-        PID=$!
-        for _ in $(seq 400); do [ -e "$MNT/m/$BIG" ] && break; sleep 0.05; done
-        r+=("$(gbps "$BIG_SIZE" "$(dd_secs "$MNT/m/$BIG")")")
-        unmount
-    done
-    LMZ=$(printf '%s\n' "${r[@]}" | median)
-    log "  lmz mount: $LMZ GB/s"
 fi
+one_lmz() {
+    cat "$LS"/models/* >/dev/null
+    lmz mount --store "$LS" "$MNT" -q >>"$T/lmz.log" 2>&1 &
+    PID=$!
+    for _ in $(seq 400); do [ -e "$MNT/m/$BIG" ] && break; sleep 0.05; done
+    gbps "$BIG_SIZE" "$(dd_secs "$MNT/m/$BIG")"
+    unmount
+}
+
+VARIANTS=("" "threads=4" "threads=2" "prefetch=16M" "prefetch_threads=1" "prefetch_threads=4"
+          "prefetch=0" "read_ahead_kb=4096" "read_ahead_kb=0")
+[ -n "${CK_VARIANTS:-}" ] && IFS=' ' read -r -a VARIANTS <<<"$CK_VARIANTS"
+log "1. first sequential read of $BIG ($((BIG_SIZE >> 20)) MiB), $REPS rounds of ${#VARIANTS[@]} ckptfs option sets, noop FUSE${LS:+, lmz}"
+declare -A R   # configuration -> the figures of every round, one a line
+for round in $(seq "$REPS"); do
+    R[noop1m]+="$(one_noop 1024)"$'\n'
+    R[noopk]+="$(one_noop 0)"$'\n'
+    for v in "${VARIANTS[@]}"; do R["o:$v"]+="$(one_ck "$v")"$'\n'; done
+    [ -n "${LS:-}" ] && R[lmz]+="$(one_lmz)"$'\n'
+    log "  round $round: noop $(echo ${R[noop1m]} | tr ' ' /), default ckptfs $(echo ${R["o:${VARIANTS[0]}"]} | tr ' ' /) GB/s"
+done
+med() { printf '%s' "${R[$1]}" | grep . | median; }
+declare -A CK
+for v in "${VARIANTS[@]}"; do CK["o:$v"]=$(med "o:$v"); done
+CK_DEF=${CK["o:"]:-${CK["o:${VARIANTS[0]}"]}}
+BEST_V=${VARIANTS[0]}
+for v in "${VARIANTS[@]}"; do
+    awk -v a="${CK["o:$v"]}" -v b="${CK["o:$BEST_V"]}" 'BEGIN {exit !(a > b)}' && BEST_V=$v
+done
+CK_BEST=${CK["o:$BEST_V"]}
+NOOP_1M=$(med noop1m)
+NOOP_KDEF=$(med noopk)
+NOOP_BEST=$(printf '%s\n%s\n' "$NOOP_1M" "$NOOP_KDEF" | sort -g | tail -1)
+[ -n "${LS:-}" ] && LMZ=$(med lmz)
+log "  medians: ckptfs default $CK_DEF, best ($BEST_V) $CK_BEST, noop $NOOP_1M / $NOOP_KDEF (kernel ra), lmz ${LMZ:-n/a} GB/s"
 
 # ---- 2. cold page cache: every shard -------------------------------------------
 log "2. cold cache: all ${#SHARDS[@]} shards, $REPS runs each"
@@ -228,6 +226,22 @@ dd_secs "$MNT/$BIG" >/dev/null
 note_hwm
 unmount
 STATS=$(grep -m1 'reads' "$T/stats.log" || echo "(no stats line)")
+# Diagnostic: the peak RSS of reading every shard once, with glibc's default
+# per-thread malloc arenas and with one arena (does fragmentation, rather
+# than the cache, set the peak?).
+hwm_all() {
+    local h
+    warm_packed
+    env ${1:+"$1"} "$CKPTFS" mount -f "$PK" "$MNT" 2>>"$T/ck.log" &
+    PID=$!
+    wait_mount fuse.ckptfs
+    cat "${SHARDS[@]/#/$MNT/}" >/dev/null
+    h=$(awk '/VmHWM/ {print $2}' "/proc/$PID/status")
+    unmount
+    echo $((h >> 10))
+}
+HWM_ARENAS=$(hwm_all "")
+HWM_ONE_ARENA=$(hwm_all MALLOC_ARENA_MAX=1)
 CACHE_LIMIT=$("$CKPTFS" mount -h 2>&1 | sed -n 's/.*cache_size=BYTES.*default \([^;)]*\).*/\1/p')
 
 # ---- report ----------------------------------------------------------------------
@@ -235,7 +249,7 @@ CACHE_LIMIT=$("$CKPTFS" mount -h 2>&1 | sed -n 's/.*cache_size=BYTES.*default \(
 echo "## ckptfs mount benchmark"
 echo
 echo "$(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs, kernel $(uname -r), $(git -C "$HERE" rev-parse --short HEAD 2>/dev/null || echo ?);" \
-     "median of $REPS runs; GB = 10^9 bytes."
+     "median of $REPS runs; GB = 10^9 bytes; load average at start $LOAD0, at end $(cut -d' ' -f1-3 /proc/loadavg)."
 echo "Source: ${#SHARDS[@]} BF16 N(0,0.02) shards, $((SRC_BYTES >> 20)) MiB; packed $((PK_BYTES >> 20)) MiB" \
      "($(ratio "$PK_BYTES" "$SRC_BYTES") of source) in ${pack_s%.*} s${LMZ:+; lmz store $((LMZ_BYTES >> 20)) MiB}."
 echo
@@ -254,6 +268,7 @@ if [ -n "$LOAD" ]; then
     done
 fi
 echo "| daemon peak RSS (VmHWM, all runs) | $((HWM_KB >> 10)) MiB | cache_size ${CACHE_LIMIT:-256M} | | bounded |"
+echo "| peak RSS, one pass over all shards | $HWM_ARENAS MiB | with MALLOC_ARENA_MAX=1: $HWM_ONE_ARENA MiB | | (diagnostic) |"
 echo
 echo "First read by mount option (GB/s): $(for v in "${VARIANTS[@]}"; do printf '`%s` %s; ' "${v:-default}" "${CK["o:$v"]}"; done)" \
      "noop FUSE: read_ahead_kb=1024 $NOOP_1M, kernel default $NOOP_KDEF."
