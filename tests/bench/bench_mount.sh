@@ -107,10 +107,15 @@ mount_ck() {    # mount_ck OPTS: a fresh ckptfs mount in the foreground, PID set
 # ---- 1. first sequential read ---------------------------------------------------
 # One round = every configuration once, back to back, so that a burst of
 # background load (the machine is shared) hits them alike; $REPS rounds.
+TICK=$(getconf CLK_TCK)
+cpu_of() {   # cpu_of PID KEY: add the daemon's CPU seconds so far to $T/cpu.KEY
+    awk -v t="$TICK" '{print ($14 + $15) / t}' "/proc/$1/stat" >>"$T/cpu.$(echo "$2" | tr -c 'a-zA-Z0-9\n' _)"
+}
 one_ck() {   # one_ck OPTS -> GB/s of one first read through a fresh mount
     warm_packed
     mount_ck "$1"
     gbps "$BIG_SIZE" "$(dd_secs "$MNT/$BIG")"
+    cpu_of "$PID" "ck$1"
     note_hwm
     unmount
 }
@@ -124,6 +129,7 @@ one_noop() {   # one_noop READ_AHEAD_KB (0: the kernel's) -> GB/s
     dev=$(awk -v m="$MNT" '$5 == m {print $3}' /proc/self/mountinfo | tail -1)
     [ "$1" != 0 ] && echo "$1" >"/sys/class/bdi/$dev/read_ahead_kb"
     gbps "$BIG_SIZE" "$(dd_secs "$MNT/zero.bin")"
+    cpu_of "$PID" "noop$1"
     unmount
 }
 LMZ=""
@@ -171,6 +177,10 @@ NOOP_1M=$(med noop1m)
 NOOP_KDEF=$(med noopk)
 NOOP_BEST=$(printf '%s\n%s\n' "$NOOP_1M" "$NOOP_KDEF" | sort -g | tail -1)
 [ -n "${LS:-}" ] && LMZ=$(med lmz)
+cpu_med() { median <"$T/cpu.$(echo "$1" | tr -c 'a-zA-Z0-9\n' _)"; }
+CPU_CK=$(cpu_med "ck${VARIANTS[0]}")
+CPU_NOOP=$(cpu_med noop1024)
+GIB=$(awk -v b="$BIG_SIZE" 'BEGIN {print b / 1073741824}')
 log "  medians: ckptfs default $CK_DEF, best ($BEST_V) $CK_BEST, noop $NOOP_1M / $NOOP_KDEF (kernel ra), lmz ${LMZ:-n/a} GB/s"
 
 # ---- 2. cold page cache: every shard -------------------------------------------
@@ -267,6 +277,7 @@ if [ -n "$LOAD" ]; then
         echo "| $what, fresh mount, packed file cached | ${L[$mode.fresh]} s | original ${L[$mode.src]} s | $(ratio "${L[$mode.fresh]}" "${L[$mode.src]}")x time | (info) |"
     done
 fi
+echo "| daemon CPU per GiB of first read (\`${VARIANTS[0]:-default}\`; noise-robust) | $(awk -v a="$CPU_CK" -v g="$GIB" 'BEGIN {printf "%.3f", a / g}') s | noop FUSE $(awk -v a="$CPU_NOOP" -v g="$GIB" 'BEGIN {printf "%.3f", a / g}') s | $(ratio "$CPU_CK" "$CPU_NOOP")x | (info) |"
 echo "| daemon peak RSS (VmHWM, all runs) | $((HWM_KB >> 10)) MiB | cache_size ${CACHE_LIMIT:-256M} | | bounded |"
 echo "| peak RSS, one pass over all shards | $HWM_ARENAS MiB | with MALLOC_ARENA_MAX=1: $HWM_ONE_ARENA MiB | | (diagnostic) |"
 echo
