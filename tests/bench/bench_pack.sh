@@ -19,6 +19,7 @@ n = int(gib * (1 << 30)) // 2
 rng = np.random.default_rng(1)
 with open(path, "wb") as f:
     h = json.dumps({"w": {"dtype": "BF16", "shape": [n], "data_offsets": [0, 2 * n]}}).encode()
+    h += b" " * (-len(h) % 8)  # aligned data, as the safetensors library writes it
     f.write(struct.pack("<Q", len(h)) + h)
     for a in range(0, n, 1 << 26):
         x = (rng.standard_normal(min(1 << 26, n - a), dtype=np.float32) * 0.02).view(np.uint32).astype(np.uint64)
