@@ -151,6 +151,11 @@ static ckp_status parse_extent(ckp_reader *r, const uint8_t *rec, uint32_t i, ui
             (x->encoding == CKC_ENC_RAW && x->plane_size[0] != x->orig_size))
             return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u has invalid fields", i);
     }
+    /* Names may point at the same bytes of the table, but their copies must
+     * fit in r->strings, which holds names of at most strtab_size bytes in all. */
+    const char *names_cap = r->strings + strlen(r->info.path) + 1 + strtab_size + r->info.n_extents + 1;
+    if ((size_t)(names_cap - *names_end) < (size_t)nlen + 1)
+        return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u: names take more room than the string table holds", i);
     memcpy(*names_end, strtab + noff, nlen);
     x->name = *names_end;
     (*names_end)[nlen] = 0;
@@ -264,7 +269,8 @@ static ckp_status parse_toc(ckp_reader *r, const uint8_t *t, uint64_t toc_off, u
     r->info.mtime_ns = (int64_t)cku_le64(t + T_MTIME);
     r->info.n_extents = n;
     const uint8_t *strtab = t + CKP_TOC_HEADER_SIZE + (size_t)n * CKP_EXTENT_SIZE;
-    /* every string is copied NUL-terminated; names are at most the table's size in all */
+    /* every string is copied NUL-terminated; names are at most the table's size in all
+     * (parse_extent checks: overlapping name references could exceed it) */
     r->strings = malloc((size_t)path_len + 1 + (size_t)strtab_size + n + 1);
     r->x = calloc(n ? n : 1, sizeof *r->x);
     if (!r->strings || !r->x)
