@@ -87,6 +87,21 @@ typedef struct ckp_reader ckp_reader;
 ckp_status ckp_open(const char *path, ckp_reader **out, char *err, size_t errCapacity);
 void ckp_close(ckp_reader *r);
 
+/* Flags of ckp_open_ex. */
+#define CKP_OPEN_MMAP 1u  /* decode straight from a read-only shared mapping of
+                           * the file instead of pread into scratch (falls back
+                           * to pread if the file cannot be mapped) */
+
+/* ckp_open with flags (0: exactly ckp_open).  With CKP_OPEN_MMAP, chunk
+ * reads load from the mapping: if the file shrinks while the reader is open,
+ * ckp_read_chunk/ckp_pread raise SIGBUS in the calling thread.  The library
+ * installs no signal handler: a caller that maps must catch SIGBUS around
+ * its reads (e.g. sigsetjmp/siglongjmp) and treat it as EIO. */
+ckp_status ckp_open_ex(const char *path, unsigned flags, ckp_reader **out, char *err,
+                       size_t errCapacity);
+/* 1 if reads of r go through a mapping (ckp_open_ex with CKP_OPEN_MMAP). */
+int ckp_is_mapped(const ckp_reader *r);
+
 const ckp_info *ckp_get_info(const ckp_reader *r);
 const ckp_extent *ckp_get_extent(const ckp_reader *r, uint32_t i);
 int ckp_fd(const ckp_reader *r);            /* for loaders that read planes themselves */

@@ -17,12 +17,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zstd.h>
 
 struct ckp_reader {
     int fd;
+    const uint8_t *map;     /* whole file mapped read-only (CKP_OPEN_MMAP), or NULL */
     char *file;             /* path given to ckp_open */
     ckp_info info;
     ckp_extent *x;          /* info.n_extents */
@@ -302,6 +304,11 @@ static ckp_status parse_toc(ckp_reader *r, const uint8_t *t, uint64_t toc_off, u
 
 ckp_status ckp_open(const char *path, ckp_reader **out, char *err, size_t cap)
 {
+    return ckp_open_ex(path, 0, out, err, cap);
+}
+
+ckp_status ckp_open_ex(const char *path, unsigned flags, ckp_reader **out, char *err, size_t cap)
+{
     *out = NULL;
     ckp_reader *r = calloc(1, sizeof *r);
     if (!r || !(r->file = strdup(path))) {
@@ -344,6 +351,13 @@ ckp_status ckp_open(const char *path, ckp_reader **out, char *err, size_t cap)
     if ((s = parse_toc(r, toc, toc_off, toc_size, err, cap)) != CKP_OK)
         goto fail;
     free(toc);
+    if (flags & CKP_OPEN_MMAP) {
+        /* Metadata was read and checked with pread above; only plane bytes
+         * are loaded from the mapping.  No mapping: pread, as ckp_open. */
+        void *m = mmap(NULL, (size_t)r->info.packed_size, PROT_READ, MAP_SHARED, r->fd, 0);
+        if (m != MAP_FAILED)
+            r->map = m;
+    }
     *out = r;
     return CKP_OK;
 fail:
@@ -356,6 +370,8 @@ void ckp_close(ckp_reader *r)
 {
     if (!r)
         return;
+    if (r->map)
+        munmap((void *)r->map, (size_t)r->info.packed_size);
     if (r->fd >= 0)
         close(r->fd);
     free(r->file);
@@ -371,6 +387,7 @@ const ckp_extent *ckp_get_extent(const ckp_reader *r, uint32_t i)
     return i < r->info.n_extents ? &r->x[i] : NULL;
 }
 int ckp_fd(const ckp_reader *r) { return r->fd; }
+int ckp_is_mapped(const ckp_reader *r) { return r->map != NULL; }
 const char *ckp_file_name(const ckp_reader *r) { return r->file; }
 
 uint64_t ckp_chunk_len(const ckp_extent *x, uint64_t c)
@@ -426,6 +443,10 @@ static ckp_status read_plane(const ckp_reader *r, const ckp_extent *x, int p, ui
 {
     if (off > x->plane_size[p] || len > x->plane_size[p] - off)
         return CKP_ERR_CHUNK;
+    if (r->map) {
+        memcpy(dst, r->map + x->plane_offset[p] + off, len);
+        return CKP_OK;
+    }
     return cku_pread_full(r->fd, dst, len, x->plane_offset[p] + off) ? CKP_ERR_IO : CKP_OK;
 }
 
@@ -452,15 +473,22 @@ static ckp_status read_bf16_chunk(const ckp_reader *r, const ckp_extent *x, uint
         got[p] = min64(need[p] + 8, x->plane_size[p] - off[p]); /* + tail for 2/8-byte loads */
         total += got[p];
     }
-    if (grow(&s->in, &s->in_cap, (size_t)total + 1))
-        return CKP_ERR_NOMEM;
-    uint8_t *b = s->in;
-    ckc_cplanes cp = {b, b + got[0], b + got[0] + got[1], got[0], got[1], got[2]};
-    for (int p = 0; p < 3; p++) {
-        ckp_status st = read_plane(r, x, p, off[p], got[p], b);
-        if (st != CKP_OK)
-            return st;
-        b += got[p];
+    ckc_cplanes cp;
+    if (r->map) {             /* planes lie in the file: decode in place */
+        const uint8_t *m = r->map;
+        cp = (ckc_cplanes){m + x->plane_offset[0] + off[0], m + x->plane_offset[1] + off[1],
+                           m + x->plane_offset[2] + off[2], got[0], got[1], got[2]};
+    } else {
+        if (grow(&s->in, &s->in_cap, (size_t)total + 1))
+            return CKP_ERR_NOMEM;
+        uint8_t *b = s->in;
+        cp = (ckc_cplanes){b, b + got[0], b + got[0] + got[1], got[0], got[1], got[2]};
+        for (int p = 0; p < 3; p++) {
+            ckp_status st = read_plane(r, x, p, off[p], got[p], b);
+            if (st != CKP_OK)
+                return st;
+            b += got[p];
+        }
     }
     ckc_status cs = ckc_decode_chunk(x->encoding, &x->codebook, &cp, 0, (size_t)nw, esc_first - esc_base,
                                      esc_count, dst);
@@ -482,11 +510,18 @@ ckp_status ckp_read_chunk(const ckp_reader *r, uint32_t e, uint64_t c, void *dst
         uint64_t a = x->index[c].datum, b = c + 1 < x->n_chunks ? x->index[c + 1].datum : x->plane_size[0];
         if (!s->dctx && !(s->dctx = ZSTD_createDCtx()))
             return CKP_ERR_NOMEM;
-        if (grow(&s->in, &s->in_cap, (size_t)(b - a) + 1))
-            return CKP_ERR_NOMEM;
-        st = read_plane(r, x, 0, a, b - a, s->in);
+        const uint8_t *in = NULL;
+        if (r->map) {
+            st = a <= b && b <= x->plane_size[0] ? CKP_OK : CKP_ERR_CHUNK;
+            in = r->map + x->plane_offset[0] + a;
+        } else {
+            if (grow(&s->in, &s->in_cap, (size_t)(b - a) + 1))
+                return CKP_ERR_NOMEM;
+            st = read_plane(r, x, 0, a, b - a, s->in);
+            in = s->in;
+        }
         if (st == CKP_OK) {
-            size_t z = ZSTD_decompressDCtx(s->dctx, dst, len, s->in, b - a);
+            size_t z = ZSTD_decompressDCtx(s->dctx, dst, len, in, b - a);
             st = ZSTD_isError(z) || z != len ? CKP_ERR_CHUNK : CKP_OK;
         }
         break;

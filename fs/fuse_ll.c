@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -106,6 +107,41 @@ static ckp_scratch *thread_scratch(void)
     return s;
 }
 
+/* ---- SIGBUS from mapped packed files ------------------------------------- */
+
+/* Packed files are mapped (CKP_OPEN_MMAP): if one shrinks while mounted (it
+ * should never change, but it is someone else's file), loading a page past
+ * its new end raises SIGBUS in the thread decoding.  The handler jumps back
+ * out of the decode, which fails with EIO; a SIGBUS anywhere else (not armed)
+ * gets the default action.  The jump leaves only the decode's thread scratch
+ * (a zstd context reset on its next use) and the cache buffer, which the
+ * cache frees on error.  SA_NODEFER: the jump does not restore a mask, so
+ * SIGBUS must not stay blocked after it. */
+static __thread sigjmp_buf bus_jmp;
+static __thread volatile sig_atomic_t bus_armed;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uctx)
+{
+    (void)si;
+    (void)uctx;
+    if (bus_armed) {
+        bus_armed = 0;
+        siglongjmp(bus_jmp, 1);
+    }
+    signal(sig, SIG_DFL);      /* not ours: die as without the handler */
+    raise(sig);
+}
+
+static int install_sigbus(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    return sigaction(SIGBUS, &sa, NULL);
+}
+
 /* ---- readers and chunks -------------------------------------------------- */
 
 static int open_reader(ckfs_ctx *c, uint32_t i, ckp_reader **out)
@@ -114,7 +150,7 @@ static int open_reader(ckfs_ctx *c, uint32_t i, ckp_reader **out)
     char *path, msg[512];
     if (asprintf(&path, "%s/%s%s", c->dst, f->path, CKP_SUFFIX) < 0)
         return ENOMEM;
-    ckp_status st = ckp_open(path, out, msg, sizeof msg);
+    ckp_status st = ckp_open_ex(path, c->o.mmap ? CKP_OPEN_MMAP : 0, out, msg, sizeof msg);
     free(path);
     if (st != CKP_OK) {
         ckfs_log("%s: cannot open packed file: %s", f->path, msg);
@@ -163,11 +199,27 @@ static int fill_chunk(void *arg, const ckcache_key *k, void *dst, size_t len)
         return EIO;
     if (!s)
         return ENOMEM;
-    ckp_status st = ckp_read_chunk(r, k->extent, k->chunk, dst, s);
+    ckp_status st;
+    int bus = 0;
+    if (ckp_is_mapped(r)) {
+        if (sigsetjmp(bus_jmp, 0) == 0) {
+            bus_armed = 1;
+            st = ckp_read_chunk(r, k->extent, k->chunk, dst, s);
+            bus_armed = 0;
+        } else {
+            st = CKP_ERR_IO;   /* SIGBUS: the packed file shrank under us */
+            bus = 1;
+        }
+    } else {
+        st = ckp_read_chunk(r, k->extent, k->chunk, dst, s);
+    }
     if (st == CKP_OK)
         return 0;
     const ckp_extent *x = ckp_get_extent(r, k->extent);
     uint64_t start = x->orig_offset + k->chunk * x->chunk_size;
+    if (bus)
+        ckfs_log("%s: packed file changed size while mounted (SIGBUS reading it)",
+                 c->m->files[k->file].path);
     ckfs_log("%s: extent %u (%s) chunk %llu (original bytes %llu..%llu) unreadable: %s; "
              "reads touching it fail with EIO",
              c->m->files[k->file].path, k->extent, x->name[0] ? x->name : "header",
@@ -762,6 +814,10 @@ static int serve(ckfs_ctx *c, const char *mnt)
     if (!c->o.foreground) {
         openlog("ckptfs", LOG_PID, LOG_DAEMON);
         g_syslog = 1;
+    }
+    if (install_sigbus() != 0) {
+        ckfs_log("cannot install the SIGBUS handler: %s", strerror(errno));
+        goto out_unmount;
     }
     /* Threads start only now: fuse_daemonize forks. */
     c->cache = ckcache_new(c->o.cache_size, c->o.prefetch_threads, fill_chunk, c);

@@ -36,6 +36,7 @@ const char *ckfs_mount_usage(void)
            "  read_ahead_kb=N    kernel readahead of the mount (default 1024; 0 = kernel's)\n"
            "  allow_other        let other users read (adds default_permissions)\n"
            "  stats              print cache statistics at unmount (with -f)\n"
+           "  nommap             read packed files with pread instead of mapping them\n"
            "  ro, nosuid, nodev  accepted; always in effect\n"
            "  noexec, noatime    passed to the mount\n"
            "To unmount: fusermount3 -u MOUNTPOINT (or umount as root).\n";
@@ -95,6 +96,10 @@ static int parse_one(ckfs_mount_opts *o, const char *opt, char *err, size_t cap)
             return o->noatime = 1, 0;
         if (KEY("stats"))
             return o->stats = 1, 0;
+        if (KEY("mmap"))
+            return o->mmap = 1, 0;
+        if (KEY("nommap"))
+            return o->mmap = 0, 0;
         if (KEY("rw")) {
             set_err(err, cap, "ckptfs mount: option 'rw': ckptfs mounts are read-only");
             return -1;
@@ -143,6 +148,7 @@ int ckfs_parse_mount_args(int argc, char **argv, ckfs_mount_opts *o, char *err, 
     o->prefetch = CKFS_DEFAULT_PREFETCH;
     o->prefetch_threads = CKFS_DEFAULT_PREFETCH_THREADS;
     o->read_ahead_kb = CKFS_DEFAULT_READ_AHEAD_KB;
+    o->mmap = 1;
     const char *pos[2];
     int npos = 0, only_pos = 0;
     for (int i = 1; i < argc; i++) {

@@ -29,6 +29,7 @@ typedef struct {
     unsigned prefetch_threads;
     unsigned read_ahead_kb;    /* kernel readahead of the mount; 0 = leave as is */
     int stats;                 /* print cache statistics at unmount */
+    int mmap;                  /* decode from mappings of the packed files (default 1) */
 } ckfs_mount_opts;
 
 /* Parse argv (argv[0] = "mount").  @return 0, or -1 with a message in err. */
