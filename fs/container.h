@@ -101,6 +101,9 @@ ckp_status ckp_open_ex(const char *path, unsigned flags, ckp_reader **out, char 
                        size_t errCapacity);
 /* 1 if reads of r go through a mapping (ckp_open_ex with CKP_OPEN_MMAP). */
 int ckp_is_mapped(const ckp_reader *r);
+/* Hint that chunks c0..c1-1 of extent e will be read soon: start reading
+ * their plane bytes from disk (readahead; no effect on correctness). */
+void ckp_willneed(const ckp_reader *r, uint32_t e, uint64_t c0, uint64_t c1);
 
 const ckp_info *ckp_get_info(const ckp_reader *r);
 const ckp_extent *ckp_get_extent(const ckp_reader *r, uint32_t i);

@@ -542,6 +542,38 @@ ckp_status ckp_read_chunk(const ckp_reader *r, uint32_t e, uint64_t c, void *dst
     return st;
 }
 
+void ckp_willneed(const ckp_reader *r, uint32_t e, uint64_t c0, uint64_t c1)
+{
+    if (e >= r->info.n_extents)
+        return;
+    const ckp_extent *x = &r->x[e];
+    if (c1 > x->n_chunks)
+        c1 = x->n_chunks;
+    if (c0 >= c1)
+        return;
+    uint64_t lo[3] = {0}, hi[3] = {0};
+    if (x->encoding == CKC_ENC_RAW) {
+        lo[0] = c0 * x->chunk_size;
+        hi[0] = min64(c1 * x->chunk_size, x->plane_size[0]);
+    } else if (x->encoding == CKC_ENC_ZSTD) {
+        lo[0] = x->index[c0].datum;
+        hi[0] = c1 < x->n_chunks ? x->index[c1].datum : x->plane_size[0];
+    } else {
+        int k15 = x->encoding == CKC_ENC_K15;
+        uint64_t w0 = c0 * x->chunk_size / 2, w1 = min64(c1 * x->chunk_size / 2, x->orig_size / 2);
+        uint64_t e0 = x->index[c0].datum / 8 * 8, e1 = c1 < x->n_chunks ? x->index[c1].datum : x->n_escapes;
+        lo[0] = w0 / 2, hi[0] = (w1 + 1) / 2;
+        lo[1] = k15 ? w0 * 7 / 8 : w0, hi[1] = k15 ? (w1 * 7 + 7) / 8 : w1;
+        lo[2] = k15 ? e0 * 9 / 8 : e0, hi[2] = k15 ? (e1 * 9 + 7) / 8 : e1;
+    }
+    for (int p = 0; p < 3; p++) {
+        hi[p] = min64(hi[p], x->plane_size[p]);
+        if (lo[p] < hi[p])
+            posix_fadvise(r->fd, (off_t)(x->plane_offset[p] + lo[p]), (off_t)(hi[p] - lo[p]),
+                          POSIX_FADV_WILLNEED);
+    }
+}
+
 ckp_status ckp_pread(const ckp_reader *r, void *buf, size_t len, uint64_t off, size_t *got, ckp_scratch *s)
 {
     *got = 0;

@@ -44,6 +44,7 @@
 #define TIMEOUT_FOREVER 1e9        /* seconds (~31 years): nothing ever changes */
 #define MAX_IOV 1000               /* below IOV_MAX, leaving room for the header */
 #define MAX_PREFETCH_CHUNKS 64     /* chunks queued per read request */
+#define HINT_WINDOWS 4             /* disk readahead: this many prefetch windows ahead */
 
 /* A packed file, opened on first open(2) and kept open until unmount. */
 typedef struct {
@@ -72,6 +73,7 @@ typedef struct {
     uint64_t next_off;             /* end of the furthest recent read */
     unsigned seq;                  /* near-sequential reads in a row */
     uint64_t ahead_to;             /* decode-ahead requested up to here */
+    uint64_t hint_to;              /* disk readahead hinted up to here */
 } ofile;
 
 static int g_syslog;               /* log to syslog once daemonized */
@@ -259,13 +261,31 @@ static void queue_chunks(ckfs_ctx *c, const ckp_reader *r, uint32_t file, uint64
     }
 }
 
+/* Ask the kernel to read from disk the packed bytes that original bytes
+ * [from, to) decode from (a hint: the planes of an extent are three streams
+ * at different places of the file, which defeats the kernel's readahead). */
+static void hint_range(const ckp_reader *r, uint64_t from, uint64_t to)
+{
+    while (from < to) {
+        uint32_t e;
+        uint64_t c0;
+        if (ckp_locate(r, from, &e, &c0) != CKP_OK)
+            return;
+        const ckp_extent *x = ckp_get_extent(r, e);
+        uint64_t xend = x->orig_offset + x->orig_size, stop = to < xend ? to : xend;
+        uint64_t c1 = (stop - x->orig_offset + x->chunk_size - 1) / x->chunk_size;
+        ckp_willneed(r, e, c0, c1);
+        from = stop;
+    }
+}
+
 /* Sequential-read detection: reads near the end of the previous ones (the
  * kernel's readahead sends several at once, in any order) count as
  * sequential; from the third on, queue decode-ahead of the next bytes. */
 static void read_ahead(ckfs_ctx *c, ofile *of, const ckp_reader *r, uint64_t off, uint64_t end,
                        uint64_t fsize)
 {
-    uint64_t window = c->o.prefetch, from = 0, to = 0;
+    uint64_t window = c->o.prefetch, from = 0, to = 0, hfrom = 0, hto = 0;
     if (!window || !c->o.prefetch_threads)
         return;
     pthread_mutex_lock(&of->lock);
@@ -275,15 +295,24 @@ static void read_ahead(ckfs_ctx *c, ofile *of, const ckp_reader *r, uint64_t off
             of->next_off = end;
     } else {
         of->seq = 0;
-        of->next_off = of->ahead_to = end;
+        of->next_off = of->ahead_to = of->hint_to = end;
     }
     if (of->seq >= 2) {
         from = of->ahead_to > end ? of->ahead_to : end;
         to = end + window < fsize ? end + window : fsize;
         if (to > from)
             of->ahead_to = to;
+        /* disk readahead HINT_WINDOWS windows ahead, in steps of >= 1 MiB */
+        hfrom = of->hint_to > end ? of->hint_to : end;
+        hto = end + HINT_WINDOWS * window < fsize ? end + HINT_WINDOWS * window : fsize;
+        if (hto > hfrom && (hto - hfrom >= (1u << 20) || hto == fsize))
+            of->hint_to = hto;
+        else
+            hto = hfrom;
     }
     pthread_mutex_unlock(&of->lock);
+    if (hto > hfrom)
+        hint_range(r, hfrom, hto);
     queue_chunks(c, r, of->file, from, to);
 }
 
