@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static void set_err(char *err, size_t cap, const char *fmt, ...)
 {
@@ -32,7 +33,7 @@ const char *ckfs_mount_usage(void)
            "  cache_size=BYTES   decoded chunks kept in memory (K/M/G suffixes; default 256M)\n"
            "  threads=N          most FUSE worker threads (default 16)\n"
            "  prefetch=BYTES     decode ahead of sequential readers (default 4M; 0 = off)\n"
-           "  prefetch_threads=N decode-ahead workers (default 2)\n"
+           "  prefetch_threads=N decode-ahead workers (default min(2, CPUs - 1), at least 1)\n"
            "  read_ahead_kb=N    kernel readahead of the mount (default 1024; 0 = kernel's)\n"
            "  allow_other        let other users read (adds default_permissions)\n"
            "  stats              print cache statistics at unmount (with -f)\n"
@@ -40,6 +41,14 @@ const char *ckfs_mount_usage(void)
            "  ro, nosuid, nodev  accepted; always in effect\n"
            "  noexec, noatime    passed to the mount\n"
            "To unmount: fusermount3 -u MOUNTPOINT (or umount as root).\n";
+}
+
+unsigned ckfs_default_prefetch_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n <= 2)
+        return 1;
+    return n - 1 < CKFS_DEFAULT_PREFETCH_THREADS ? (unsigned)(n - 1) : CKFS_DEFAULT_PREFETCH_THREADS;
 }
 
 /* Parse a byte count with an optional K/M/G/T suffix (powers of 1024). */
@@ -146,7 +155,7 @@ int ckfs_parse_mount_args(int argc, char **argv, ckfs_mount_opts *o, char *err, 
     o->cache_size = CKFS_DEFAULT_CACHE;
     o->threads = CKFS_DEFAULT_THREADS;
     o->prefetch = CKFS_DEFAULT_PREFETCH;
-    o->prefetch_threads = CKFS_DEFAULT_PREFETCH_THREADS;
+    o->prefetch_threads = ckfs_default_prefetch_threads();
     o->read_ahead_kb = CKFS_DEFAULT_READ_AHEAD_KB;
     o->mmap = 1;
     const char *pos[2];

@@ -11,7 +11,7 @@
 #define CKFS_DEFAULT_CACHE (256ull << 20)
 #define CKFS_DEFAULT_THREADS 16
 #define CKFS_DEFAULT_PREFETCH (4ull << 20)
-#define CKFS_DEFAULT_PREFETCH_THREADS 2
+#define CKFS_DEFAULT_PREFETCH_THREADS 2   /* at most; and at most one less than the CPUs */
 #define CKFS_DEFAULT_READ_AHEAD_KB 1024
 #define CKFS_MAX_REQUEST (1u << 20)      /* largest read request we ask for */
 
@@ -34,6 +34,10 @@ typedef struct {
 
 /* Parse argv (argv[0] = "mount").  @return 0, or -1 with a message in err. */
 int ckfs_parse_mount_args(int argc, char **argv, ckfs_mount_opts *o, char *err, size_t errCapacity);
+
+/* Default prefetch_threads: min(CKFS_DEFAULT_PREFETCH_THREADS, CPUs - 1),
+ * at least 1 (on few cores, workers compete with the FUSE threads). */
+unsigned ckfs_default_prefetch_threads(void);
 
 /* Usage text of `ckptfs mount`. */
 const char *ckfs_mount_usage(void);
