@@ -16,6 +16,7 @@
  */
 #define _GNU_SOURCE
 #include "inode_table.h"
+#include "util.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -33,15 +34,7 @@ struct cki_table {
     uint64_t map_used;
 };
 
-static void set_err(char *err, size_t cap, const char *fmt, ...)
-{
-    if (!err || !cap)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-}
+#define set_err(...) ((void)cku_errf(__VA_ARGS__))
 
 static uint64_t str_hash(const char *s, size_t n)
 {

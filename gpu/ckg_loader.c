@@ -26,6 +26,7 @@
 #include "container.h"
 #include "manifest.h"
 #include "safetensors.h"
+#include "util.h"
 
 #define STAGING_BYTES (8u << 20)
 #define DEV_PAD 64u  /* zeroed bytes after each device plane (wide loads read past the end) */
@@ -53,15 +54,7 @@ struct ckg_tensor {
     uint32_t dtype;
 };
 
-static void set_err(char *err, size_t cap, const char *fmt, ...)
-{
-    if (!err || !cap)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-}
+#define set_err(...) ((void)cku_errf(__VA_ARGS__))
 
 /* ---- open ------------------------------------------------------------------- */
 

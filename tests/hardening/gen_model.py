@@ -7,10 +7,12 @@ index.json, a config.json, and a nested directory with a compressible text
 blob and an incompressible random blob."""
 import json
 import os
-import struct
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import st_write  # noqa: E402
 
 
 def bf16(rng, shape, std=0.02):
@@ -20,18 +22,7 @@ def bf16(rng, shape, std=0.02):
 
 
 def write_safetensors(path, tensors):
-    header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
-    for name, dtype, arr in tensors:
-        b = arr.tobytes()
-        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h)
-        for b in blobs:
-            f.write(b)
+    st_write.write_safetensors(path, tensors, {"format": "pt"})
 
 
 def main(out, scale=1):

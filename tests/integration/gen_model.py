@@ -6,10 +6,12 @@ config.json, a nested directory with text and random blobs, a hidden file, an
 empty file, and files with unusual modes and nanosecond mtimes."""
 import json
 import os
-import struct
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import st_write  # noqa: E402
 
 rng = np.random.default_rng(20261130)
 
@@ -21,22 +23,7 @@ def bf16(shape, std=0.02):
     return r
 
 
-def write_safetensors(path, tensors, metadata):
-    header, blobs, off = {}, [], 0
-    if metadata is not None:
-        header["__metadata__"] = metadata
-    for name, dtype, arr in tensors:
-        b = arr.tobytes()
-        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h)
-        for b in blobs:
-            f.write(b)
-    return off
+write_safetensors = st_write.write_safetensors
 
 
 def main(out):
