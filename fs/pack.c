@@ -218,16 +218,11 @@ static int write_extents(pack_ctx *c, ckp_writer *w, const char *path, const uin
     return s == CKP_OK ? 0 : -1;
 }
 
-/* Read the packed file back and compare every byte with the source. */
-static int read_back(const char *tmp, const char *src_path, const uint8_t *p, uint64_t size,
-                     const uint8_t sha[32])
+/* Decode every chunk of r and compare it with the source bytes p[0..size);
+ * the recorded size and SHA-256 must be the source's too. */
+static int compare_with_source(const ckp_reader *r, const char *src_path, const uint8_t *p, uint64_t size,
+                               const uint8_t sha[32])
 {
-    char err[512];
-    ckp_reader *r;
-    if (ckp_open(tmp, &r, err, sizeof err) != CKP_OK) {
-        fprintf(stderr, "ckptfs pack: read-back failed: %s\n", err);
-        return -1;
-    }
     int rc = 0;
     const ckp_info *in = ckp_get_info(r);
     ckp_scratch *s = ckp_scratch_new();
@@ -246,6 +241,20 @@ static int read_back(const char *tmp, const char *src_path, const uint8_t *p, ui
         fprintf(stderr, "ckptfs pack: %s: packed copy does not read back equal to the source\n", src_path);
     free(buf);
     ckp_scratch_free(s);
+    return rc;
+}
+
+/* Open the packed file just written and compare it with the source. */
+static int read_back(const char *tmp, const char *src_path, const uint8_t *p, uint64_t size,
+                     const uint8_t sha[32])
+{
+    char err[512];
+    ckp_reader *r;
+    if (ckp_open(tmp, &r, err, sizeof err) != CKP_OK) {
+        fprintf(stderr, "ckptfs pack: read-back failed: %s\n", err);
+        return -1;
+    }
+    int rc = compare_with_source(r, src_path, p, size, sha);
     ckp_close(r);
     return rc;
 }
@@ -368,27 +377,27 @@ static int already_packed(pack_ctx *c, const src_entry *e)
     const ckp_info *in = ckp_get_info(r);
     int same = in->original_size == (uint64_t)e->st.st_size && in->mtime_ns == mtime_ns(&e->st) &&
                !strcmp(in->path, e->rel);
-    uint8_t sha[32];
-    memcpy(sha, in->sha256, 32);
-    ckp_close(r);
-    if (!same || !c->o->delete_source)
+    if (!same || !c->o->delete_source) {
+        ckp_close(r);
         return same;
+    }
     /* About to delete: the source must hash to what the packed copy records,
      * and the packed copy must read back equal to it now (it may have been
      * damaged since the run that wrote it; then it is packed again). */
-    int fd;
+    int fd, equal = 0;
     const uint8_t *p;
-    uint64_t size;
+    uint64_t size = 0;
     sha_job sj = {0};
     char src_path[PATH_MAX];
     join_path(src_path, sizeof src_path, c->src_root, e->rel, "");
-    if (map_file(src_path, &fd, &p, &size))
-        return 0;
-    sj.p = p;
-    sj.size = size;
-    sha_thread(&sj);
-    int equal = memcmp(sj.sha, sha, 32) == 0 && read_back(final, src_path, p, size, sj.sha) == 0;
+    if (map_file(src_path, &fd, &p, &size) == 0) {
+        sj.p = p;
+        sj.size = size;
+        sha_thread(&sj);
+        equal = compare_with_source(r, src_path, p, size, sj.sha) == 0;
+    }
     unmap_file(fd, p, size);
+    ckp_close(r);
     return equal && delete_source(src_path) == 0 ? 2 : 0;
 }
 
@@ -689,6 +698,47 @@ static int setup_source(pack_ctx *c, char *src_real)
     return walk(c, "");
 }
 
+/* The absolute, symlink-free form of DST, which may not exist yet: its
+ * deepest existing ancestor resolved, the missing components appended.
+ * @return 0, or -1 with errno. */
+static int resolve_dst(const char *dst, char *out)
+{
+    char head[PATH_MAX], tail[PATH_MAX] = "", cwd[PATH_MAX];
+    if (*dst == '/')
+        snprintf(head, sizeof head, "%s", dst);
+    else if (getcwd(cwd, sizeof cwd))
+        snprintf(head, sizeof head, "%s/%s", cwd, dst);
+    else
+        return -1;
+    while (!realpath(head, out)) {
+        char *slash = strrchr(head, '/');
+        if (errno != ENOENT || !slash)
+            return -1;
+        if (slash[1]) { /* move the missing last component to the tail */
+            char t[PATH_MAX];
+            snprintf(t, sizeof t, "/%s%s", slash + 1, tail);
+            snprintf(tail, sizeof tail, "%s", t);
+        }
+        if (slash == head) {
+            strcpy(out, "/");
+            break;
+        }
+        *slash = 0;
+    }
+    size_t n = strlen(out);
+    snprintf(out + n, PATH_MAX - n, "%s", n == 1 && *tail ? tail + 1 : tail);
+    return 0;
+}
+
+/* 1 if DST is SRC or inside it (unless SRC is one file), or SRC is inside DST. */
+static int overlap(const char *src_real, const char *dst_real, int single_file)
+{
+    size_t ls = strlen(src_real), ld = strlen(dst_real);
+    int dst_in_src = !strncmp(dst_real, src_real, ls) && (dst_real[ls] == '/' || !dst_real[ls]);
+    int src_in_dst = !strncmp(src_real, dst_real, ld) && (src_real[ld] == '/' || ld == 1);
+    return (!single_file && dst_in_src) || src_in_dst;
+}
+
 int ckpt_pack(const ckpt_pack_opts *o)
 {
     pack_ctx c = {.o = o};
@@ -697,16 +747,15 @@ int ckpt_pack(const ckpt_pack_opts *o)
     if (setup_source(&c, src_real))
         goto out;
     snprintf(c.dst, sizeof c.dst, "%s", o->dst);
-    /* refuse a DST inside SRC (the walk would pack it) or SRC inside DST */
     struct stat dst_st;
     created = stat(c.dst, &dst_st) != 0;
-    if (!created && realpath(c.dst, dst_real)) {
-        size_t ls = strlen(src_real), ld = strlen(dst_real);
-        if ((!c.single_file && !strncmp(dst_real, src_real, ls) && (dst_real[ls] == '/' || !dst_real[ls])) ||
-            (!strncmp(src_real, dst_real, ld) && src_real[ld] == '/')) {
-            fprintf(stderr, "ckptfs pack: %s and %s overlap\n", o->src, o->dst);
-            goto out;
-        }
+    if (resolve_dst(c.dst, dst_real)) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", o->dst, strerror(errno));
+        goto out;
+    }
+    if (overlap(src_real, dst_real, c.single_file)) { /* the walk would pack DST, or --force clear SRC */
+        fprintf(stderr, "ckptfs pack: %s and %s overlap\n", o->src, o->dst);
+        goto out;
     }
     if (c.list.n) /* an emptied SRC (rerun after --delete-source) has no list: qsort(NULL) is UB */
         qsort(c.list.v, c.list.n, sizeof *c.list.v, cmp_entry);
@@ -715,11 +764,6 @@ int ckpt_pack(const ckpt_pack_opts *o)
         goto out;
     if (prepare_dst(&c, src_real))
         goto out;
-    if (realpath(c.dst, dst_real) && !c.single_file && !strncmp(dst_real, src_real, strlen(src_real)) &&
-        dst_real[strlen(src_real)] == '/') {
-        fprintf(stderr, "ckptfs pack: %s is inside %s\n", o->dst, o->src);
-        goto out;
-    }
     remove_temps(c.dst);
     c.progress = cku_progress_new("packing", total);
     for (size_t i = 0; i < c.list.n; i++) {
