@@ -186,23 +186,25 @@ out:
 
 /* ---- verify --------------------------------------------------------------- */
 
-/* Check every chunk of one packed file; with a source, every byte too. */
-static int verify_file(const char *dst, const char *against, const ckm_file *f, ckp_scratch *s, uint8_t *buf,
+enum { VERIFY_OK = 0, VERIFY_DAMAGED = 1, VERIFY_DIFFERS = 2 };
+
+/* Check every chunk of one packed file; with a source file (src_path), every
+ * byte too.  Returns VERIFY_DAMAGED if the packed file fails a check (that
+ * wins), VERIFY_DIFFERS if only the source is missing or differs. */
+static int verify_file(const char *dst, const char *src_path, const ckm_file *f, ckp_scratch *s, uint8_t *buf,
                        uint8_t *src_buf)
 {
     ckp_reader *r = open_member("verify", dst, f);
     if (!r)
-        return 1;
-    int bad = 0, sfd = -1;
-    char src_path[PATH_MAX];
-    if (against) {
-        snprintf(src_path, sizeof src_path, "%s/%s", against, f->path);
+        return VERIFY_DAMAGED;
+    int bad = 0, sfd = -1, differs = 0;
+    if (src_path) {
         struct stat st;
         sfd = open(src_path, O_RDONLY | O_CLOEXEC);
         if (sfd < 0 || fstat(sfd, &st) || (uint64_t)st.st_size != f->size) {
             fprintf(stderr, "ckptfs verify: %s: %s\n", src_path,
                     sfd < 0 ? strerror(errno) : "size differs from the packed file's original");
-            bad = 1;
+            differs = 1;
         }
     }
     cku_sha256 *sha = cku_sha256_new();
@@ -222,10 +224,10 @@ static int verify_file(const char *dst, const char *against, const ckm_file *f, 
                 continue;
             }
             cku_sha256_update(sha, buf, len);
-            if (sfd >= 0 && !bad && (cku_pread_full(sfd, src_buf, len, at) || memcmp(buf, src_buf, len))) {
+            if (sfd >= 0 && !differs && (cku_pread_full(sfd, src_buf, len, at) || memcmp(buf, src_buf, len))) {
                 describe_chunk(r, e, c, where, sizeof where);
-                fprintf(stderr, "ckptfs verify: %s: %s differs from the source\n", f->path, where);
-                bad = 1;
+                fprintf(stderr, "ckptfs verify: %s: %s differs from the source %s\n", f->path, where, src_path);
+                differs = 1;
             }
         }
     }
@@ -238,7 +240,7 @@ static int verify_file(const char *dst, const char *against, const ckm_file *f, 
     if (sfd >= 0)
         close(sfd);
     ckp_close(r);
-    return bad;
+    return bad ? VERIFY_DAMAGED : differs ? VERIFY_DIFFERS : VERIFY_OK;
 }
 
 int ckpt_verify(const char *dst, const char *against)
@@ -249,17 +251,45 @@ int ckpt_verify(const char *dst, const char *against)
         fprintf(stderr, "ckptfs verify: %s\n", err);
         return 1;
     }
+    /* SRC as pack took it: a directory, or the one file that was packed */
+    struct stat ast;
+    int against_file = 0;
+    if (against) {
+        if (stat(against, &ast)) {
+            fprintf(stderr, "ckptfs verify: %s: %s\n", against, strerror(errno));
+            ckm_free(m);
+            return 1;
+        }
+        against_file = !S_ISDIR(ast.st_mode);
+        if (against_file && m->n_files != 1) {
+            fprintf(stderr, "ckptfs verify: %s is a file but %s holds %zu files; give the source directory\n",
+                    against, dst, m->n_files);
+            ckm_free(m);
+            return 1;
+        }
+    }
     ckp_scratch *s = ckp_scratch_new();
     uint8_t *buf = malloc(CKP_MAX_CHUNK), *src_buf = malloc(CKP_MAX_CHUNK);
-    size_t bad = 0;
+    size_t damaged = 0, differ = 0;
     uint64_t bytes = 0;
     for (size_t i = 0; i < m->n_files; i++) {
-        bad += (size_t)verify_file(dst, against, &m->files[i], s, buf, src_buf);
+        char src_path[PATH_MAX];
+        if (against && !against_file)
+            snprintf(src_path, sizeof src_path, "%s/%s", against, m->files[i].path);
+        else if (against)
+            snprintf(src_path, sizeof src_path, "%s", against);
+        int v = verify_file(dst, against ? src_path : NULL, &m->files[i], s, buf, src_buf);
+        damaged += v == VERIFY_DAMAGED;
+        differ += v == VERIFY_DIFFERS;
         bytes += m->files[i].size;
     }
-    if (bad)
-        fprintf(stderr, "ckptfs verify: %s: %zu of %zu files damaged\n", dst, bad, m->n_files);
-    else
+    size_t bad = damaged + differ;
+    if (damaged)
+        fprintf(stderr, "ckptfs verify: %s: %zu of %zu files damaged\n", dst, damaged, m->n_files);
+    if (differ)
+        fprintf(stderr, "ckptfs verify: %s: %zu of %zu files differ from the source %s\n", dst, differ, m->n_files,
+                against);
+    if (!bad)
         printf("%s: %zu files, %llu bytes: all checksums%s ok\n", dst, m->n_files, (unsigned long long)bytes,
                against ? " and every byte against the source" : "");
     free(buf);

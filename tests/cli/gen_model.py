@@ -1,8 +1,8 @@
 """gen_model.py OUT [--big] — a model directory with every kind of file the
 CLI tests need: BF16/F32/I64/U8 tensors, empty tensors, NaN/Inf/-0/denormals,
 an all-escape tensor, odd-sized tensors at odd offsets, nested and hidden
-files, an empty file, an index.json.  With --big, also a 4.1 GiB shard (a
-sparse BF16 tensor: its offsets pass 2^32)."""
+files, an empty file, an index.json.  With --big, only a 4.1 GiB shard (a sparse
+BF16 tensor: its offsets pass 2^32)."""
 import json
 import os
 import struct
@@ -35,6 +35,8 @@ def write_st(path, tensors, meta=None, pad=True):
 
 def main(out, big=False):
     rng = np.random.default_rng(7)
+    if big:
+        return write_big(out, rng)
     os.makedirs(os.path.join(out, "nested", "deeper"), exist_ok=True)
     special = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, -1e-39, 3.4e38], np.float32)
     write_st(os.path.join(out, "model-00001-of-00002.safetensors"), [
@@ -61,17 +63,20 @@ def main(out, big=False):
     open(os.path.join(out, "nested", "deeper", "tokenizer.json"), "w").write('{"v": 1}' * 5000)
     write_st(os.path.join(out, "nested", "adapter.safetensors"), [
         ("lora", "BF16", (64, 8), bf16(rng.normal(0, 0.01, (64, 8))).tobytes())])
-    if big:
-        n = (4 << 30) // 2 + 3 * 65536 + 5  # weights: past 4 GiB of data
-        path = os.path.join(out, "big.safetensors")
-        hdr = json.dumps({"w": {"dtype": "BF16", "shape": [n], "data_offsets": [0, 2 * n]}}).encode()
-        with open(path, "wb") as f:
-            f.write(struct.pack("<Q", len(hdr)) + hdr)
-            start = f.tell()
-            f.truncate(start + 2 * n)
-            for at in (0, 2**31, 2**32 - 7, 2 * n - 64):  # some non-zero bytes, one across 4 GiB
-                f.seek(start + at)
-                f.write(bf16(rng.normal(0, 0.02, 32)).tobytes())
+
+
+def write_big(out, rng):
+    os.makedirs(out, exist_ok=True)
+    n = (4 << 30) // 2 + 3 * 65536 + 5  # weights: past 4 GiB of data
+    path = os.path.join(out, "big.safetensors")
+    hdr = json.dumps({"w": {"dtype": "BF16", "shape": [n], "data_offsets": [0, 2 * n]}}).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hdr)) + hdr)
+        start = f.tell()
+        f.truncate(start + 2 * n)
+        for at in (0, 2**31, 2**32 - 7, 2 * n - 64):  # some non-zero bytes, one across 4 GiB
+            f.seek(start + at)
+            f.write(bf16(rng.normal(0, 0.02, 32)).tobytes())
 
 
 if __name__ == "__main__":

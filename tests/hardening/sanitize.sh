@@ -16,15 +16,37 @@ JOBS=${JOBS:-2}
 rc=0
 t0=$(date +%s)
 
-build() { # DIR CMAKE-ARGS...
+build_once() { # DIR CMAKE-ARGS...
     d=$1
     shift
     cmake -S "$SRC" -B "$d" -DCKPTFS_GPU=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >"$d.configure.log" 2>&1 &&
-        cmake --build "$d" -j"$JOBS" >"$d.build.log" 2>&1 ||
-        { echo "sanitize: build in $d failed:"; tail -30 "$d.build.log" "$d.configure.log" 2>/dev/null; return 1; }
+        cmake --build "$d" -j"$JOBS" >"$d.build.log" 2>&1
 }
 
-mkdir -p "$ROOT"
+# A failed build says why (its logs, and the disk: a CI run once failed here
+# in 0 s with no log at all), then is tried once more from scratch, so that a
+# passing hiccup of the machine is told apart from a real build error.
+build() { # DIR CMAKE-ARGS...
+    for attempt in 1 2; do
+        build_once "$@" && return 0
+        echo "sanitize: build in $1 failed (attempt $attempt):"
+        for f in "$1.configure.log" "$1.build.log"; do
+            [ -f "$f" ] && { echo "--- $f (last 30 lines)"; tail -30 "$f"; }
+        done
+        df -h "$ROOT" 2>&1
+        ls -ld "$ROOT" "$1" 2>&1
+        rm -rf "$1"
+        sync
+        sleep 5
+    done
+    return 1
+}
+
+if ! mkdir -p "$ROOT"; then
+    echo "sanitize: cannot create $ROOT"
+    df -h "$(dirname "$ROOT")" 2>&1
+    exit 1
+fi
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # (no detect_stack_use_after_return: with GCC 12 its fake stack crashes the
 # AVX-512 target("...") functions of codec/ckc_x86.c on a plain local table)
