@@ -22,7 +22,7 @@ extern "C" {
 typedef enum {
     CKC_IMPL_AUTO = 0,     /* best available on this CPU */
     CKC_IMPL_PORTABLE = 1, /* plain C11, any CPU */
-    CKC_IMPL_AVX512 = 2    /* x86-64 AVX-512 F/BW/VL/VBMI, chosen at run time */
+    CKC_IMPL_AVX512 = 2    /* x86-64 AVX-512 F/BW/VL/VBMI/VBMI2, chosen at run time */
 } ckc_impl;
 
 /* @return 1 if impl can run on this CPU (AUTO and PORTABLE always can). */
