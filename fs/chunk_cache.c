@@ -16,6 +16,13 @@
  *   - an entry not in the table is freed when refs reaches 0;
  *   - there are at most MAX_SPARE spare buffers, oldest first (by c->lock).
  *
+ * A chunk whose every byte has been served leaves the cache at once
+ * (ckcache_put_served): the kernel's page cache has those bytes now.  A
+ * sequential reader then cycles a prefetch window's worth of buffers, warm
+ * in the CPU caches, instead of filling the whole limit with chunks nobody
+ * reads again (measured: 0.62 -> 0.5 s of daemon CPU per GiB of a first
+ * read, the difference being page faults on fresh memory).
+ *
  * Buffers of evicted entries (MIN_SPARE bytes or more) are kept as spares
  * and reused for new entries of the same length (nearly all chunks have one
  * of two lengths) instead of free() and malloc(): a chunk-sized malloc may be
@@ -43,6 +50,7 @@ struct ckcache_entry {
     ckcache_entry *hnext;          /* hash chain */
     ckcache_entry *lprev, *lnext;  /* LRU, most recent at head */
     size_t len;
+    size_t served;                 /* bytes handed to readers so far */
     unsigned char *data;
     int refs;
     int state;
@@ -285,6 +293,22 @@ void ckcache_put(ckcache *c, ckcache_entry *e)
     if (!e)
         return;
     pthread_mutex_lock(&c->lock);
+    release_locked(c, e);
+    pthread_mutex_unlock(&c->lock);
+}
+
+void ckcache_put_served(ckcache *c, ckcache_entry *e, size_t served)
+{
+    if (!e)
+        return;
+    pthread_mutex_lock(&c->lock);
+    e->served += served;
+    if (e->served >= e->len && e->in_table && e->state == ST_READY) {
+        lru_unlink(e);
+        table_remove(c, e);
+        c->bytes -= entry_cost(e);
+        c->st.served_out++;
+    }
     release_locked(c, e);
     pthread_mutex_unlock(&c->lock);
 }

@@ -40,6 +40,7 @@ typedef struct ckcache_entry ckcache_entry;
 typedef struct {
     uint64_t hits, misses, waits;  /* waits: found the chunk being decoded */
     uint64_t evictions, failures;
+    uint64_t served_out;           /* dropped once every byte was served */
     uint64_t prefetch_queued, prefetch_done, prefetch_dropped;
     uint64_t bytes, entries;       /* now held in the table */
 } ckcache_stats;
@@ -60,6 +61,14 @@ int ckcache_get(ckcache *c, const ckcache_key *k, size_t len, ckcache_entry **ou
 
 /* Drop a reference taken by ckcache_get. */
 void ckcache_put(ckcache *c, ckcache_entry *e);
+
+/* Drop a reference taken by ckcache_get after `served` bytes of the chunk
+ * were handed to a reader.  Once as many bytes as the chunk holds have been
+ * served, the chunk leaves the cache (its buffer is reused for the next
+ * decode): the kernel's page cache holds what was served (keep_cache), so a
+ * streaming reader's chunks would only push out everything else and make the
+ * cache fault in fresh memory for each new chunk. */
+void ckcache_put_served(ckcache *c, ckcache_entry *e, size_t served);
 
 const void *ckcache_data(const ckcache_entry *e);
 size_t ckcache_len(const ckcache_entry *e);

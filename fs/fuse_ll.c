@@ -448,25 +448,25 @@ static void ll_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     fuse_reply_err(req, 0);
 }
 
-/* Reply with the pieces; copies only when there are too many for one iov. */
-static void reply_pieces(fuse_req_t req, const struct iovec *iov, size_t n, size_t total)
+/* Reply with the pieces; copies only when there are too many for one iov.
+ * @return 0 if the data went out. */
+static int reply_pieces(fuse_req_t req, const struct iovec *iov, size_t n, size_t total)
 {
-    if (n <= MAX_IOV) {
-        fuse_reply_iov(req, iov, (int)n);
-        return;
-    }
+    if (n <= MAX_IOV)
+        return fuse_reply_iov(req, iov, (int)n);
     char *buf = malloc(total);
     if (!buf) {
         fuse_reply_err(req, ENOMEM);
-        return;
+        return -1;
     }
     size_t at = 0;
     for (size_t i = 0; i < n; i++) {
         memcpy(buf + at, iov[i].iov_base, iov[i].iov_len);
         at += iov[i].iov_len;
     }
-    fuse_reply_buf(req, buf, total);
+    int rc = fuse_reply_buf(req, buf, total);
     free(buf);
+    return rc;
 }
 
 typedef struct {
@@ -502,10 +502,11 @@ static int pieces_push(pieces *p, ckcache_entry *e, const void *base, size_t len
     return 0;
 }
 
-static void pieces_release(ckcache *cache, pieces *p)
+/* served: the reply went out, so each piece's bytes count as served. */
+static void pieces_release(ckcache *cache, pieces *p, int served)
 {
     for (size_t i = 0; i < p->n; i++)
-        ckcache_put(cache, p->e[i]);
+        ckcache_put_served(cache, p->e[i], served ? p->iov[i].iov_len : 0);
     if (p->e != p->e_small) {
         free(p->e);
         free(p->iov);
@@ -557,11 +558,12 @@ static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
             ckcache_put(c->cache, e);
         pos = stop;
     }
+    int served = 0;
     if (err)
         fuse_reply_err(req, err);
     else
-        reply_pieces(req, p.iov, p.n, end - (uint64_t)off);
-    pieces_release(c->cache, &p);
+        served = reply_pieces(req, p.iov, p.n, end - (uint64_t)off) == 0;
+    pieces_release(c->cache, &p, served);
 }
 
 /* ---- directories --------------------------------------------------------- */
@@ -808,10 +810,11 @@ static void print_stats(ckfs_ctx *c)
     ckcache_get_stats(c->cache, &s);
     fprintf(stderr,
             "ckptfs: reads %lu (%lu bytes, %lu of >= 512 KiB); cache hits %llu misses %llu "
-            "waits %llu evictions %llu failures %llu; prefetch queued %llu done %llu dropped %llu\n",
+            "waits %llu evictions %llu served-out %llu failures %llu; prefetch queued %llu done %llu "
+            "dropped %llu\n",
             atomic_load(&c->reads), atomic_load(&c->read_bytes), atomic_load(&c->big_reads),
             (unsigned long long)s.hits, (unsigned long long)s.misses,
-            (unsigned long long)s.waits, (unsigned long long)s.evictions,
+            (unsigned long long)s.waits, (unsigned long long)s.evictions, (unsigned long long)s.served_out,
             (unsigned long long)s.failures, (unsigned long long)s.prefetch_queued,
             (unsigned long long)s.prefetch_done, (unsigned long long)s.prefetch_dropped);
 }

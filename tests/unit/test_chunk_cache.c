@@ -1,0 +1,285 @@
+/*
+ * test_chunk_cache.c — the mount daemon's chunk cache (fs/chunk_cache.h),
+ * against a fill function that counts its calls and writes bytes derived
+ * from the key, so that every byte a caller sees can be checked.
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "chunk_cache.h"
+
+#define LEN 4096u
+
+typedef struct {
+    atomic_int calls;
+    int delay_ms;          /* each fill sleeps this long */
+    uint64_t eio_chunk;    /* chunk number that fails with EIO */
+    uint64_t eagain_chunk; /* chunk number that fails with EAGAIN */
+} filler;
+
+static uint8_t byte_of(const ckcache_key *k, size_t i)
+{
+    return (uint8_t)(k->file * 131u + k->extent * 31u + k->chunk * 7u + i * 3u);
+}
+
+static int fill(void *arg, const ckcache_key *k, void *dst, size_t len)
+{
+    filler *f = arg;
+    atomic_fetch_add(&f->calls, 1);
+    if (f->delay_ms)
+        usleep((useconds_t)f->delay_ms * 1000u);
+    if (k->chunk == f->eio_chunk)
+        return EIO;
+    if (k->chunk == f->eagain_chunk)
+        return EAGAIN;
+    for (size_t i = 0; i < len; i++)
+        ((uint8_t *)dst)[i] = byte_of(k, i);
+    return 0;
+}
+
+static filler new_filler(void) { return (filler){.eio_chunk = UINT64_MAX, .eagain_chunk = UINT64_MAX}; }
+
+static int data_ok(const ckcache_entry *e, const ckcache_key *k)
+{
+    const uint8_t *d = ckcache_data(e);
+    for (size_t i = 0; i < ckcache_len(e); i++)
+        if (d[i] != byte_of(k, i))
+            return 0;
+    return 1;
+}
+
+static ckcache_key key(uint64_t chunk) { return (ckcache_key){.file = 1, .extent = 2, .chunk = chunk}; }
+
+START_TEST(test_hit_after_miss)
+{
+    filler f = new_filler();
+    ckcache *c = ckcache_new(16 * LEN, 0, fill, &f);
+    ck_assert_ptr_nonnull(c);
+    ckcache_key k = key(5);
+    ckcache_entry *e;
+    ck_assert_int_eq(ckcache_get(c, &k, LEN, &e), 0);
+    ck_assert(data_ok(e, &k));
+    ckcache_put(c, e);
+    ck_assert_int_eq(ckcache_get(c, &k, LEN, &e), 0);
+    ck_assert(data_ok(e, &k));
+    ckcache_put(c, e);
+    ckcache_stats st;
+    ckcache_get_stats(c, &st);
+    ck_assert_int_eq(atomic_load(&f.calls), 1);
+    ck_assert_uint_eq(st.misses, 1);
+    ck_assert_uint_eq(st.hits, 1);
+    ck_assert_uint_eq(st.bytes, LEN);
+    ckcache_free(c);
+}
+END_TEST
+
+START_TEST(test_limit_evicts_lru)
+{
+    filler f = new_filler();
+    ckcache *c = ckcache_new(4 * LEN, 0, fill, &f);
+    ckcache_entry *e;
+    for (uint64_t i = 0; i < 10; i++) {
+        ckcache_key k = key(i);
+        ck_assert_int_eq(ckcache_get(c, &k, LEN, &e), 0);
+        ck_assert(data_ok(e, &k));
+        ckcache_put(c, e);
+        ckcache_stats st;
+        ckcache_get_stats(c, &st);
+        ck_assert_uint_le(st.bytes, 4 * LEN);
+    }
+    /* the 4 most recent are cached, the oldest is not */
+    int before = atomic_load(&f.calls);
+    for (uint64_t i = 6; i < 10; i++) {
+        ckcache_key k = key(i);
+        ck_assert_int_eq(ckcache_get(c, &k, LEN, &e), 0);
+        ckcache_put(c, e);
+    }
+    ck_assert_int_eq(atomic_load(&f.calls), before);
+    ckcache_key k0 = key(0);
+    ck_assert_int_eq(ckcache_get(c, &k0, LEN, &e), 0);
+    ck_assert(data_ok(e, &k0));
+    ckcache_put(c, e);
+    ck_assert_int_eq(atomic_load(&f.calls), before + 1);
+    ckcache_free(c);
+}
+END_TEST
+
+/* An entry evicted while referenced stays valid until its last put. */
+START_TEST(test_evicted_while_referenced)
+{
+    filler f = new_filler();
+    ckcache *c = ckcache_new(2 * LEN, 0, fill, &f);
+    ckcache_key k0 = key(0);
+    ckcache_entry *held, *e;
+    ck_assert_int_eq(ckcache_get(c, &k0, LEN, &held), 0);
+    for (uint64_t i = 1; i < 6; i++) {
+        ckcache_key k = key(i);
+        ck_assert_int_eq(ckcache_get(c, &k, LEN, &e), 0);
+        ckcache_put(c, e);
+    }
+    ck_assert(data_ok(held, &k0));
+    ckcache_put(c, held);
+    ckcache_free(c);
+}
+END_TEST
+
+START_TEST(test_served_out)
+{
+    filler f = new_filler();
+    ckcache *c = ckcache_new(64 * LEN, 0, fill, &f);
+    ckcache_key k = key(3);
+    ckcache_entry *e;
+    ck_assert_int_eq(ckcache_get(c, &k, LEN, &e), 0);
+    ckcache_put_served(c, e, LEN / 2);     /* half of it: still cached */
+    ck_assert_int_eq(ckcache_get(c, &k, LEN, &e), 0);
+    ck_assert_int_eq(atomic_load(&f.calls), 1);
+    ck_assert(data_ok(e, &k));
+    ckcache_put_served(c, e, LEN - LEN / 2); /* all of it: gone */
+    ckcache_stats st;
+    ckcache_get_stats(c, &st);
+    ck_assert_uint_eq(st.served_out, 1);
+    ck_assert_uint_eq(st.bytes, 0);
+    ck_assert_uint_eq(st.entries, 0);
+    ck_assert_int_eq(ckcache_get(c, &k, LEN, &e), 0); /* decoded again, same bytes */
+    ck_assert_int_eq(atomic_load(&f.calls), 2);
+    ck_assert(data_ok(e, &k));
+    ckcache_put_served(c, e, 0);           /* a reply that did not go out */
+    ckcache_get_stats(c, &st);
+    ck_assert_uint_eq(st.entries, 1);
+
+    /* served out while another reader holds it: its bytes stay valid */
+    ckcache_entry *a, *b;
+    ckcache_key k2 = key(4);
+    ck_assert_int_eq(ckcache_get(c, &k2, LEN, &a), 0);
+    ck_assert_int_eq(ckcache_get(c, &k2, LEN, &b), 0);
+    ckcache_put_served(c, a, LEN);
+    ck_assert(data_ok(b, &k2));
+    ckcache_put_served(c, b, LEN);
+    ckcache_get_stats(c, &st);
+    ck_assert_uint_eq(st.served_out, 2);
+    ckcache_free(c);
+}
+END_TEST
+
+typedef struct {
+    ckcache *c;
+    ckcache_key k;
+    int err, ok;
+} getter;
+
+static void *get_thread(void *arg)
+{
+    getter *g = arg;
+    ckcache_entry *e;
+    g->err = ckcache_get(g->c, &g->k, LEN, &e);
+    if (!g->err) {
+        g->ok = data_ok(e, &g->k);
+        ckcache_put(g->c, e);
+    }
+    return NULL;
+}
+
+/* Readers of a chunk being decoded wait for that decode. */
+START_TEST(test_concurrent_single_decode)
+{
+    filler f = new_filler();
+    f.delay_ms = 100;
+    ckcache *c = ckcache_new(64 * LEN, 0, fill, &f);
+    pthread_t t[6];
+    getter g[6];
+    for (int i = 0; i < 6; i++) {
+        g[i] = (getter){.c = c, .k = key(9)};
+        pthread_create(&t[i], NULL, get_thread, &g[i]);
+    }
+    for (int i = 0; i < 6; i++) {
+        pthread_join(t[i], NULL);
+        ck_assert_int_eq(g[i].err, 0);
+        ck_assert(g[i].ok);
+    }
+    ck_assert_int_eq(atomic_load(&f.calls), 1);
+    ckcache_stats st;
+    ckcache_get_stats(c, &st);
+    ck_assert_uint_eq(st.misses, 1);
+    ck_assert_uint_eq(st.hits + st.waits, 5);
+    ckcache_free(c);
+}
+END_TEST
+
+START_TEST(test_failures)
+{
+    filler f = new_filler();
+    f.eio_chunk = 7;
+    f.eagain_chunk = 8;
+    ckcache *c = ckcache_new(64 * LEN, 0, fill, &f);
+    ckcache_entry *e = (ckcache_entry *)1;
+    ckcache_key k7 = key(7), k8 = key(8);
+    ck_assert_int_eq(ckcache_get(c, &k7, LEN, &e), EIO);
+    ck_assert_ptr_null(e);
+    ck_assert_int_eq(ckcache_get(c, &k7, LEN, &e), EIO); /* remembered */
+    ck_assert_int_eq(atomic_load(&f.calls), 1);
+    ck_assert_int_eq(ckcache_get(c, &k8, LEN, &e), EAGAIN);
+    ck_assert_int_eq(ckcache_get(c, &k8, LEN, &e), EAGAIN); /* not remembered */
+    ck_assert_int_eq(atomic_load(&f.calls), 3);
+    ckcache_stats st;
+    ckcache_get_stats(c, &st);
+    ck_assert_uint_eq(st.failures, 3);
+    ckcache_free(c);
+}
+END_TEST
+
+START_TEST(test_prefetch)
+{
+    filler f = new_filler();
+    ckcache *c = ckcache_new(64 * LEN, 2, fill, &f);
+    for (uint64_t i = 0; i < 8; i++) {
+        ckcache_key k = key(i);
+        ckcache_prefetch(c, &k, LEN);
+    }
+    ckcache_stats st;
+    for (int i = 0; i < 500; i++) { /* up to 5 s */
+        ckcache_get_stats(c, &st);
+        if (st.prefetch_done == 8)
+            break;
+        usleep(10000);
+    }
+    ck_assert_uint_eq(st.prefetch_done, 8);
+    int calls = atomic_load(&f.calls);
+    ck_assert_int_eq(calls, 8);
+    for (uint64_t i = 0; i < 8; i++) {
+        ckcache_key k = key(i);
+        ckcache_entry *e;
+        ck_assert_int_eq(ckcache_get(c, &k, LEN, &e), 0);
+        ck_assert(data_ok(e, &k));
+        ckcache_put(c, e);
+    }
+    ck_assert_int_eq(atomic_load(&f.calls), calls); /* all hits */
+    ckcache_free(c);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("chunk_cache");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_hit_after_miss);
+    tcase_add_test(tc, test_limit_evicts_lru);
+    tcase_add_test(tc, test_evicted_while_referenced);
+    tcase_add_test(tc, test_served_out);
+    tcase_add_test(tc, test_concurrent_single_decode);
+    tcase_add_test(tc, test_failures);
+    tcase_add_test(tc, test_prefetch);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
