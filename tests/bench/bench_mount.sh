@@ -11,7 +11,8 @@
 #  2. Cold page cache (drop_caches): every shard through the mount vs the
 #     original files (target >= 1.2x faster).
 #  3. safetensors.torch.load_file, warm: mount vs original directory
-#     (target within 1.5x).
+#     (target within 1.5x); also load_file followed by a read of every byte
+#     (what moving the weights to a device costs), and the pread backend.
 #  4. The daemon's peak RSS (VmHWM) next to its cache limit; FUSE request
 #     sizes from -o stats.
 # Each figure is the median of $REPS runs (default 3).  Needs root,
@@ -206,7 +207,7 @@ if "$PY" -c "import torch, safetensors" 2>/dev/null; then
     log "3. load_file, warm, $REPS runs each"
     ld() { "$PY" "$HERE/mount_read.py" "$@" | cut -d' ' -f2; }
     declare -A L
-    for mode in load pread; do
+    for mode in load use pread; do
         a=() b=() c=()
         cat "${SHARDS[@]/#/$SRC/}" >/dev/null
         for _ in $(seq "$REPS"); do
@@ -271,8 +272,9 @@ echo "| first read, best options (\`${BEST_V:-default}\`) | $CK_BEST GB/s | noop
 [ -n "$LMZ" ] && echo "| first read vs lmz mount, best options | $CK_BEST GB/s | lmz $LMZ GB/s | $(ratio "$CK_BEST" "$LMZ")x | >= 3x |"
 echo "| cold page cache, all shards | $COLD_CK GB/s | original files $COLD_SRC GB/s | $(ratio "$COLD_CK" "$COLD_SRC")x | >= 1.2x |"
 if [ -n "$LOAD" ]; then
-    for mode in load pread; do
+    for mode in load use pread; do
         what="load_file"; [ "$mode" = pread ] && what='load_file(backend="pread")'
+        [ "$mode" = use ] && what="load_file, then every byte read"
         echo "| $what, warm (second pass on a mount) | ${L[$mode.warm]} s | original ${L[$mode.src]} s | $(ratio "${L[$mode.warm]}" "${L[$mode.src]}")x time | <= 1.5x |"
         echo "| $what, fresh mount, packed file cached | ${L[$mode.fresh]} s | original ${L[$mode.src]} s | $(ratio "${L[$mode.fresh]}" "${L[$mode.src]}")x time | (info) |"
     done

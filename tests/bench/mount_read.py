@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""mount_read.py seq|load FILE... — one timed pass for bench_mount.sh.
+"""mount_read.py seq|load|use|pread FILE... — one timed pass for bench_mount.sh.
 
 seq:  read the files one after the other with 1 MiB reads (readinto, no
       allocation per read);
 load: safetensors.torch.load_file each file (default mmap backend: the
       tensors map the file lazily, so one byte of every 4 KiB page is
       touched to fault it all in), dropped after each file;
+use:  load_file, then every tensor copied once (clone), as moving the
+      weights to a device reads every byte;
 pread: load_file(backend="pread"), which reads every byte eagerly.
 Prints "BYTES SECONDS" (interpreter and import time not counted)."""
 import os
@@ -45,10 +47,25 @@ def load(files, **kw):
     return total, time.perf_counter() - t
 
 
+def use(files):
+    import torch
+    from safetensors.torch import load_file
+    total = 0
+    t = time.perf_counter()
+    for p in files:
+        d = load_file(p)
+        for v in d.values():
+            c = v.clone()
+            total += c.numel() * c.element_size()
+            del c
+        del d
+    return total, time.perf_counter() - t
+
+
 def pread(files):
     return load(files, backend="pread")
 
 
 if __name__ == "__main__":
-    n, s = {"seq": seq, "load": load, "pread": pread}[sys.argv[1]](sys.argv[2:])
+    n, s = {"seq": seq, "load": load, "use": use, "pread": pread}[sys.argv[1]](sys.argv[2:])
     print(n, "%.6f" % s)
