@@ -56,6 +56,7 @@ const char *ckc_impl_name(ckc_impl impl)
     case CKC_IMPL_AUTO: return "auto";
     case CKC_IMPL_PORTABLE: return "portable";
     case CKC_IMPL_AVX512: return "avx512";
+    case CKC_IMPL_AVX2: return "avx2";
     }
     return "unknown";
 }
@@ -66,12 +67,21 @@ int ckc_impl_available(ckc_impl impl)
         return 1;
     if (impl == CKC_IMPL_AVX512)
         return ckc_avx512_supported();
+    if (impl == CKC_IMPL_AVX2)
+        return ckc_avx2_supported();
     return 0;
 }
 
 static int use_avx512(ckc_impl impl)
 {
     return (impl == CKC_IMPL_AUTO || impl == CKC_IMPL_AVX512) && ckc_avx512_supported();
+}
+
+/* AVX2 decode: when asked for, or by AUTO where AVX-512 is missing. */
+static int use_avx2(ckc_impl impl)
+{
+    return (impl == CKC_IMPL_AVX2 || (impl == CKC_IMPL_AUTO && !ckc_avx512_supported())) &&
+           ckc_avx2_supported();
 }
 
 static int is_bf16_enc(uint32_t enc) { return enc == CKC_ENC_K15 || enc == CKC_ENC_BSPLIT; }
@@ -440,11 +450,12 @@ ckc_status ckc_decode_chunk_impl(ckc_impl impl, uint32_t enc, const ckc_codebook
     st = decode_prepare(enc, cb, p, first, n_weights, esc_first, esc_count, &d);
     if (st != CKC_OK)
         return st;
-    if (use_avx512(impl)) {
+    if (use_avx512(impl))
         done = ckc_decode_bulk_avx512(&d, first, n_weights, out);
-        if (done == (size_t)-1)
-            return CKC_ERR_CORRUPT;
-    }
+    else if (use_avx2(impl))
+        done = ckc_decode_bulk_avx2(&d, first, n_weights, out);
+    if (done == (size_t)-1)
+        return CKC_ERR_CORRUPT;
     st = ckc_decode_groups_portable(&d, first, done, (n_weights - done) / 8, out);
     if (st != CKC_OK)
         return st;

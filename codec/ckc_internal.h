@@ -22,13 +22,14 @@ extern "C" {
 typedef enum {
     CKC_IMPL_AUTO = 0,     /* best available on this CPU */
     CKC_IMPL_PORTABLE = 1, /* plain C11, any CPU */
-    CKC_IMPL_AVX512 = 2    /* x86-64 AVX-512 F/BW/VL/VBMI/VBMI2, chosen at run time */
+    CKC_IMPL_AVX512 = 2,   /* x86-64 AVX-512 F/BW/VL/VBMI/VBMI2, chosen at run time */
+    CKC_IMPL_AVX2 = 3      /* x86-64 AVX2 decode (encode is portable), chosen at run time */
 } ckc_impl;
 
 /* @return 1 if impl can run on this CPU (AUTO and PORTABLE always can). */
 int ckc_impl_available(ckc_impl impl);
 
-/* @return "auto", "portable", "avx512" or "unknown". */
+/* @return "auto", "portable", "avx512", "avx2" or "unknown". */
 const char *ckc_impl_name(ckc_impl impl);
 
 /* ckc_encode_chunk / ckc_decode_chunk with a forced implementation.  An
@@ -77,6 +78,11 @@ size_t ckc_encode_bulk_avx512(int is_k15, const ckc_codebook *cb, const uint16_t
                               size_t n_weights, uint64_t first, uint8_t *codes, uint8_t *low,
                               uint16_t *esc_syms, uint64_t *n_escapes);
 int ckc_avx512_supported(void);
+
+/* AVX2 bulk decode, blocks of 16 weights; same contract as the AVX-512 one.
+ * Only called when ckc_avx2_supported(). */
+size_t ckc_decode_bulk_avx2(ckc_dec_ctx *d, uint64_t first, size_t n_weights, uint16_t *out);
+int ckc_avx2_supported(void);
 
 /* Next escape symbol; the caller has checked er->pos < er->end. */
 static inline unsigned ckc_esc_next(ckc_esc_reader *er, int is_k15)

@@ -119,6 +119,77 @@ CKC_AVX512 size_t ckc_decode_bulk_avx512(ckc_dec_ctx *d, uint64_t first, size_t 
     return j;
 }
 
+/* ---- AVX2 decode (x86-64 CPUs without AVX-512 VBMI2: Zen 2/3, Haswell..) --
+ * Blocks of 16 weights, one 256-bit vector of BF16 (lane k = weight k):
+ *   codes  8 bytes -> nibbles split and interleaved into 16 code bytes,
+ *                     zero-extended to u16 lanes
+ *   symbol two vpshufb lookups of the code (sym << low_bits, low and high
+ *                     byte), the index's other byte set to 0x80 (gives 0)
+ *   K15 low 16 bytes broadcast to both halves, vpshufb puts bytes 7k/8 and
+ *                     7k/8+1 in lane k, and (x << (8 - 7k%8)) >> 8 & 0x7F
+ *                     extracts the mantissa (vpmullw by a power of two:
+ *                     AVX2 has no per-lane 16-bit shift)
+ *   escapes           a scalar patch over the block's code-15 mask. */
+#define CKC_AVX2 __attribute__((target("avx2,bmi,popcnt")))
+
+int ckc_avx2_supported(void) { return __builtin_cpu_supports("avx2"); }
+
+CKC_AVX2 size_t ckc_decode_bulk_avx2(ckc_dec_ctx *d, uint64_t first, size_t n, uint16_t *out)
+{
+    uint8_t tlo[32], thi[32], lidx[32];
+    uint16_t lmul[16];
+    unsigned lb = ckc_low_bits(d->is_k15);
+    for (unsigned c = 0; c < 32; c++) {
+        tlo[c] = (uint8_t)(d->shifted[c & 15] & 0xFF);
+        thi[c] = (uint8_t)(d->shifted[c & 15] >> 8);
+    }
+    for (unsigned k = 0; k < 16; k++) { /* half h = k / 8 holds weights 8h.. */
+        unsigned b = 7 * k / 8;        /* byte of the block's low data */
+        lidx[2 * k] = (uint8_t)b;
+        lidx[2 * k + 1] = (uint8_t)(b + 1);
+        lmul[k] = (uint16_t)(1u << (8 - 7 * k % 8));
+    }
+    const __m256i vtlo = _mm256_loadu_si256((const __m256i *)tlo);
+    const __m256i vthi = _mm256_loadu_si256((const __m256i *)thi);
+    const __m256i vlidx = _mm256_loadu_si256((const __m256i *)lidx);
+    const __m256i vlmul = _mm256_loadu_si256((const __m256i *)lmul);
+    const __m256i hi80 = _mm256_set1_epi16((short)0x8000), lo80 = _mm256_set1_epi16(0x0080);
+    const __m256i m7f = _mm256_set1_epi16(0x7F);
+    const __m128i m0f = _mm_set1_epi8(15);
+    /* K15 blocks read 16 low bytes from i / 8 * 7: stay inside low_size */
+    size_t lim = n;
+    if (d->is_k15) {
+        uint64_t last = d->low_size >= 16 ? (d->low_size - 16) / 7 * 8 : 0; /* last block start */
+        lim = d->low_size < 16 || last < first ? 0 : last - first + 16 < n ? (size_t)(last - first + 16) : n;
+    }
+    size_t j;
+    for (j = 0; j + 16 <= lim; j += 16) {
+        uint64_t i = first + j;
+        __m128i cb = _mm_loadl_epi64((const __m128i *)(d->codes + i / 2));
+        __m128i c8 = _mm_unpacklo_epi8(_mm_and_si128(cb, m0f), _mm_and_si128(_mm_srli_epi16(cb, 4), m0f));
+        __m256i c16 = _mm256_cvtepu8_epi16(c8);
+        __m256i sym = _mm256_or_si256(_mm256_shuffle_epi8(vtlo, _mm256_or_si256(c16, hi80)),
+                                      _mm256_shuffle_epi8(vthi, _mm256_or_si256(_mm256_slli_epi16(c16, 8), lo80)));
+        __m256i lo;
+        if (d->is_k15) {
+            __m256i lb16 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(d->low + i / 8 * 7)));
+            __m256i x = _mm256_shuffle_epi8(lb16, vlidx);
+            lo = _mm256_and_si256(_mm256_srli_epi16(_mm256_mullo_epi16(x, vlmul), 8), m7f);
+        } else {
+            lo = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(d->low + i)));
+        }
+        _mm256_storeu_si256((__m256i *)(out + j), _mm256_or_si256(sym, lo));
+        unsigned em = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(c8, m0f));
+        if (em) {
+            if ((uint64_t)__builtin_popcount(em) > d->er.end - d->er.pos)
+                return (size_t)-1;
+            for (; em; em &= em - 1)
+                out[j + (unsigned)__builtin_ctz(em)] |= (uint16_t)(ckc_esc_next(&d->er, d->is_k15) << lb);
+        }
+    }
+    return j;
+}
+
 /* Encode 64 weights per step.  The symbol -> code map (512 or 256 bytes)
  * sits in 8 (4) registers; vpermt2b looks up 128 entries by the symbol's
  * low 7 bits, and blends on bits 7 and 8 pick the right quarter. */
@@ -182,6 +253,13 @@ CKC_AVX512 size_t ckc_encode_bulk_avx512(int is_k15, const ckc_codebook *cb, con
 #else /* not x86-64 GCC/Clang */
 
 int ckc_avx512_supported(void) { return 0; }
+int ckc_avx2_supported(void) { return 0; }
+
+size_t ckc_decode_bulk_avx2(ckc_dec_ctx *d, uint64_t first, size_t n, uint16_t *out)
+{
+    (void)d, (void)first, (void)n, (void)out;
+    return 0;
+}
 
 size_t ckc_decode_bulk_avx512(ckc_dec_ctx *d, uint64_t first, size_t n, uint16_t *out)
 {

@@ -42,6 +42,7 @@ typedef struct {
     uint64_t evictions, failures;
     uint64_t served_out;           /* dropped once every byte was served */
     uint64_t prefetch_queued, prefetch_done, prefetch_dropped;
+    uint64_t prefetch_cancelled;   /* queued, then served out before a worker got to it */
     uint64_t bytes, entries;       /* now held in the table */
 } ckcache_stats;
 

@@ -811,12 +811,13 @@ static void print_stats(ckfs_ctx *c)
     fprintf(stderr,
             "ckptfs: reads %lu (%lu bytes, %lu of >= 512 KiB); cache hits %llu misses %llu "
             "waits %llu evictions %llu served-out %llu failures %llu; prefetch queued %llu done %llu "
-            "dropped %llu\n",
+            "dropped %llu cancelled %llu\n",
             atomic_load(&c->reads), atomic_load(&c->read_bytes), atomic_load(&c->big_reads),
             (unsigned long long)s.hits, (unsigned long long)s.misses,
             (unsigned long long)s.waits, (unsigned long long)s.evictions, (unsigned long long)s.served_out,
             (unsigned long long)s.failures, (unsigned long long)s.prefetch_queued,
-            (unsigned long long)s.prefetch_done, (unsigned long long)s.prefetch_dropped);
+            (unsigned long long)s.prefetch_done, (unsigned long long)s.prefetch_dropped,
+            (unsigned long long)s.prefetch_cancelled);
 }
 
 /* Mount, serve until unmounted or signalled, unmount.  @return exit status. */

@@ -164,7 +164,7 @@ int main(int argc, char **argv)
     size_t nc = n_chunks(n);
     double bytes = 2.0 * n;
     uint64_t *h16 = xcalloc(65536 * 8), h9[512] = {0};
-    static const ckc_impl impls[] = {CKC_IMPL_PORTABLE, CKC_IMPL_AVX512};
+    static const ckc_impl impls[] = {CKC_IMPL_PORTABLE, CKC_IMPL_AVX512, CKC_IMPL_AVX2};
 
     if (runs < 1)
         runs = 1;
@@ -181,7 +181,7 @@ int main(int argc, char **argv)
     printf("%-9s %-8s %8s %8s %8s %8s %9s %8s %6s %8s %6s\n", "encoding", "impl", "planes", "+index",
            "+record", "esc%", "esc", "enc GB/s", "x mc", "dec GB/s", "x mc");
     for (uint32_t enc = CKC_ENC_K15; enc <= CKC_ENC_BSPLIT; enc++) {
-        for (size_t k = 0; k < 2; k++) {
+        for (size_t k = 0; k < sizeof impls / sizeof impls[0]; k++) {
             tensor t = {.enc = enc};
             double be = 1e30, bd = 1e30;
             if (!ckc_impl_available(impls[k]))

@@ -60,8 +60,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint16_t *ref = malloc((n + 1) * 2), *out = malloc((n + 1) * 2);
     ckc_cplanes p = {c.plane[0], c.plane[1], c.plane[2], c.size[0], c.size[1], c.size[2]};
     int ref_ok = ref_decode(&c, ref) == 0;
-    ckc_impl impls[2] = {CKC_IMPL_PORTABLE, CKC_IMPL_AVX512};
-    for (int m = 0; m < (c.try_avx512 && ckc_impl_available(CKC_IMPL_AVX512) ? 2 : 1); m++) {
+    ckc_impl impls[3] = {CKC_IMPL_PORTABLE, CKC_IMPL_AVX512, CKC_IMPL_AVX2};
+    for (int m = 0; m < (c.try_vector ? 3 : 1); m++) {
+        if (!ckc_impl_available(impls[m]))
+            continue;
         ckc_status st = ckc_decode_chunk_impl(impls[m], c.enc, &c.cb, &p, c.first, n, c.esc_first,
                                               c.esc_count, out);
         if (st == CKC_OK && !ref_ok) {

@@ -84,7 +84,7 @@ static inline int ckz_memfile(const uint8_t *data, size_t size, char *path, size
 #define CKZ_DECODE_HDR 64u
 typedef struct {
     uint32_t enc;
-    int try_avx512;
+    int try_vector;
     size_t n_weights;
     uint64_t first, esc_first, esc_count;
     ckc_codebook cb;
@@ -98,7 +98,7 @@ static inline int ckz_decode_parse(const uint8_t *d, size_t n, ckz_decode_case *
     if (n < CKZ_DECODE_HDR)
         return -1;
     c->enc = (d[0] & 1) ? CKC_ENC_K15 : CKC_ENC_BSPLIT;
-    c->try_avx512 = (d[0] >> 1) & 1;
+    c->try_vector = (d[0] >> 1) & 1;
     c->n_weights = cku_le16(d + 2);
     c->first = (cku_le32(d + 4) % (1u << 17)) / 8 * 8;
     c->esc_first = cku_le32(d + 8);

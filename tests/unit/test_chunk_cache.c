@@ -20,6 +20,7 @@
 typedef struct {
     atomic_int calls;
     int delay_ms;          /* each fill sleeps this long */
+    uint64_t slow_chunk;   /* ... or only this chunk's fill, when delay_ms is 0 */
     uint64_t eio_chunk;    /* chunk number that fails with EIO */
     uint64_t eagain_chunk; /* chunk number that fails with EAGAIN */
 } filler;
@@ -35,6 +36,8 @@ static int fill(void *arg, const ckcache_key *k, void *dst, size_t len)
     atomic_fetch_add(&f->calls, 1);
     if (f->delay_ms)
         usleep((useconds_t)f->delay_ms * 1000u);
+    else if (k->chunk == f->slow_chunk)
+        usleep(500 * 1000u);
     if (k->chunk == f->eio_chunk)
         return EIO;
     if (k->chunk == f->eagain_chunk)
@@ -44,7 +47,10 @@ static int fill(void *arg, const ckcache_key *k, void *dst, size_t len)
     return 0;
 }
 
-static filler new_filler(void) { return (filler){.eio_chunk = UINT64_MAX, .eagain_chunk = UINT64_MAX}; }
+static filler new_filler(void)
+{
+    return (filler){.eio_chunk = UINT64_MAX, .eagain_chunk = UINT64_MAX, .slow_chunk = UINT64_MAX};
+}
 
 static int data_ok(const ckcache_entry *e, const ckcache_key *k)
 {
@@ -264,6 +270,39 @@ START_TEST(test_prefetch)
 }
 END_TEST
 
+/* A chunk served out is not decoded again for prefetch: jobs queued for it
+ * are cancelled, and later prefetch requests for it are ignored. */
+START_TEST(test_no_prefetch_after_served_out)
+{
+    filler f = new_filler();
+    f.slow_chunk = 1;            /* keeps the one worker busy for 500 ms */
+    ckcache *c = ckcache_new(64 * LEN, 1, fill, &f);
+    ckcache_key k1 = key(1), k2 = key(2);
+    ckcache_stats st;
+    ckcache_prefetch(c, &k1, LEN);
+    for (int i = 0; i < 100 && atomic_load(&f.calls) == 0; i++)
+        usleep(1000);            /* the worker has taken k1 */
+    ckcache_prefetch(c, &k2, LEN); /* queued behind it */
+    ckcache_entry *e;
+    ck_assert_int_eq(ckcache_get(c, &k2, LEN, &e), 0);
+    ckcache_put_served(c, e, LEN);
+    ckcache_get_stats(c, &st);
+    ck_assert_uint_eq(st.prefetch_cancelled, 1);
+    ckcache_prefetch(c, &k2, LEN); /* recently served: ignored */
+    ckcache_get_stats(c, &st);
+    ck_assert_uint_eq(st.prefetch_queued, 2);
+    ck_assert_int_eq(ckcache_get(c, &k1, LEN, &e), 0); /* waits for the worker */
+    ckcache_put(c, e);
+    usleep(50 * 1000);
+    ck_assert_int_eq(atomic_load(&f.calls), 2); /* k1 once, k2 once */
+    ck_assert_int_eq(ckcache_get(c, &k2, LEN, &e), 0); /* a reader still gets it */
+    ck_assert(data_ok(e, &k2));
+    ckcache_put(c, e);
+    ck_assert_int_eq(atomic_load(&f.calls), 3);
+    ckcache_free(c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("chunk_cache");
@@ -276,6 +315,7 @@ int main(void)
     tcase_add_test(tc, test_concurrent_single_decode);
     tcase_add_test(tc, test_failures);
     tcase_add_test(tc, test_prefetch);
+    tcase_add_test(tc, test_no_prefetch_after_served_out);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -267,7 +267,7 @@ static void assert_same_words(const uint16_t *a, const uint16_t *b, size_t n, co
     ck_assert_msg(i == n, "%s: weight %zu: %04x vs %04x", what, i, a[i], b[i]);
 }
 
-static const ckc_impl impls[] = {CKC_IMPL_PORTABLE, CKC_IMPL_AVX512};
+static const ckc_impl impls[] = {CKC_IMPL_PORTABLE, CKC_IMPL_AVX512, CKC_IMPL_AVX2};
 static const uint32_t encs[] = {CKC_ENC_K15, CKC_ENC_BSPLIT};
 
 /* loop index -> (impl, enc); returns 0 (skip) if impl is not available. */
@@ -864,12 +864,12 @@ static Suite *codec_suite(void)
     tcase_add_test(tc, test_codebook);
     tcase_add_test(tc, test_pack_escapes);
     tcase_add_test(tc, test_hash);
-    tcase_add_loop_test(tc, test_round_trip, 0, 4);
-    tcase_add_loop_test(tc, test_all_escape, 0, 4);
-    tcase_add_loop_test(tc, test_chunks, 0, 4);
-    tcase_add_loop_test(tc, test_corrupt, 0, 4);
-    tcase_add_loop_test(tc, test_fuzz_decode, 0, 4);
-    tcase_add_loop_test(tc, test_encode_bytes, 0, 4);
+    tcase_add_loop_test(tc, test_round_trip, 0, 6);
+    tcase_add_loop_test(tc, test_all_escape, 0, 6);
+    tcase_add_loop_test(tc, test_chunks, 0, 6);
+    tcase_add_loop_test(tc, test_corrupt, 0, 6);
+    tcase_add_loop_test(tc, test_fuzz_decode, 0, 6);
+    tcase_add_loop_test(tc, test_encode_bytes, 0, 6);
     tcase_add_loop_test(tc, test_impls_agree, 0, 2);
     tcase_add_loop_test(tc, test_decode_header, 0, 2);
     suite_add_tcase(s, tc);
