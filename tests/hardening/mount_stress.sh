@@ -38,7 +38,8 @@ until grep -q " $T/mnt fuse.ckptfs " /proc/mounts; do
     sleep 0.05
 done
 rc=0
-"$PY" "$HERE/mount_stress.py" "$T/mnt" "$T/src" "$PID" $((CACHE_MB << 20)) "${STRESS_SECONDS:-45}" || rc=1
+PACKED=$(du -cb "$T/dst" | tail -1 | cut -f1)
+"$PY" "$HERE/mount_stress.py" "$T/mnt" "$T/src" "$PID" $((CACHE_MB << 20)) "${STRESS_SECONDS:-45}" "$PACKED" || rc=1
 kill -TERM "$PID"
 if ! wait "$PID"; then echo "FAIL: daemon exit status $? after SIGTERM"; rc=1; fi
 PID=""
