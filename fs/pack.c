@@ -27,6 +27,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,35 +219,100 @@ static int write_extents(pack_ctx *c, ckp_writer *w, const char *path, const uin
     return s == CKP_OK ? 0 : -1;
 }
 
-/* Decode every chunk of r and compare it with the source bytes p[0..size);
- * the recorded size and SHA-256 must be the source's too. */
-static int compare_with_source(const ckp_reader *r, const char *src_path, const uint8_t *p, uint64_t size,
-                               const uint8_t sha[32])
+/* The read-back: every chunk of the packed file decoded and compared with
+ * the source, split over threads that take batches of chunks in file order. */
+typedef struct {
+    const ckp_reader *r;
+    const uint8_t *p;
+    const uint64_t *first;  /* first[e]: flat number of extent e's chunk 0; first[n_extents]: total */
+    atomic_uint_fast64_t next;
+    atomic_int bad;
+} cmp_job;
+
+#define CMP_BATCH 8
+
+static void *cmp_thread(void *arg)
 {
-    int rc = 0;
-    const ckp_info *in = ckp_get_info(r);
+    cmp_job *j = arg;
+    const ckp_info *in = ckp_get_info(j->r);
+    const uint64_t total = j->first[in->n_extents];
     ckp_scratch *s = ckp_scratch_new();
     uint8_t *buf = malloc(CKP_MAX_CHUNK);
-    if (in->original_size != size || memcmp(in->sha256, sha, 32) || !s || !buf)
-        rc = -1;
-    for (uint32_t e = 0; rc == 0 && e < in->n_extents; e++) {
-        const ckp_extent *x = ckp_get_extent(r, e);
-        for (uint64_t k = 0; rc == 0 && k < x->n_chunks; k++) {
-            uint64_t len = ckp_chunk_len(x, k), at = x->orig_offset + k * x->chunk_size;
-            if (ckp_read_chunk(r, e, k, buf, s) != CKP_OK || memcmp(buf, p + at, len))
-                rc = -1;
+    uint32_t e = 0;
+    if (!s || !buf)
+        atomic_store(&j->bad, 1);
+    while (!atomic_load(&j->bad)) {
+        uint64_t k = atomic_fetch_add(&j->next, CMP_BATCH), end = k + CMP_BATCH < total ? k + CMP_BATCH : total;
+        if (k >= total)
+            break;
+        for (; k < end; k++) {
+            while (j->first[e + 1] <= k) /* batches come in increasing order: e only moves on */
+                e++;
+            const ckp_extent *x = ckp_get_extent(j->r, e);
+            uint64_t c = k - j->first[e], len = ckp_chunk_len(x, c), at = x->orig_offset + c * x->chunk_size;
+            if (ckp_read_chunk(j->r, e, c, buf, s) != CKP_OK || memcmp(buf, j->p + at, len)) {
+                atomic_store(&j->bad, 1);
+                break;
+            }
         }
     }
-    if (rc)
-        fprintf(stderr, "ckptfs pack: %s: packed copy does not read back equal to the source\n", src_path);
     free(buf);
     ckp_scratch_free(s);
+    return NULL;
+}
+
+/* Decode every chunk of r with `jobs` threads and compare it with the source
+ * bytes p[0..size); the recorded size and SHA-256 must be the source's too. */
+static int compare_with_source(const ckp_reader *r, const char *src_path, const uint8_t *p, uint64_t size,
+                               const uint8_t sha[32], int jobs)
+{
+    const ckp_info *in = ckp_get_info(r);
+    uint64_t *first = malloc(((size_t)in->n_extents + 1) * sizeof *first);
+    int rc = -1;
+    if (!first || in->original_size != size || memcmp(in->sha256, sha, 32))
+        goto out;
+    first[0] = 0;
+    for (uint32_t e = 0; e < in->n_extents; e++)
+        first[e + 1] = first[e] + ckp_get_extent(r, e)->n_chunks;
+    cmp_job j = {.r = r, .p = p, .first = first};
+    atomic_init(&j.next, 0);
+    atomic_init(&j.bad, 0);
+    uint64_t batches = (first[in->n_extents] + CMP_BATCH - 1) / CMP_BATCH;
+    int n = jobs < 1 ? 1 : (uint64_t)jobs > batches ? (int)(batches ? batches : 1) : jobs;
+    pthread_t th[64];
+    int started = 0;
+    if (n > 64)
+        n = 64;
+    for (; started < n - 1; started++)
+        if (pthread_create(&th[started], NULL, cmp_thread, &j))
+            break;
+    cmp_thread(&j);
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    rc = atomic_load(&j.bad) ? -1 : 0;
+out:
+    if (rc)
+        fprintf(stderr, "ckptfs pack: %s: packed copy does not read back equal to the source\n", src_path);
+    free(first);
     return rc;
+}
+
+/* fsync in a thread, so that the read-back (from the page cache, like any
+ * read before or after the sync) overlaps the disk's work. */
+typedef struct {
+    int fd, err;
+} sync_job;
+
+static void *sync_thread(void *arg)
+{
+    sync_job *j = arg;
+    j->err = fsync(j->fd) ? errno : 0;
+    return NULL;
 }
 
 /* Open the packed file just written and compare it with the source. */
 static int read_back(const char *tmp, const char *src_path, const uint8_t *p, uint64_t size,
-                     const uint8_t sha[32])
+                     const uint8_t sha[32], int jobs)
 {
     char err[512];
     ckp_reader *r;
@@ -254,7 +320,7 @@ static int read_back(const char *tmp, const char *src_path, const uint8_t *p, ui
         fprintf(stderr, "ckptfs pack: read-back failed: %s\n", err);
         return -1;
     }
-    int rc = compare_with_source(r, src_path, p, size, sha);
+    int rc = compare_with_source(r, src_path, p, size, sha, jobs);
     ckp_close(r);
     return rc;
 }
@@ -332,16 +398,26 @@ static int pack_file(pack_ctx *c, const src_entry *e)
     if (sha_started)
         pthread_join(sha_th, NULL);
     sha_started = 0;
-    if (ckp_writer_finish(w, sj.sha) != CKP_OK || fsync(tfd)) {
+    if (ckp_writer_finish(w, sj.sha) != CKP_OK) {
         fprintf(stderr, "ckptfs pack: %s: %s\n", tmp, *ckp_writer_error(w) ? ckp_writer_error(w) : strerror(errno));
         goto out;
     }
+    /* fsync and read back at once; the rename waits for both */
+    sync_job sy = {.fd = tfd};
+    pthread_t sync_th;
+    int sync_started = pthread_create(&sync_th, NULL, sync_thread, &sy) == 0;
+    if (!sync_started)
+        sync_thread(&sy);
     struct stat now;
-    if (fstat(sfd, &now) || now.st_size != e->st.st_size || mtime_ns(&now) != mtime_ns(&e->st)) {
+    int changed = fstat(sfd, &now) || now.st_size != e->st.st_size || mtime_ns(&now) != mtime_ns(&e->st);
+    int bad = changed || read_back(tmp, src_path, p, size, sj.sha, c->o->jobs);
+    if (sync_started)
+        pthread_join(sync_th, NULL);
+    if (changed)
         fprintf(stderr, "ckptfs pack: %s: source changed while it was being packed\n", src_path);
-        goto out;
-    }
-    if (read_back(tmp, src_path, p, size, sj.sha))
+    if (sy.err)
+        fprintf(stderr, "ckptfs pack: %s: fsync: %s\n", tmp, strerror(sy.err));
+    if (bad || sy.err)
         goto out;
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s", final);
@@ -394,7 +470,7 @@ static int already_packed(pack_ctx *c, const src_entry *e)
         sj.p = p;
         sj.size = size;
         sha_thread(&sj);
-        equal = compare_with_source(r, src_path, p, size, sj.sha) == 0;
+        equal = compare_with_source(r, src_path, p, size, sj.sha, c->o->jobs) == 0;
     }
     unmap_file(fd, p, size);
     ckp_close(r);
