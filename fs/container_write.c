@@ -4,10 +4,13 @@
  * The writer appends extents in original order.  Payloads are written as they
  * are produced (pwrite from offset 64 on); the extent records and the string
  * table are kept in memory and written as the TOC by ckp_writer_finish, which
- * then writes the file header.  Memory is bounded by one tensor's planes.
+ * then writes the file header.  Memory is bounded by one tensor's escapes
+ * and index plus a batch of planes per thread.
  * BF16 tensors are encoded in two passes, each split over `jobs` threads by
- * chunk: histogram, then encode + chunk hashes; each chunk's escapes are kept
- * apart and packed in order once the escape prefix counts are known.
+ * chunk: histogram, then encode + chunk hashes, each thread writing its
+ * batches of the code and low planes to the file as it goes; each chunk's
+ * escapes are kept apart and packed in order once the escape prefix counts
+ * are known, then written after the low plane.
  */
 #include "container.h"
 #include "container_internal.h"
@@ -225,22 +228,43 @@ typedef struct {
     uint64_t *esc_count;     /* per chunk */
     uint16_t **chunk_esc;    /* per chunk: its escaped symbols */
     ckp_chunk_entry *ix;
-    uint8_t *codes, *low;
+    int fd;
+    uint64_t codes_off, low_off; /* where the code and low planes go in the file */
     ckc_status status;       /* first failure of any worker (any non-OK value will do) */
+    int io_errno;            /* a failed pwrite's errno (any will do) */
 } bf16_job;
+
+#define WRITE_BATCH 16       /* chunks encoded before one pwrite per plane (1 Mi weights) */
 
 typedef struct {
     bf16_job *j;
     int pass;                /* 0 histogram, 1 encode */
     uint64_t c0, c1;         /* chunk range */
     uint64_t hist[512];
-    uint16_t *esc;           /* pass 2: one chunk's escapes */
+    uint16_t *esc;           /* pass 1: one chunk's escapes */
+    uint8_t *codes, *low;    /* pass 1: a batch's planes (chunk starts are byte-aligned) */
 } bf16_task;
 
+/* Write a batch's plane bytes [first, first + nw weights) at their place. */
+static void write_batch(bf16_task *t, uint64_t first, uint64_t nw)
+{
+    bf16_job *j = t->j;
+    int k15 = j->enc == CKC_ENC_K15;
+    uint64_t nlow = k15 ? nw / 8 * 7 + (nw % 8 * 7 + 7) / 8 : nw;
+    if (cku_pwrite_full(j->fd, t->codes, (nw + 1) / 2, j->codes_off + first / 2) ||
+        cku_pwrite_full(j->fd, t->low, nlow, j->low_off + (k15 ? first / 8 * 7 : first)))
+        j->io_errno = errno ? errno : EIO;
+}
+
+/* Pass 1 streams: each batch of chunks is encoded into the task's buffers
+ * (as if it started the tensor: chunk starts are multiples of 8 weights, so
+ * every plane's bytes are the same) and written to the file at once, so the
+ * disk works while the other threads encode. */
 static void *bf16_worker(void *arg)
 {
     bf16_task *t = arg;
     bf16_job *j = t->j;
+    uint64_t batch0 = t->c0;
     for (uint64_t c = t->c0; c < t->c1; c++) {
         uint64_t first = c * j->chunk_w;
         size_t nw = (size_t)(c + 1 < j->n_chunks ? j->chunk_w : j->n - first);
@@ -251,19 +275,45 @@ static void *bf16_worker(void *arg)
         }
         /* the encoder needs room for nw escapes; each chunk's are kept apart
          * until the escape prefix counts are known */
-        uint64_t ne = 0;
-        ckc_status s = t->esc ? ckc_encode_chunk(j->enc, j->cb, src, nw, first, j->codes, j->low, t->esc, &ne)
-                              : CKC_ERR_NOMEM;
+        uint64_t ne = 0, rel = first - batch0 * j->chunk_w;
+        ckc_status s = t->esc && t->codes && t->low
+                           ? ckc_encode_chunk(j->enc, j->cb, src, nw, rel, t->codes, t->low, t->esc, &ne)
+                           : CKC_ERR_NOMEM;
         j->esc_count[c] = ne;
         if (s == CKC_OK && ne && !(j->chunk_esc[c] = malloc(ne * sizeof *t->esc)))
             s = CKC_ERR_NOMEM;
-        if (s != CKC_OK)
+        if (s != CKC_OK) {
             j->status = s;
-        else if (ne)
+            break;
+        }
+        if (ne)
             memcpy(j->chunk_esc[c], t->esc, ne * sizeof *t->esc);
         j->ix[c].hash = ckc_hash64(src, nw * 2);
+        if (c + 1 == t->c1 || c + 1 - batch0 == WRITE_BATCH) {
+            write_batch(t, batch0 * j->chunk_w, first + nw - batch0 * j->chunk_w);
+            memset(t->codes, 0, ckc_code_plane_size(WRITE_BATCH * j->chunk_w));
+            memset(t->low, 0, ckc_low_plane_size(j->enc, WRITE_BATCH * j->chunk_w));
+            batch0 = c + 1;
+        }
     }
     return NULL;
+}
+
+/* Pass 1 buffers: a chunk's escapes, a batch's planes (zeroed: the encoder
+ * ORs bits into them). */
+static void task_buffers(bf16_task *t)
+{
+    uint64_t bw = WRITE_BATCH * t->j->chunk_w;
+    t->esc = malloc(t->j->chunk_w * sizeof *t->esc);
+    t->codes = calloc(1, ckc_code_plane_size(bw));
+    t->low = calloc(1, ckc_low_plane_size(t->j->enc, bw));
+}
+
+static void task_buffers_free(bf16_task *t)
+{
+    free(t->esc);
+    free(t->codes);
+    free(t->low);
 }
 
 /* Run one pass over all chunks with up to `jobs` threads. */
@@ -282,13 +332,14 @@ static void run_pass(bf16_job *j, int pass, int jobs, uint64_t *hist)
         t[i].c0 = j->n_chunks * (uint64_t)i / (uint64_t)jobs;
         t[i].c1 = j->n_chunks * (uint64_t)(i + 1) / (uint64_t)jobs;
         if (pass == 1)
-            t[i].esc = malloc(j->chunk_w * sizeof *t[i].esc);
+            task_buffers(&t[i]);
     }
     if (!t || !th) { /* fall back to the calling thread */
         bf16_task one = {.j = j, .pass = pass, .c0 = 0, .c1 = j->n_chunks};
-        one.esc = pass == 1 ? malloc(j->chunk_w * sizeof *one.esc) : NULL;
+        if (pass == 1)
+            task_buffers(&one);
         bf16_worker(&one);
-        free(one.esc);
+        task_buffers_free(&one);
         if (hist)
             for (int k = 0; k < 512; k++)
                 hist[k] += one.hist[k];
@@ -309,7 +360,7 @@ static void run_pass(bf16_job *j, int pass, int jobs, uint64_t *hist)
             for (int k = 0; k < 512; k++)
                 hist[k] += t[i].hist[k];
     for (int i = 0; i < jobs; i++)
-        free(t[i].esc);
+        task_buffers_free(&t[i]);
     free(t);
     free(th);
 }
@@ -345,16 +396,27 @@ static ckp_status add_bf16(ckp_writer *w, uint8_t *rec, uint32_t enc, const uint
     j.esc_count = calloc(j.n_chunks, sizeof *j.esc_count);
     j.chunk_esc = calloc(j.n_chunks, sizeof *j.chunk_esc);
     j.ix = calloc(j.n_chunks, sizeof *j.ix);
-    j.codes = calloc(1, codes_sz);
-    j.low = calloc(1, low_sz);
     uint8_t *esc = NULL;
-    if (!j.esc_count || !j.chunk_esc || !j.ix || !j.codes || !j.low) {
+    if (!j.esc_count || !j.chunk_esc || !j.ix) {
         s = werr(w, CKP_ERR_NOMEM, "out of memory for a tensor of %llu bytes", (unsigned long long)size);
         goto out;
     }
+    uint64_t align = j.n >= CKP_BIG_TENSOR_WEIGHTS ? 4096 : 64;
+    j.fd = w->fd;
+    j.codes_off = align_up(w->pos, align);
+    j.low_off = align_up(j.codes_off + codes_sz, align);
     run_pass(&j, 0, w->o.jobs, hist);
     ckc_codebook_from_hist(enc, hist, &cb);
-    run_pass(&j, 1, w->o.jobs, NULL);
+    run_pass(&j, 1, w->o.jobs, NULL); /* writes the code and low planes */
+    if (j.io_errno) {
+        s = werr(w, CKP_ERR_IO, "write failed: %s", strerror(j.io_errno));
+        goto out;
+    }
+    for (int k = 0; k < 2; k++) {
+        cku_put64(rec + X_P0_OFF + 16 * k, k ? j.low_off : j.codes_off);
+        cku_put64(rec + X_P0_SIZE + 16 * k, k ? low_sz : codes_sz);
+    }
+    w->pos = j.low_off + low_sz;
     uint64_t n_esc = 0;
     for (uint64_t c = 0; c < j.n_chunks; c++) {
         j.ix[c].datum = n_esc;
@@ -372,15 +434,12 @@ static ckp_status add_bf16(ckp_writer *w, uint8_t *rec, uint32_t enc, const uint
             s = werr(w, CKP_ERR_CORRUPT, "internal encoder error: escapes do not fit");
             goto out;
         }
-    uint64_t align = j.n >= CKP_BIG_TENSOR_WEIGHTS ? 4096 : 64;
     cku_put32(rec + X_ENC, enc);
     cku_put32(rec + X_CHUNK, (uint32_t)(j.chunk_w * 2));
     cku_put64(rec + X_NESC, n_esc);
     for (int k = 0; k < 16; k++)
         cku_put16(rec + X_CODEBOOK + 2 * k, cb.sym[k]);
-    if ((s = write_plane(w, rec, 0, j.codes, codes_sz, align)) != CKP_OK ||
-        (s = write_plane(w, rec, 1, j.low, low_sz, align)) != CKP_OK ||
-        (s = write_plane(w, rec, 2, esc, esc_sz, align)) != CKP_OK)
+    if ((s = write_plane(w, rec, 2, esc, esc_sz, align)) != CKP_OK)
         goto out;
     s = write_index(w, rec, j.ix, j.n_chunks);
 out:
@@ -390,8 +449,6 @@ out:
     free(j.chunk_esc);
     free(j.esc_count);
     free(j.ix);
-    free(j.codes);
-    free(j.low);
     free(esc);
     return s;
 }

@@ -56,6 +56,7 @@ typedef struct {
     char dst[PATH_MAX];
     src_list list;
     cku_progress *progress;
+    int jobs_each;            /* encoder / read-back threads per file in flight */
 } pack_ctx;
 
 static int has_suffix(const char *s, const char *suf)
@@ -388,7 +389,7 @@ static int pack_file(pack_ctx *c, const src_entry *e)
         sha_thread(&sj);
     tfd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     ckp_writer_opts wo = {.path = e->rel, .kind = is_st ? CKP_KIND_SAFETENSORS : CKP_KIND_BLOB,
-                          .mode = e->st.st_mode & 07777, .mtime_ns = mtime_ns(&e->st), .jobs = c->o->jobs};
+                          .mode = e->st.st_mode & 07777, .mtime_ns = mtime_ns(&e->st), .jobs = c->jobs_each};
     if (tfd < 0 || ckp_writer_new(tfd, &wo, &w) != CKP_OK) {
         fprintf(stderr, "ckptfs pack: %s: %s\n", tmp, tfd < 0 ? strerror(errno) : "cannot start writer");
         goto out;
@@ -410,7 +411,7 @@ static int pack_file(pack_ctx *c, const src_entry *e)
         sync_thread(&sy);
     struct stat now;
     int changed = fstat(sfd, &now) || now.st_size != e->st.st_size || mtime_ns(&now) != mtime_ns(&e->st);
-    int bad = changed || read_back(tmp, src_path, p, size, sj.sha, c->o->jobs);
+    int bad = changed || read_back(tmp, src_path, p, size, sj.sha, c->jobs_each);
     if (sync_started)
         pthread_join(sync_th, NULL);
     if (changed)
@@ -470,11 +471,67 @@ static int already_packed(pack_ctx *c, const src_entry *e)
         sj.p = p;
         sj.size = size;
         sha_thread(&sj);
-        equal = compare_with_source(r, src_path, p, size, sj.sha, c->o->jobs) == 0;
+        equal = compare_with_source(r, src_path, p, size, sj.sha, c->jobs_each) == 0;
     }
     unmap_file(fd, p, size);
     ckp_close(r);
     return equal && delete_source(src_path) == 0 ? 2 : 0;
+}
+
+/* ---- files in parallel ---------------------------------------------------- */
+
+/* SHA-256 of a file is one sequential stream (~1.3-2 GB/s a core), so with
+ * many cores one file at a time would leave most of them idle: up to
+ * MAX_FILES_AT_ONCE files are packed at once, each with jobs / files encoder
+ * threads.  Memory stays bounded by one tensor's planes per file in flight. */
+#define MAX_FILES_AT_ONCE 4
+
+typedef struct {
+    pack_ctx *c;
+    atomic_size_t next;    /* next entry of c->list to look at */
+    atomic_int failed;     /* a file failed: take no new ones */
+} file_pool;
+
+static void *file_worker(void *arg)
+{
+    file_pool *fp = arg;
+    pack_ctx *c = fp->c;
+    for (;;) {
+        size_t i = atomic_fetch_add(&fp->next, 1);
+        if (i >= c->list.n || atomic_load(&fp->failed))
+            break;
+        const src_entry *e = &c->list.v[i];
+        if (e->is_dir)
+            continue;
+        if (already_packed(c, e))
+            cku_progress_add(c->progress, (uint64_t)e->st.st_size);
+        else if (pack_file(c, e))
+            atomic_store(&fp->failed, 1);
+    }
+    return NULL;
+}
+
+static int pack_files(pack_ctx *c, size_t n_files)
+{
+    int jobs = c->o->jobs < 1 ? 1 : c->o->jobs;
+    int at_once = (jobs + 1) / 2;  /* at least two threads per file where there are cores for it */
+    if (at_once > MAX_FILES_AT_ONCE)
+        at_once = MAX_FILES_AT_ONCE;
+    if ((size_t)at_once > n_files)
+        at_once = n_files ? (int)n_files : 1;
+    c->jobs_each = jobs / at_once > 0 ? jobs / at_once : 1;
+    file_pool fp = {.c = c};
+    atomic_init(&fp.next, 0);
+    atomic_init(&fp.failed, 0);
+    pthread_t th[MAX_FILES_AT_ONCE];
+    int started = 0;
+    for (; started < at_once - 1; started++)
+        if (pthread_create(&th[started], NULL, file_worker, &fp))
+            break;
+    file_worker(&fp);
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    return atomic_load(&fp.failed) ? -1 : 0;
 }
 
 /* ---- DST state ----------------------------------------------------------- */
@@ -842,25 +899,19 @@ int ckpt_pack(const ckpt_pack_opts *o)
         goto out;
     remove_temps(c.dst);
     c.progress = cku_progress_new("packing", total);
-    for (size_t i = 0; i < c.list.n; i++) {
+    size_t n_files = 0;
+    for (size_t i = 0; i < c.list.n; i++) { /* directories first (a parent sorts before its children) */
         const src_entry *e = &c.list.v[i];
         char path[PATH_MAX];
         join_path(path, sizeof path, c.dst, e->rel, "");
-        if (e->is_dir) {
-            if (mkdir(path, (e->st.st_mode & 07777) | 0700) && errno != EEXIST) {
-                fprintf(stderr, "ckptfs pack: %s: %s\n", path, strerror(errno));
-                goto out;
-            }
-            continue;
-        }
-        int done = already_packed(&c, e);
-        if (done) {
-            cku_progress_add(c.progress, (uint64_t)e->st.st_size);
-            continue;
-        }
-        if (pack_file(&c, e))
+        n_files += !e->is_dir;
+        if (e->is_dir && mkdir(path, (e->st.st_mode & 07777) | 0700) && errno != EEXIST) {
+            fprintf(stderr, "ckptfs pack: %s: %s\n", path, strerror(errno));
             goto out;
+        }
     }
+    if (pack_files(&c, n_files))
+        goto out;
     if (write_manifest(&c))
         goto out;
     if (o->delete_source && !c.single_file)

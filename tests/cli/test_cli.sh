@@ -8,7 +8,7 @@ CK=${1:?usage: test_cli.sh path/to/ckptfs [--big]}
 BIG=${2:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 T=$(mktemp -d /tmp/ckptfs-cli.XXXXXX)
-trap 'rm -rf "$T"' EXIT
+trap 'umount "$T/small" 2>/dev/null; rm -rf "$T"' EXIT
 pass=0 fail=0
 ok() { pass=$((pass + 1)); echo "ok   $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL $*"; }
@@ -73,6 +73,15 @@ assert s['original_bytes'] > s['packed_bytes'] > 0 and s['bf16_weights'] > 0
 lim = 11.6 if '$fmt' == 'k15' else 12.4   # small model: headers and padding weigh more
 assert s['bf16_bits_per_weight'] < lim, s['bf16_bits_per_weight']"
 done
+
+# several files at once (--jobs 8: 4 files in flight, 2 encoder threads each)
+"$CK" pack --jobs 8 "$T/src" "$T/p-par" 2> "$T/err"
+check "--jobs 8: pack exits 0" test $? -eq 0
+"$CK" unpack "$T/p-par" "$T/u-par"
+check "--jobs 8: unpack equals the source" diff -q <(tree_sums "$T/u-par") "$T/src.sums"
+check "--jobs 8: same packed bytes as one file at a time" \
+  sh -c "cd '$T/p-k15' && find . -name '*.ckpt' | sort | xargs sha256sum > '$T/a.sums' && cd '$T/p-par' && sha256sum -c --quiet '$T/a.sums'"
+rm -rf "$T/u-par"
 
 # one .safetensors file as SRC
 "$CK" pack "$T/src/nested/adapter.safetensors" "$T/p-one" && "$CK" unpack "$T/p-one" "$T/u-one"
@@ -140,7 +149,7 @@ done
 
 # --delete-source: sources go only when their packed copy is safe
 cp -a "$T/src" "$T/del"
-"$CK" pack --delete-source "$T/del" "$T/p-del"
+"$CK" pack --jobs 6 --delete-source "$T/del" "$T/p-del"
 check "delete-source: exit 0" test $? -eq 0
 check "delete-source: no source files left" test -z "$(find "$T/del" -type f)"
 "$CK" unpack "$T/p-del" "$T/u-del"
@@ -157,6 +166,21 @@ check "resume: temporary removed" test ! -e "$T/p-res/.config.json.ckpt.tmp"
 check "resume: complete again" "$CK" verify --against "$T/res" "$T/p-res"
 "$CK" pack --format bytesplit "$T/res" "$T/p-res" 2> "$T/err"
 check "resume with another format: refused" test $? -ne 0
+
+# out of space (a 600 KiB tmpfs; root only): a clear error, no temporary left,
+# and the same command on a disk with room finishes the job
+if [ "$(id -u)" = 0 ] && mkdir "$T/small" && mount -t tmpfs -o size=600k tmpfs "$T/small" 2>/dev/null; then
+  "$CK" pack "$T/src" "$T/small/p" 2> "$T/err"
+  check "out of space: pack fails" test $? -ne 0
+  check "out of space: says so" grep -q "No space left on device" "$T/err"
+  check "out of space: no temporary file left" test -z "$(find "$T/small" -name '*.tmp')"
+  cp -a "$T/small/p" "$T/p-resumed"
+  umount "$T/small"
+  "$CK" pack "$T/src" "$T/p-resumed"
+  check "out of space: rerun elsewhere completes" "$CK" verify --against "$T/src" "$T/p-resumed"
+else
+  echo "skip out-of-space checks (needs root to mount a tmpfs)"
+fi
 
 # damaged data: verify names it, unpack refuses and leaves nothing
 cp -a "$T/p-k15" "$T/dmg" 2>/dev/null; rm -rf "$T/dmg"; cp -a "$T/p-bytesplit" "$T/dmg"
