@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -230,8 +231,8 @@ typedef struct {
     ckp_chunk_entry *ix;
     int fd;
     uint64_t codes_off, low_off; /* where the code and low planes go in the file */
-    ckc_status status;       /* first failure of any worker (any non-OK value will do) */
-    int io_errno;            /* a failed pwrite's errno (any will do) */
+    atomic_int status;       /* a ckc_status: a failure of any worker (any will do) */
+    atomic_int io_errno;     /* a failed pwrite's errno (any will do) */
 } bf16_job;
 
 #define WRITE_BATCH 16       /* chunks encoded before one pwrite per plane (1 Mi weights) */
@@ -253,7 +254,7 @@ static void write_batch(bf16_task *t, uint64_t first, uint64_t nw)
     uint64_t nlow = k15 ? nw / 8 * 7 + (nw % 8 * 7 + 7) / 8 : nw;
     if (cku_pwrite_full(j->fd, t->codes, (nw + 1) / 2, j->codes_off + first / 2) ||
         cku_pwrite_full(j->fd, t->low, nlow, j->low_off + (k15 ? first / 8 * 7 : first)))
-        j->io_errno = errno ? errno : EIO;
+        atomic_store(&j->io_errno, errno ? errno : EIO);
 }
 
 /* Pass 1 streams: each batch of chunks is encoded into the task's buffers
@@ -283,7 +284,7 @@ static void *bf16_worker(void *arg)
         if (s == CKC_OK && ne && !(j->chunk_esc[c] = malloc(ne * sizeof *t->esc)))
             s = CKC_ERR_NOMEM;
         if (s != CKC_OK) {
-            j->status = s;
+            atomic_store(&j->status, (int)s);
             break;
         }
         if (ne)
@@ -408,8 +409,8 @@ static ckp_status add_bf16(ckp_writer *w, uint8_t *rec, uint32_t enc, const uint
     run_pass(&j, 0, w->o.jobs, hist);
     ckc_codebook_from_hist(enc, hist, &cb);
     run_pass(&j, 1, w->o.jobs, NULL); /* writes the code and low planes */
-    if (j.io_errno) {
-        s = werr(w, CKP_ERR_IO, "write failed: %s", strerror(j.io_errno));
+    if (atomic_load(&j.io_errno)) {
+        s = werr(w, CKP_ERR_IO, "write failed: %s", strerror(atomic_load(&j.io_errno)));
         goto out;
     }
     for (int k = 0; k < 2; k++) {
@@ -424,8 +425,9 @@ static ckp_status add_bf16(ckp_writer *w, uint8_t *rec, uint32_t enc, const uint
     }
     uint64_t esc_sz = ckc_escape_plane_size(enc, n_esc);
     esc = calloc(1, esc_sz);
-    if (!esc || j.status != CKC_OK) {
-        s = esc ? werr(w, CKP_ERR_CORRUPT, "internal encoder error: %s", ckc_status_name(j.status))
+    if (!esc || atomic_load(&j.status) != CKC_OK) {
+        s = esc ? werr(w, CKP_ERR_CORRUPT, "internal encoder error: %s",
+                       ckc_status_name((ckc_status)atomic_load(&j.status)))
                 : werr(w, CKP_ERR_NOMEM, "out of memory");
         goto out;
     }
