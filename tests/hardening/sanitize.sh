@@ -1,12 +1,12 @@
 #!/bin/sh
 # sanitize.sh [BUILD_ROOT] — build ckptfs with sanitizers and run the tests
 # in them (called by .ci/run; ~8 minutes on 2 cores):
-#   1. ASan+UBSan build (-DCKPTFS_SANITIZE=ON): ctest -L 'unit|integration|hardening'
+#   1. ASan+UBSan build (-DCKPTFS_SANITIZE=ON): ctest -L 'unit|cli|integration|hardening'
 #      (the daemon's memory bound in mount_stress is not checked there:
 #      ASan's shadow memory and quarantine inflate RSS)
 #   2. TSan build (-DCKPTFS_TSAN=ON): the multi-threaded code — the unit
-#      tests, the mount integration tests and mount_stress (the daemon under
-#      load).  Skipped with a note if a TSan binary cannot run here.
+#      tests, the CLI tests (parallel pack), the mount integration tests and
+#      mount_stress (the daemon under load).  Skipped with a note if a TSan binary cannot run here.
 # Builds go to BUILD_ROOT/{asan,tsan} (default /tmp/ckptfs-sanitize).
 # Exit status: 0 if every run passed.
 set -u
@@ -55,7 +55,7 @@ export STRESS_SECONDS=20 CKPTFS_SANITIZER_BUILD=1
 
 echo "== ASan+UBSan"
 if build "$ROOT/asan" -DCKPTFS_SANITIZE=ON; then
-    (cd "$ROOT/asan" && ctest -L 'unit|integration|hardening' -j1 --output-on-failure --timeout 400) || rc=1
+    (cd "$ROOT/asan" && ctest -L 'unit|cli|integration|hardening' -LE big -j1 --output-on-failure --timeout 400) || rc=1
 else
     rc=1
 fi
@@ -76,7 +76,7 @@ if build "$ROOT/tsan" -DCKPTFS_TSAN=ON; then
         fi
     fi
     if [ "$RUN" != skip ]; then
-        (cd "$ROOT/tsan" && $RUN ctest -L 'unit|integration' -j1 --output-on-failure --timeout 400 &&
+        (cd "$ROOT/tsan" && $RUN ctest -L 'unit|cli|integration' -LE big -j1 --output-on-failure --timeout 400 &&
             $RUN ctest -R '^mount_stress$' --output-on-failure --timeout 400) || rc=1
     fi
 else
