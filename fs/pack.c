@@ -279,17 +279,7 @@ static int compare_with_source(const ckp_reader *r, const char *src_path, const 
     atomic_init(&j.next, 0);
     atomic_init(&j.bad, 0);
     uint64_t batches = (first[in->n_extents] + CMP_BATCH - 1) / CMP_BATCH;
-    int n = jobs < 1 ? 1 : (uint64_t)jobs > batches ? (int)(batches ? batches : 1) : jobs;
-    pthread_t th[64];
-    int started = 0;
-    if (n > 64)
-        n = 64;
-    for (; started < n - 1; started++)
-        if (pthread_create(&th[started], NULL, cmp_thread, &j))
-            break;
-    cmp_thread(&j);
-    for (int i = 0; i < started; i++)
-        pthread_join(th[i], NULL);
+    cku_run_threads(jobs < 1 ? 1 : (uint64_t)jobs > batches ? (int)(batches ? batches : 1) : jobs, cmp_thread, &j);
     rc = atomic_load(&j.bad) ? -1 : 0;
 out:
     if (rc)
@@ -523,14 +513,7 @@ static int pack_files(pack_ctx *c, size_t n_files)
     file_pool fp = {.c = c};
     atomic_init(&fp.next, 0);
     atomic_init(&fp.failed, 0);
-    pthread_t th[MAX_FILES_AT_ONCE];
-    int started = 0;
-    for (; started < at_once - 1; started++)
-        if (pthread_create(&th[started], NULL, file_worker, &fp))
-            break;
-    file_worker(&fp);
-    for (int i = 0; i < started; i++)
-        pthread_join(th[i], NULL);
+    cku_run_threads(at_once, file_worker, &fp);
     return atomic_load(&fp.failed) ? -1 : 0;
 }
 

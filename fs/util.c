@@ -218,3 +218,17 @@ int cku_errf(char *err, size_t cap, const char *fmt, ...)
     }
     return -1;
 }
+
+void cku_run_threads(int n, void *(*fn)(void *), void *arg)
+{
+    pthread_t th[64];
+    int started = 0;
+    if (n > 64)
+        n = 64;
+    for (; started < n - 1; started++)
+        if (pthread_create(&th[started], NULL, fn, arg))
+            break;
+    fn(arg);
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+}

@@ -16,6 +16,11 @@ int cku_pread_full(int fd, void *buf, size_t len, uint64_t off);
 int cku_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
 /* fsync the directory holding path (or path itself if it is a directory). */
 int cku_fsync_dir(const char *dir);
+
+/* Run fn(arg) on n threads at once (at most 64), the calling thread being
+ * one of them; returns when all have returned.  Threads that cannot be
+ * started are not retried: fn must share out its work (a counter in arg). */
+void cku_run_threads(int n, void *(*fn)(void *), void *arg);
 /* mkdir -p; @return 0 or -1 with errno. */
 int cku_mkdirs(const char *path, mode_t mode);
 
