@@ -53,7 +53,9 @@ static void describe_chunk(const ckp_reader *r, uint32_t e, uint64_t c, char *ou
 
 /* ---- unpack --------------------------------------------------------------- */
 
-static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_scratch *s, uint8_t *buf)
+#define BATCH_BYTES (8u << 20) /* decoded bytes per write and per hashing step */
+
+static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_scratch *s)
 {
     ckp_reader *r = open_member("unpack", dst, f);
     if (!r)
@@ -62,17 +64,33 @@ static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_
     snprintf(path, sizeof path, "%s/%s", out, f->path);
     snprintf(tmp, sizeof tmp, "%s.ckptfs-tmp", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600), rc = -1;
-    cku_sha256 *sha = cku_sha256_new();
+    /* decoded bytes go out in batches: written here while the previous batch
+     * is hashed on the pipe's thread */
+    cku_sha256_pipe *sha = fd >= 0 ? cku_sha256_pipe_new(BATCH_BYTES) : NULL;
+    uint8_t d[32];
     if (fd < 0 || !sha) {
-        fprintf(stderr, "ckptfs unpack: %s: %s\n", tmp, strerror(errno));
+        fprintf(stderr, "ckptfs unpack: %s: %s\n", tmp, fd < 0 ? strerror(errno) : "out of memory");
         goto out;
     }
     const ckp_info *in = ckp_get_info(r);
+    uint8_t *b = cku_sha256_pipe_buffer(sha);
+    uint64_t used = 0, b_at = 0;
     for (uint32_t e = 0; e < in->n_extents; e++) {
         const ckp_extent *x = ckp_get_extent(r, e);
         for (uint64_t c = 0; c < x->n_chunks; c++) {
-            uint64_t len = ckp_chunk_len(x, c);
-            ckp_status st = ckp_read_chunk(r, e, c, buf, s);
+            uint64_t len = ckp_chunk_len(x, c), at = x->orig_offset + c * x->chunk_size;
+            if (used && (used + CKP_MAX_CHUNK > BATCH_BYTES || at != b_at + used)) {
+                if (cku_pwrite_full(fd, b, used, b_at)) {
+                    fprintf(stderr, "ckptfs unpack: %s: %s\n", tmp, strerror(errno));
+                    goto out;
+                }
+                cku_sha256_pipe_submit(sha, used);
+                b = cku_sha256_pipe_buffer(sha);
+                used = 0;
+            }
+            if (!used)
+                b_at = at;
+            ckp_status st = ckp_read_chunk(r, e, c, b + used, s);
             if (st != CKP_OK) {
                 char where[512];
                 describe_chunk(r, e, c, where, sizeof where);
@@ -80,15 +98,15 @@ static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_
                         CKP_SUFFIX, where, ckp_status_name(st));
                 goto out;
             }
-            cku_sha256_update(sha, buf, len);
-            if (cku_pwrite_full(fd, buf, len, x->orig_offset + c * x->chunk_size)) {
-                fprintf(stderr, "ckptfs unpack: %s: %s\n", tmp, strerror(errno));
-                goto out;
-            }
+            used += len;
         }
     }
-    uint8_t d[32];
-    cku_sha256_final(sha, d);
+    if (used && cku_pwrite_full(fd, b, used, b_at)) {
+        fprintf(stderr, "ckptfs unpack: %s: %s\n", tmp, strerror(errno));
+        goto out;
+    }
+    cku_sha256_pipe_submit(sha, used);
+    cku_sha256_pipe_final(sha, d);
     sha = NULL;
     if (memcmp(d, in->sha256, 32)) {
         fprintf(stderr, "ckptfs unpack: %s: SHA-256 of the decoded file differs from the recorded one\n", f->path);
@@ -107,7 +125,7 @@ static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_
     rc = 0;
 out:
     if (sha)
-        cku_sha256_final(sha, d);
+        cku_sha256_pipe_final(sha, d);
     if (fd >= 0)
         close(fd);
     if (rc)
@@ -150,7 +168,6 @@ int ckpt_unpack(const char *dst, const char *out, int jobs)
         return 1;
     }
     ckp_scratch *s = ckp_scratch_new();
-    uint8_t *buf = malloc(CKP_MAX_CHUNK);
     uint64_t total = 0;
     for (size_t i = 0; i < m->n_files; i++)
         total += m->files[i].size;
@@ -164,7 +181,7 @@ int ckpt_unpack(const char *dst, const char *out, int jobs)
         }
     }
     for (size_t i = 0; i < m->n_files; i++) {
-        if (unpack_file(dst, out, &m->files[i], s, buf))
+        if (unpack_file(dst, out, &m->files[i], s))
             goto out;
         cku_progress_add(pr, m->files[i].size);
     }
@@ -178,7 +195,6 @@ out:
     cku_progress_done(pr);
     if (rc)
         remove_tree(out); /* no partial output */
-    free(buf);
     ckp_scratch_free(s);
     ckm_free(m);
     return rc;
@@ -191,7 +207,7 @@ enum { VERIFY_OK = 0, VERIFY_DAMAGED = 1, VERIFY_DIFFERS = 2 };
 /* Check every chunk of one packed file; with a source file (src_path), every
  * byte too.  Returns VERIFY_DAMAGED if the packed file fails a check (that
  * wins), VERIFY_DIFFERS if only the source is missing or differs. */
-static int verify_file(const char *dst, const char *src_path, const ckm_file *f, ckp_scratch *s, uint8_t *buf,
+static int verify_file(const char *dst, const char *src_path, const ckm_file *f, ckp_scratch *s,
                        uint8_t *src_buf)
 {
     ckp_reader *r = open_member("verify", dst, f);
@@ -207,32 +223,48 @@ static int verify_file(const char *dst, const char *src_path, const ckm_file *f,
             differs = 1;
         }
     }
-    cku_sha256 *sha = cku_sha256_new();
+    /* decoded batches are hashed on the pipe's thread while the next is decoded */
+    cku_sha256_pipe *sha = cku_sha256_pipe_new(BATCH_BYTES);
+    if (!sha) {
+        fprintf(stderr, "ckptfs verify: out of memory\n");
+        if (sfd >= 0)
+            close(sfd);
+        ckp_close(r);
+        return VERIFY_DAMAGED;
+    }
     const ckp_info *in = ckp_get_info(r);
     int chunks_ok = 1;
+    uint8_t *b = cku_sha256_pipe_buffer(sha);
+    uint64_t used = 0;
     for (uint32_t e = 0; e < in->n_extents; e++) {
         const ckp_extent *x = ckp_get_extent(r, e);
         for (uint64_t c = 0; c < x->n_chunks; c++) {
             uint64_t len = ckp_chunk_len(x, c), at = x->orig_offset + c * x->chunk_size;
             char where[512];
-            ckp_status st = ckp_read_chunk(r, e, c, buf, s);
+            if (used + CKP_MAX_CHUNK > BATCH_BYTES) {
+                cku_sha256_pipe_submit(sha, used);
+                b = cku_sha256_pipe_buffer(sha);
+                used = 0;
+            }
+            ckp_status st = ckp_read_chunk(r, e, c, b + used, s);
             if (st != CKP_OK) {
                 describe_chunk(r, e, c, where, sizeof where);
                 fprintf(stderr, "ckptfs verify: %s%s: %s: %s\n", f->path, CKP_SUFFIX, where, ckp_status_name(st));
                 bad = 1;
-                chunks_ok = 0;
+                chunks_ok = 0; /* the hash is of no use now: keep going to name every damaged chunk */
                 continue;
             }
-            cku_sha256_update(sha, buf, len);
-            if (sfd >= 0 && !differs && (cku_pread_full(sfd, src_buf, len, at) || memcmp(buf, src_buf, len))) {
+            if (sfd >= 0 && !differs && (cku_pread_full(sfd, src_buf, len, at) || memcmp(b + used, src_buf, len))) {
                 describe_chunk(r, e, c, where, sizeof where);
                 fprintf(stderr, "ckptfs verify: %s: %s differs from the source %s\n", f->path, where, src_path);
                 differs = 1;
             }
+            used += len;
         }
     }
     uint8_t d[32];
-    cku_sha256_final(sha, d);
+    cku_sha256_pipe_submit(sha, used);
+    cku_sha256_pipe_final(sha, d);
     if (chunks_ok && memcmp(d, in->sha256, 32)) {
         fprintf(stderr, "ckptfs verify: %s: SHA-256 differs from the recorded one\n", f->path);
         bad = 1;
@@ -269,7 +301,7 @@ int ckpt_verify(const char *dst, const char *against)
         }
     }
     ckp_scratch *s = ckp_scratch_new();
-    uint8_t *buf = malloc(CKP_MAX_CHUNK), *src_buf = malloc(CKP_MAX_CHUNK);
+    uint8_t *src_buf = malloc(CKP_MAX_CHUNK);
     size_t damaged = 0, differ = 0;
     uint64_t bytes = 0;
     for (size_t i = 0; i < m->n_files; i++) {
@@ -278,7 +310,7 @@ int ckpt_verify(const char *dst, const char *against)
             snprintf(src_path, sizeof src_path, "%s/%s", against, m->files[i].path);
         else if (against)
             snprintf(src_path, sizeof src_path, "%s", against);
-        int v = verify_file(dst, against ? src_path : NULL, &m->files[i], s, buf, src_buf);
+        int v = verify_file(dst, against ? src_path : NULL, &m->files[i], s, src_buf);
         damaged += v == VERIFY_DAMAGED;
         differ += v == VERIFY_DIFFERS;
         bytes += m->files[i].size;
@@ -292,7 +324,6 @@ int ckpt_verify(const char *dst, const char *against)
     if (!bad)
         printf("%s: %zu files, %llu bytes: all checksums%s ok\n", dst, m->n_files, (unsigned long long)bytes,
                against ? " and every byte against the source" : "");
-    free(buf);
     free(src_buf);
     ckp_scratch_free(s);
     ckm_free(m);
