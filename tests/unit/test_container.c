@@ -362,6 +362,51 @@ END_TEST
 
 /* ---- golden files: packed by format 1.0, must decode forever ----------- */
 
+/* The SHA-256 pipe (unpack, verify) against FIPS 180 test vectors and a
+ * one-shot hash of the same bytes fed in uneven batches. */
+static void pipe_hash(const uint8_t *p, size_t n, size_t buf_size, unsigned seed, char hex[65])
+{
+    cku_sha256_pipe *sp = cku_sha256_pipe_new(buf_size);
+    ck_assert_ptr_nonnull(sp);
+    size_t at = 0;
+    do {
+        size_t len = (size_t)(rand_r(&seed) % (buf_size + 1));
+        if (len > n - at)
+            len = n - at;
+        uint8_t *b = cku_sha256_pipe_buffer(sp);
+        memcpy(b, p + at, len);
+        cku_sha256_pipe_submit(sp, len);
+        at += len;
+    } while (at < n);
+    uint8_t d[32];
+    cku_sha256_pipe_final(sp, d);
+    cku_hex(d, 32, hex);
+}
+
+START_TEST(sha256_pipe)
+{
+    char hex[65];
+    pipe_hash((const uint8_t *)"", 0, 16, 1, hex);
+    ck_assert_str_eq(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    pipe_hash((const uint8_t *)"abc", 3, 2, 2, hex);
+    ck_assert_str_eq(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    size_t n = 3u << 20;
+    uint8_t *data = malloc(n), d[32];
+    for (size_t i = 0; i < n; i++)
+        data[i] = (uint8_t)(i * 2654435761u >> 13);
+    cku_sha256 *one = cku_sha256_new();
+    cku_sha256_update(one, data, n);
+    cku_sha256_final(one, d);
+    char want[65];
+    cku_hex(d, 32, want);
+    for (unsigned seed = 1; seed <= 4; seed++) {
+        pipe_hash(data, n, 65536 >> seed, seed, hex);
+        ck_assert_str_eq(hex, want);
+    }
+    free(data);
+}
+END_TEST
+
 START_TEST(golden_files_decode)
 {
     static const char *fmt[] = {"k15", "bytesplit"};
@@ -411,6 +456,7 @@ int main(void)
     tcase_add_test(t, safetensors_invalid);
     tcase_add_test(t, paths);
     tcase_add_test(t, manifest_roundtrip_and_damage);
+    tcase_add_test(t, sha256_pipe);
     tcase_add_loop_test(t, golden_files_decode, 0, 2);
     suite_add_tcase(s, t);
     SRunner *sr = srunner_create(s);
