@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,6 +154,37 @@ static void remove_tree(const char *p)
     }
 }
 
+/* Files unpacked at once: each uses two threads (decode + write, and its
+ * SHA-256), and one file's SHA-256 is one sequential stream. */
+#define MAX_FILES_AT_ONCE 4
+
+typedef struct {
+    const char *dst, *out;
+    const ckm_manifest *m;
+    cku_progress *pr;
+    atomic_size_t next;
+    atomic_int failed;
+} unpack_pool;
+
+static void *unpack_worker(void *arg)
+{
+    unpack_pool *u = arg;
+    ckp_scratch *s = ckp_scratch_new();
+    if (!s)
+        atomic_store(&u->failed, 1);
+    while (!atomic_load(&u->failed)) {
+        size_t i = atomic_fetch_add(&u->next, 1);
+        if (i >= u->m->n_files)
+            break;
+        if (unpack_file(u->dst, u->out, &u->m->files[i], s))
+            atomic_store(&u->failed, 1);
+        else
+            cku_progress_add(u->pr, u->m->files[i].size);
+    }
+    ckp_scratch_free(s);
+    return NULL;
+}
+
 int ckpt_unpack(const char *dst, const char *out, int jobs)
 {
     char err[768];
@@ -167,7 +199,6 @@ int ckpt_unpack(const char *dst, const char *out, int jobs)
         ckm_free(m);
         return 1;
     }
-    ckp_scratch *s = ckp_scratch_new();
     uint64_t total = 0;
     for (size_t i = 0; i < m->n_files; i++)
         total += m->files[i].size;
@@ -180,11 +211,13 @@ int ckpt_unpack(const char *dst, const char *out, int jobs)
             goto out;
         }
     }
-    for (size_t i = 0; i < m->n_files; i++) {
-        if (unpack_file(dst, out, &m->files[i], s))
-            goto out;
-        cku_progress_add(pr, m->files[i].size);
-    }
+    unpack_pool u = {.dst = dst, .out = out, .m = m, .pr = pr};
+    atomic_init(&u.next, 0);
+    atomic_init(&u.failed, 0);
+    int at_once = jobs / 2 < 1 ? 1 : jobs / 2 > MAX_FILES_AT_ONCE ? MAX_FILES_AT_ONCE : jobs / 2;
+    cku_run_threads(at_once, unpack_worker, &u);
+    if (atomic_load(&u.failed))
+        goto out;
     for (size_t i = m->n_dirs; i-- > 0;) { /* modes after content: a 0555 dir must be filled first */
         char p[PATH_MAX];
         snprintf(p, sizeof p, "%s/%s", out, m->dirs[i].path);
@@ -195,7 +228,6 @@ out:
     cku_progress_done(pr);
     if (rc)
         remove_tree(out); /* no partial output */
-    ckp_scratch_free(s);
     ckm_free(m);
     return rc;
 }

@@ -19,7 +19,8 @@ static void usage(FILE *f)
             "usage: ckptfs <command> [options]\n"
             "  pack [--format k15|bytesplit] [--jobs N] [--delete-source] [--force] SRC DST\n"
             "      store a model directory (or one .safetensors file) losslessly packed\n"
-            "  unpack DST OUT        rebuild the original files from a packed directory\n"
+            "  unpack [--jobs N] DST OUT\n"
+            "                        rebuild the original files from a packed directory\n"
             "  verify [--against SRC] DST\n"
             "                        check every checksum (and every byte against SRC)\n"
             "  stat [--json] DST     sizes, bits per BF16 weight, escape rate, breakdowns\n"
@@ -42,6 +43,18 @@ static int default_jobs(void)
     return n > 0 ? (int)n : 1;
 }
 
+/* --jobs N: 1..1024, or -1 after saying what is wrong. */
+static int parse_jobs(const char *cmd, const char *arg)
+{
+    char *end;
+    long j = strtol(arg, &end, 10);
+    if (*end || j < 1 || j > 1024) {
+        fprintf(stderr, "ckptfs %s: --jobs needs a number from 1 to 1024\n", cmd);
+        return -1;
+    }
+    return (int)j;
+}
+
 static int cmd_pack(int argc, char **argv)
 {
     ckpt_pack_opts o = {.encoding = CKC_ENC_K15, .jobs = default_jobs()};
@@ -61,16 +74,10 @@ static int cmd_pack(int argc, char **argv)
                 return 2;
             }
             break;
-        case 'j': {
-            char *end;
-            long j = strtol(optarg, &end, 10);
-            if (*end || j < 1 || j > 1024) {
-                fprintf(stderr, "ckptfs pack: --jobs needs a number from 1 to 1024\n");
+        case 'j':
+            if ((o.jobs = parse_jobs("pack", optarg)) < 0)
                 return 2;
-            }
-            o.jobs = (int)j;
             break;
-        }
         case 'D': o.delete_source = 1; break;
         case 'f': o.force = 1; break;
         case 'h': usage(stdout); return 0;
@@ -89,14 +96,18 @@ static int cmd_pack(int argc, char **argv)
 static int cmd_simple(const char *name, int argc, char **argv)
 {
     const char *against = NULL;
-    int json = 0, c;
-    static const struct option lo[] = {{"against", 1, 0, 'a'}, {"json", 0, 0, 'J'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    int json = 0, c, jobs = default_jobs();
+    static const struct option lo[] = {{"against", 1, 0, 'a'}, {"json", 0, 0, 'J'}, {"jobs", 1, 0, 'j'},
+                                       {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         if (c == 'a' && !strcmp(name, "verify"))
             against = optarg;
         else if (c == 'J' && !strcmp(name, "stat"))
             json = 1;
-        else if (c == 'h') {
+        else if (c == 'j' && !strcmp(name, "unpack")) {
+            if ((jobs = parse_jobs(name, optarg)) < 0)
+                return 2;
+        } else if (c == 'h') {
             usage(stdout);
             return 0;
         } else {
@@ -110,7 +121,7 @@ static int cmd_simple(const char *name, int argc, char **argv)
         return 2;
     }
     if (!strcmp(name, "unpack"))
-        return ckpt_unpack(argv[optind], argv[optind + 1], default_jobs());
+        return ckpt_unpack(argv[optind], argv[optind + 1], jobs);
     if (!strcmp(name, "verify"))
         return ckpt_verify(argv[optind], against);
     return ckpt_stat(argv[optind], json);

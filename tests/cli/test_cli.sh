@@ -77,7 +77,7 @@ done
 # several files at once (--jobs 8: 4 files in flight, 2 encoder threads each)
 "$CK" pack --jobs 8 "$T/src" "$T/p-par" 2> "$T/err"
 check "--jobs 8: pack exits 0" test $? -eq 0
-"$CK" unpack "$T/p-par" "$T/u-par"
+"$CK" unpack --jobs 8 "$T/p-par" "$T/u-par"
 check "--jobs 8: unpack equals the source" diff -q <(tree_sums "$T/u-par") "$T/src.sums"
 check "--jobs 8: same packed bytes as one file at a time" \
   sh -c "cd '$T/p-k15' && find . -name '*.ckpt' | sort | xargs sha256sum > '$T/a.sums' && cd '$T/p-par' && sha256sum -c --quiet '$T/a.sums'"
@@ -192,6 +192,8 @@ check "damage: verify names file, tensor and chunk" grep -q "model-00002-of-0000
 "$CK" unpack "$T/dmg" "$T/u-dmg" 2> "$T/err"
 check "damage: unpack refuses" test $? -ne 0
 check "damage: unpack leaves no output" test ! -e "$T/u-dmg"
+"$CK" unpack --jobs 8 "$T/dmg" "$T/u-dmg" 2> "$T/err"
+check "damage: unpack of several files at once refuses, leaves no output" test $? -ne 0 -a ! -e "$T/u-dmg"
 
 echo "$pass passed, $fail failed"
 test $fail -eq 0
