@@ -307,7 +307,41 @@ static int verify_file(const char *dst, const char *src_path, const ckm_file *f,
     return bad ? VERIFY_DAMAGED : differs ? VERIFY_DIFFERS : VERIFY_OK;
 }
 
-int ckpt_verify(const char *dst, const char *against)
+/* Files verified at once, like unpack's. */
+typedef struct {
+    const char *dst, *against;
+    int against_file;
+    const ckm_manifest *m;
+    atomic_size_t next, damaged, differ;
+} verify_pool;
+
+static void *verify_worker(void *arg)
+{
+    verify_pool *v = arg;
+    ckp_scratch *s = ckp_scratch_new();
+    uint8_t *src_buf = malloc(CKP_MAX_CHUNK);
+    for (;;) {
+        size_t i = atomic_fetch_add(&v->next, 1);
+        if (i >= v->m->n_files)
+            break;
+        char src_path[PATH_MAX];
+        if (v->against && !v->against_file)
+            snprintf(src_path, sizeof src_path, "%s/%s", v->against, v->m->files[i].path);
+        else if (v->against)
+            snprintf(src_path, sizeof src_path, "%s", v->against);
+        int r = !s || !src_buf ? VERIFY_DAMAGED
+                               : verify_file(v->dst, v->against ? src_path : NULL, &v->m->files[i], s, src_buf);
+        if (r == VERIFY_DAMAGED)
+            atomic_fetch_add(&v->damaged, 1);
+        else if (r == VERIFY_DIFFERS)
+            atomic_fetch_add(&v->differ, 1);
+    }
+    free(src_buf);
+    ckp_scratch_free(s);
+    return NULL;
+}
+
+int ckpt_verify(const char *dst, const char *against, int jobs)
 {
     char err[768];
     ckm_manifest *m;
@@ -332,21 +366,16 @@ int ckpt_verify(const char *dst, const char *against)
             return 1;
         }
     }
-    ckp_scratch *s = ckp_scratch_new();
-    uint8_t *src_buf = malloc(CKP_MAX_CHUNK);
-    size_t damaged = 0, differ = 0;
+    verify_pool v = {.dst = dst, .against = against, .against_file = against_file, .m = m};
+    atomic_init(&v.next, 0);
+    atomic_init(&v.damaged, 0);
+    atomic_init(&v.differ, 0);
+    int at_once = jobs / 2 < 1 ? 1 : jobs / 2 > MAX_FILES_AT_ONCE ? MAX_FILES_AT_ONCE : jobs / 2;
+    cku_run_threads(at_once, verify_worker, &v);
+    size_t damaged = atomic_load(&v.damaged), differ = atomic_load(&v.differ);
     uint64_t bytes = 0;
-    for (size_t i = 0; i < m->n_files; i++) {
-        char src_path[PATH_MAX];
-        if (against && !against_file)
-            snprintf(src_path, sizeof src_path, "%s/%s", against, m->files[i].path);
-        else if (against)
-            snprintf(src_path, sizeof src_path, "%s", against);
-        int v = verify_file(dst, against ? src_path : NULL, &m->files[i], s, src_buf);
-        damaged += v == VERIFY_DAMAGED;
-        differ += v == VERIFY_DIFFERS;
+    for (size_t i = 0; i < m->n_files; i++)
         bytes += m->files[i].size;
-    }
     size_t bad = damaged + differ;
     if (damaged)
         fprintf(stderr, "ckptfs verify: %s: %zu of %zu files damaged\n", dst, damaged, m->n_files);
@@ -356,8 +385,6 @@ int ckpt_verify(const char *dst, const char *against)
     if (!bad)
         printf("%s: %zu files, %llu bytes: all checksums%s ok\n", dst, m->n_files, (unsigned long long)bytes,
                against ? " and every byte against the source" : "");
-    free(src_buf);
-    ckp_scratch_free(s);
     ckm_free(m);
     return bad ? 1 : 0;
 }

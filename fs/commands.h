@@ -18,7 +18,7 @@ typedef struct {
 
 int ckpt_pack(const ckpt_pack_opts *o);
 int ckpt_unpack(const char *dst, const char *out, int jobs);
-int ckpt_verify(const char *dst, const char *against);
+int ckpt_verify(const char *dst, const char *against, int jobs);
 int ckpt_stat(const char *dst, int json);
 
 #endif

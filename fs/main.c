@@ -21,7 +21,7 @@ static void usage(FILE *f)
             "      store a model directory (or one .safetensors file) losslessly packed\n"
             "  unpack [--jobs N] DST OUT\n"
             "                        rebuild the original files from a packed directory\n"
-            "  verify [--against SRC] DST\n"
+            "  verify [--against SRC] [--jobs N] DST\n"
             "                        check every checksum (and every byte against SRC)\n"
             "  stat [--json] DST     sizes, bits per BF16 weight, escape rate, breakdowns\n"
             "  mount [-f] [-o OPTS] DST MOUNTPOINT\n"
@@ -104,7 +104,7 @@ static int cmd_simple(const char *name, int argc, char **argv)
             against = optarg;
         else if (c == 'J' && !strcmp(name, "stat"))
             json = 1;
-        else if (c == 'j' && !strcmp(name, "unpack")) {
+        else if (c == 'j' && (!strcmp(name, "unpack") || !strcmp(name, "verify"))) {
             if ((jobs = parse_jobs(name, optarg)) < 0)
                 return 2;
         } else if (c == 'h') {
@@ -123,7 +123,7 @@ static int cmd_simple(const char *name, int argc, char **argv)
     if (!strcmp(name, "unpack"))
         return ckpt_unpack(argv[optind], argv[optind + 1], jobs);
     if (!strcmp(name, "verify"))
-        return ckpt_verify(argv[optind], against);
+        return ckpt_verify(argv[optind], against, jobs);
     return ckpt_stat(argv[optind], json);
 }
 

@@ -90,7 +90,7 @@ check "single file: verify --against the file" "$CK" verify --against "$T/src/ne
 "$CK" verify --against "$T/src/config.json" "$T/p-k15" 2> "$T/err"
 check "verify --against a file for a directory pack: refused, says why" grep -q "is a file but" "$T/err"
 cp -a "$T/src" "$T/changed" && printf 'x' >> "$T/changed/config.json"
-"$CK" verify --against "$T/changed" "$T/p-k15" 2> "$T/err"
+"$CK" verify --jobs 8 --against "$T/changed" "$T/p-k15" 2> "$T/err"
 check "verify --against a changed source: fails" test $? -ne 0
 check "verify --against a changed source: names it, does not call the pack damaged" \
   sh -c "grep -q 'changed/config.json: size differs' '$T/err' && grep -q '1 of 8 files differ from the source' '$T/err' && ! grep -q damaged '$T/err'"
@@ -189,6 +189,9 @@ printf '\xff' | dd of="$f" bs=1 seek=$((4096 + 4000)) conv=notrunc status=none
 "$CK" verify "$T/dmg" 2> "$T/err"
 check "damage: verify fails" test $? -ne 0
 check "damage: verify names file, tensor and chunk" grep -q "model-00002-of-00002.safetensors.ckpt: embed, chunk" "$T/err"
+"$CK" verify --jobs 8 "$T/dmg" 2> "$T/err"
+check "damage: verify --jobs 8 fails, names it, counts one file" \
+  sh -c "test $? -ne 0 && grep -q 'embed, chunk' '$T/err' && grep -q '1 of 8 files damaged' '$T/err'"
 "$CK" unpack "$T/dmg" "$T/u-dmg" 2> "$T/err"
 check "damage: unpack refuses" test $? -ne 0
 check "damage: unpack leaves no output" test ! -e "$T/u-dmg"
