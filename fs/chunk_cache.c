@@ -90,12 +90,16 @@ struct ckcache {
     ckcache_key served[SERVED_SLOTS]; /* direct-mapped by key hash; file UINT32_MAX: empty */
 };
 
-static size_t key_hash(const ckcache *c, const ckcache_key *k)
+static uint64_t key_mix(const ckcache_key *k)
 {
     uint64_t h = k->chunk * 0x9E3779B97F4A7C15ull;
     h ^= ((uint64_t)k->file << 32 | k->extent) * 0xC2B2AE3D27D4EB4Full;
-    h ^= h >> 29;
-    return (size_t)h & (c->n_buckets - 1);
+    return h ^ h >> 29;
+}
+
+static size_t key_hash(const ckcache *c, const ckcache_key *k)
+{
+    return (size_t)key_mix(k) & (c->n_buckets - 1);
 }
 
 static int key_eq(const ckcache_key *a, const ckcache_key *b)
@@ -180,16 +184,22 @@ static void entry_free(ckcache *c, ckcache_entry *e)
     free(e);
 }
 
-/* Take e out of the table and the LRU (it must be READY or FAILED). */
-static void evict(ckcache *c, ckcache_entry *e)
+/* Take e out of the table and the LRU (it must be READY or FAILED); free it
+ * unless someone still holds it (then the last put frees it). */
+static void drop(ckcache *c, ckcache_entry *e)
 {
     assert(e->in_table && e->state != ST_LOADING);
     lru_unlink(e);
     table_remove(c, e);
     c->bytes -= entry_cost(e);
-    c->st.evictions++;
     if (e->refs == 0)
         entry_free(c, e);
+}
+
+static void evict(ckcache *c, ckcache_entry *e)
+{
+    c->st.evictions++;
+    drop(c, e);
 }
 
 static void shrink(ckcache *c)
@@ -303,7 +313,7 @@ void ckcache_put(ckcache *c, ckcache_entry *e)
 
 static ckcache_key *served_slot(ckcache *c, const ckcache_key *k)
 {
-    return &c->served[key_hash(c, k) % SERVED_SLOTS];
+    return &c->served[key_mix(k) % SERVED_SLOTS]; /* not key_hash: the table may have fewer buckets */
 }
 
 /* Was k served out lately?  Then a reader has had it and the kernel caches
@@ -334,12 +344,10 @@ void ckcache_put_served(ckcache *c, ckcache_entry *e, size_t served)
     pthread_mutex_lock(&c->lock);
     e->served += served;
     if (e->served >= e->len && e->in_table && e->state == ST_READY) {
-        lru_unlink(e);
-        table_remove(c, e);
-        c->bytes -= entry_cost(e);
         c->st.served_out++;
         *served_slot(c, &e->key) = e->key;
         queue_cancel(c, &e->key);
+        drop(c, e); /* we hold a reference: release_locked frees it */
     }
     release_locked(c, e);
     pthread_mutex_unlock(&c->lock);
