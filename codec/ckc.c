@@ -88,31 +88,6 @@ static int is_bf16_enc(uint32_t enc) { return enc == CKC_ENC_K15 || enc == CKC_E
 
 static unsigned n_symbols(uint32_t enc) { return enc == CKC_ENC_K15 ? 512u : 256u; }
 
-static unsigned popcount32(uint32_t x)
-{
-#if defined(__GNUC__)
-    return (unsigned)__builtin_popcount(x);
-#else
-    unsigned n = 0;
-    for (; x; x &= x - 1)
-        n++;
-    return n;
-#endif
-}
-
-static unsigned ctz32(uint32_t x) /* x != 0 */
-{
-#if defined(__GNUC__)
-    return (unsigned)__builtin_ctz(x);
-#else
-    unsigned n = 0;
-    while (!(x & 1u)) {
-        x >>= 1;
-        n++;
-    }
-    return n;
-#endif
-}
 
 /* ---- histograms and codebooks ------------------------------------------ */
 
@@ -350,8 +325,6 @@ ckc_status ckc_pack_escapes(uint32_t enc, const uint16_t *esc_syms, uint64_t n, 
 ckc_status ckc_decode_groups_portable(ckc_dec_ctx *d, uint64_t first, size_t j, size_t n_groups,
                                       uint16_t *out)
 {
-    unsigned lb = ckc_low_bits(d->is_k15);
-
     for (size_t g = 0; g < n_groups; g++, j += 8) {
         uint64_t i = first + j, mv = 0;
         uint32_t cw, t;
@@ -367,12 +340,8 @@ ckc_status ckc_decode_groups_portable(ckc_dec_ctx *d, uint64_t first, size_t j, 
         }
         /* A nibble is 15 iff all its four bits are set. */
         t = cw & (cw >> 1) & (cw >> 2) & (cw >> 3) & 0x11111111u;
-        if (!t)
-            continue;
-        if (popcount32(t) > d->er.end - d->er.pos)
+        if (t && ckc_patch_escapes(d, t, 4, out + j) != CKC_OK)
             return CKC_ERR_CORRUPT;
-        for (; t; t &= t - 1)
-            out[j + ctz32(t) / 4] |= (uint16_t)(ckc_esc_next(&d->er, d->is_k15) << lb);
     }
     return CKC_OK;
 }

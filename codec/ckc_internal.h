@@ -93,6 +93,45 @@ static inline unsigned ckc_esc_next(ckc_esc_reader *er, int is_k15)
     return ckc_bits_at_bounded(er->esc, er->size, k * CKC_K15_SYM_BITS, CKC_K15_SYM_BITS);
 }
 
+static inline unsigned ckc_popcount32(uint32_t x)
+{
+#if defined(__GNUC__)
+    return (unsigned)__builtin_popcount(x);
+#else
+    unsigned n = 0;
+    for (; x; x &= x - 1)
+        n++;
+    return n;
+#endif
+}
+
+static inline unsigned ckc_ctz32(uint32_t x) /* x != 0 */
+{
+#if defined(__GNUC__)
+    return (unsigned)__builtin_ctz(x);
+#else
+    unsigned n = 0;
+    while (!(x & 1u)) {
+        x >>= 1;
+        n++;
+    }
+    return n;
+#endif
+}
+
+/* OR the chunk's next escape symbols, in order, into the weights marked in
+ * mask: bit b marks out[b / lane_bits].  The decoders' scalar escape patch.
+ * @return CKC_ERR_CORRUPT if the chunk has fewer escapes left than marks. */
+static inline ckc_status ckc_patch_escapes(ckc_dec_ctx *d, uint32_t mask, unsigned lane_bits, uint16_t *out)
+{
+    unsigned lb = ckc_low_bits(d->is_k15);
+    if (ckc_popcount32(mask) > d->er.end - d->er.pos)
+        return CKC_ERR_CORRUPT;
+    for (; mask; mask &= mask - 1)
+        out[ckc_ctz32(mask) / lane_bits] |= (uint16_t)(ckc_esc_next(&d->er, d->is_k15) << lb);
+    return CKC_OK;
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -138,7 +138,6 @@ CKC_AVX2 size_t ckc_decode_bulk_avx2(ckc_dec_ctx *d, uint64_t first, size_t n, u
 {
     uint8_t tlo[32], thi[32], lidx[32];
     uint16_t lmul[16];
-    unsigned lb = ckc_low_bits(d->is_k15);
     for (unsigned c = 0; c < 32; c++) {
         tlo[c] = (uint8_t)(d->shifted[c & 15] & 0xFF);
         thi[c] = (uint8_t)(d->shifted[c & 15] >> 8);
@@ -180,12 +179,8 @@ CKC_AVX2 size_t ckc_decode_bulk_avx2(ckc_dec_ctx *d, uint64_t first, size_t n, u
         }
         _mm256_storeu_si256((__m256i *)(out + j), _mm256_or_si256(sym, lo));
         unsigned em = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(c8, m0f));
-        if (em) {
-            if ((uint64_t)__builtin_popcount(em) > d->er.end - d->er.pos)
-                return (size_t)-1;
-            for (; em; em &= em - 1)
-                out[j + (unsigned)__builtin_ctz(em)] |= (uint16_t)(ckc_esc_next(&d->er, d->is_k15) << lb);
-        }
+        if (em && ckc_patch_escapes(d, em, 1, out + j) != CKC_OK)
+            return (size_t)-1;
     }
     return j;
 }
