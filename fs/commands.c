@@ -56,6 +56,18 @@ static void describe_chunk(const ckp_reader *r, uint32_t e, uint64_t c, char *ou
 
 #define BATCH_BYTES (8u << 20) /* decoded bytes per write and per hashing step */
 
+/* Write a batch of decoded bytes at their place and hand it to the hasher.
+ * @return 0, or -1 after saying why. */
+static int unpack_flush(int fd, const char *tmp, cku_sha256_pipe *sha, const uint8_t *b, uint64_t used, uint64_t at)
+{
+    if (used && cku_pwrite_full(fd, b, used, at)) {
+        fprintf(stderr, "ckptfs unpack: %s: %s\n", tmp, strerror(errno));
+        return -1;
+    }
+    cku_sha256_pipe_submit(sha, used);
+    return 0;
+}
+
 static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_scratch *s)
 {
     ckp_reader *r = open_member("unpack", dst, f);
@@ -81,11 +93,8 @@ static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_
         for (uint64_t c = 0; c < x->n_chunks; c++) {
             uint64_t len = ckp_chunk_len(x, c), at = x->orig_offset + c * x->chunk_size;
             if (used && (used + CKP_MAX_CHUNK > BATCH_BYTES || at != b_at + used)) {
-                if (cku_pwrite_full(fd, b, used, b_at)) {
-                    fprintf(stderr, "ckptfs unpack: %s: %s\n", tmp, strerror(errno));
+                if (unpack_flush(fd, tmp, sha, b, used, b_at))
                     goto out;
-                }
-                cku_sha256_pipe_submit(sha, used);
                 b = cku_sha256_pipe_buffer(sha);
                 used = 0;
             }
@@ -102,11 +111,8 @@ static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_
             used += len;
         }
     }
-    if (used && cku_pwrite_full(fd, b, used, b_at)) {
-        fprintf(stderr, "ckptfs unpack: %s: %s\n", tmp, strerror(errno));
+    if (unpack_flush(fd, tmp, sha, b, used, b_at))
         goto out;
-    }
-    cku_sha256_pipe_submit(sha, used);
     cku_sha256_pipe_final(sha, d);
     sha = NULL;
     if (memcmp(d, in->sha256, 32)) {
@@ -154,9 +160,12 @@ static void remove_tree(const char *p)
     }
 }
 
-/* Files unpacked at once: each uses two threads (decode + write, and its
- * SHA-256), and one file's SHA-256 is one sequential stream. */
-#define MAX_FILES_AT_ONCE 4
+/* Files unpacked or verified at once: each uses two threads (decode, and
+ * its SHA-256). */
+static int files_at_once(int jobs)
+{
+    return jobs / 2 < 1 ? 1 : jobs / 2 > CKPT_MAX_FILES_AT_ONCE ? CKPT_MAX_FILES_AT_ONCE : jobs / 2;
+}
 
 typedef struct {
     const char *dst, *out;
@@ -214,8 +223,7 @@ int ckpt_unpack(const char *dst, const char *out, int jobs)
     unpack_pool u = {.dst = dst, .out = out, .m = m, .pr = pr};
     atomic_init(&u.next, 0);
     atomic_init(&u.failed, 0);
-    int at_once = jobs / 2 < 1 ? 1 : jobs / 2 > MAX_FILES_AT_ONCE ? MAX_FILES_AT_ONCE : jobs / 2;
-    cku_run_threads(at_once, unpack_worker, &u);
+    cku_run_threads(files_at_once(jobs), unpack_worker, &u);
     if (atomic_load(&u.failed))
         goto out;
     for (size_t i = m->n_dirs; i-- > 0;) { /* modes after content: a 0555 dir must be filled first */
@@ -307,7 +315,7 @@ static int verify_file(const char *dst, const char *src_path, const ckm_file *f,
     return bad ? VERIFY_DAMAGED : differs ? VERIFY_DIFFERS : VERIFY_OK;
 }
 
-/* Files verified at once, like unpack's. */
+/* Files verified at once, like unpack's (files_at_once). */
 typedef struct {
     const char *dst, *against;
     int against_file;
@@ -370,8 +378,7 @@ int ckpt_verify(const char *dst, const char *against, int jobs)
     atomic_init(&v.next, 0);
     atomic_init(&v.damaged, 0);
     atomic_init(&v.differ, 0);
-    int at_once = jobs / 2 < 1 ? 1 : jobs / 2 > MAX_FILES_AT_ONCE ? MAX_FILES_AT_ONCE : jobs / 2;
-    cku_run_threads(at_once, verify_worker, &v);
+    cku_run_threads(files_at_once(jobs), verify_worker, &v);
     size_t damaged = atomic_load(&v.damaged), differ = atomic_load(&v.differ);
     uint64_t bytes = 0;
     for (size_t i = 0; i < m->n_files; i++)

@@ -16,6 +16,12 @@ typedef struct {
     int force;
 } ckpt_pack_opts;
 
+/* Most files that pack, unpack and verify work on at once: one file's
+ * SHA-256 is one sequential stream, so more cores need more files in flight;
+ * memory grows with each (a tensor's escapes and index when packing, three
+ * 8 MiB hashing buffers otherwise). */
+#define CKPT_MAX_FILES_AT_ONCE 4
+
 int ckpt_pack(const ckpt_pack_opts *o);
 int ckpt_unpack(const char *dst, const char *out, int jobs);
 int ckpt_verify(const char *dst, const char *against, int jobs);

@@ -472,9 +472,8 @@ static int already_packed(pack_ctx *c, const src_entry *e)
 
 /* SHA-256 of a file is one sequential stream (~1.3-2 GB/s a core), so with
  * many cores one file at a time would leave most of them idle: up to
- * MAX_FILES_AT_ONCE files are packed at once, each with jobs / files encoder
- * threads.  Memory stays bounded by one tensor's planes per file in flight. */
-#define MAX_FILES_AT_ONCE 4
+ * CKPT_MAX_FILES_AT_ONCE files are packed at once, each with jobs / files
+ * encoder threads. */
 
 typedef struct {
     pack_ctx *c;
@@ -505,8 +504,8 @@ static int pack_files(pack_ctx *c, size_t n_files)
 {
     int jobs = c->o->jobs < 1 ? 1 : c->o->jobs;
     int at_once = (jobs + 1) / 2;  /* at least two threads per file where there are cores for it */
-    if (at_once > MAX_FILES_AT_ONCE)
-        at_once = MAX_FILES_AT_ONCE;
+    if (at_once > CKPT_MAX_FILES_AT_ONCE)
+        at_once = CKPT_MAX_FILES_AT_ONCE;
     if ((size_t)at_once > n_files)
         at_once = n_files ? (int)n_files : 1;
     c->jobs_each = jobs / at_once > 0 ? jobs / at_once : 1;
