@@ -287,6 +287,8 @@ static void *bf16_worker(void *arg)
             atomic_store(&j->status, (int)s);
             break;
         }
+        if (atomic_load(&j->io_errno))
+            break; /* the file is lost anyway: stop encoding */
         if (ne)
             memcpy(j->chunk_esc[c], t->esc, ne * sizeof *t->esc);
         j->ix[c].hash = ckc_hash64(src, nw * 2);
