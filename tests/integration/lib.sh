@@ -7,6 +7,7 @@ set -eu
 : "${CKPTFS:?set CKPTFS to the ckptfs binary}"
 PY=${PYTHON:-python3}
 HERE=$(cd "$(dirname "$0")" && pwd)
+export PYTHONPATH="$HERE/../lib${PYTHONPATH:+:$PYTHONPATH}" # tests/lib: shared Python checks
 if [ "$(id -u)" != 0 ] || [ ! -c /dev/fuse ]; then
     echo "SKIP: needs root and /dev/fuse"
     exit 77

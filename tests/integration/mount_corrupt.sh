@@ -37,6 +37,7 @@ PYEOF
 mount_fg mnt
 "$PY" - "$T/mnt" "$T/src" "$SHARD" $RANGE <<'PYEOF' || fail "corrupt checks"
 import errno, hashlib, os, sys
+from mount_checks import whole_read_is_eio, others_read_exactly
 mnt, src, shard, lo, hi = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 a = os.open(os.path.join(mnt, shard), os.O_RDONLY)
 b = os.open(os.path.join(src, shard), os.O_RDONLY)
@@ -59,18 +60,9 @@ for off, n in ((lo, 1), (lo + 5000, 100), (hi - 1, 1), (lo - 10, 20), (0, hi + 1
 size = os.fstat(b).st_size
 for off, n in ((0, plo), (phi, size - phi), (plo - 4096, 4096), (phi, 1)):
     assert os.pread(a, n, off) == os.pread(b, n, off), "bytes at %d+%d differ" % (off, n)
-with open(os.path.join(mnt, shard), "rb") as f:
-    try:
-        f.read()
-        raise AssertionError("whole-file read of the damaged shard succeeded")
-    except OSError as e:
-        assert e.errno == errno.EIO, e
+whole_read_is_eio(os.path.join(mnt, shard), "damaged shard")
 # Other files are intact and the daemon still serves.
-for rel in sorted(os.listdir(src)):
-    p = os.path.join(src, rel)
-    if rel != shard and os.path.isfile(p):
-        with open(p, "rb") as x, open(os.path.join(mnt, rel), "rb") as y:
-            assert x.read() == y.read(), rel
+others_read_exactly(src, mnt, shard)
 eio(lo + 77, 3)
 print("mount_corrupt: EIO on chunk [%d, %d), exact elsewhere" % (lo, hi))
 PYEOF

@@ -22,6 +22,7 @@ for mode in $MODES; do
     if [ "$mode" = nommap ]; then mount_fg "m$mode" -o nommap; else mount_fg "m$mode"; fi
     "$PY" - "$T/m$mode" "$T/src" "$T/dst/$SHARD.ckpt" "$SHARD" <<'PYEOF' || fail "truncated checks ($mode)"
 import errno, os, sys
+from mount_checks import whole_read_is_eio, others_read_exactly
 mnt, src, packed, shard = sys.argv[1:5]
 a = os.open(os.path.join(mnt, shard), os.O_RDONLY)   # the daemon opens (maps) the packed file
 b = os.open(os.path.join(src, shard), os.O_RDONLY)
@@ -40,18 +41,9 @@ def eio_or_exact(off, n):
 fails = sum(eio_or_exact(off, n) for off, n in
             ((size // 2, 1 << 20), (size - 5000, 5000), (size // 3, 100), (size // 2 + 4096, 10)))
 assert fails >= 3, "reads past the new end of the packed file did not fail (%d EIO)" % fails
-with open(os.path.join(mnt, shard), "rb") as f:
-    try:
-        data = f.read()
-        raise AssertionError("whole-file read of the truncated shard succeeded")
-    except OSError as e:
-        assert e.errno == errno.EIO, e
+whole_read_is_eio(os.path.join(mnt, shard), "truncated shard")
 # every other file still reads back exactly
-for rel in sorted(os.listdir(src)):
-    p = os.path.join(src, rel)
-    if rel != shard and os.path.isfile(p):
-        with open(p, "rb") as x, open(os.path.join(mnt, rel), "rb") as y:
-            assert x.read() == y.read(), rel
+others_read_exactly(src, mnt, shard)
 print("mount_truncated: EIO after truncation, other files exact")
 PYEOF
     kill -0 "$PID" 2>/dev/null || fail "daemon died ($mode)"
