@@ -118,8 +118,26 @@ def _stream(torch, stream):
     return torch.cuda.current_stream().cuda_stream
 
 
-class DeviceTensor:
+class _Handle:
+    """Owns one C handle (self._h); close() frees it with the library
+    function named by _free, once; garbage collection closes too."""
+    _free = None
+
+    def close(self):
+        if self._h:
+            getattr(self._lib, self._free)(self._h)
+            self._h = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class DeviceTensor(_Handle):
     """Rows [row_begin, row_end) of a tensor on the current CUDA device."""
+    _free = "ckg_tensor_free"
 
     def __init__(self, model, info, handle, row_begin, row_end):
         self._lib, self._model, self._h = model._lib, model, handle  # the model outlives us
@@ -130,16 +148,6 @@ class DeviceTensor:
         self.nbytes = int(self._lib.ckg_tensor_nbytes(handle))
         self.device_bytes = int(self._lib.ckg_tensor_device_bytes(handle))
 
-    def close(self):
-        if self._h:
-            self._lib.ckg_tensor_free(self._h)
-            self._h = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     @property
     def __cuda_array_interface__(self):
@@ -194,8 +202,9 @@ class DeviceTensor:
         return y[0] if squeeze else y
 
 
-class Model:
+class Model(_Handle):
     """A packed directory opened for loading to the GPU."""
+    _free = "ckg_model_close"
 
     def __init__(self, packed_dir, lib=None):
         self._lib = load_library(lib)
@@ -206,16 +215,6 @@ class Model:
             raise CkgError(st, f"open {packed_dir}: {err.value.decode(errors='replace')}", self._lib)
         self._h = h
 
-    def close(self):
-        if self._h:
-            self._lib.ckg_model_close(self._h)
-            self._h = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __enter__(self):
         return self
