@@ -33,7 +33,7 @@ typedef enum {
     CKC_ERR_CORRUPT = 3,    /* encoded data inconsistent (escape stream short, bad codebook entry) */
     CKC_ERR_CHECKSUM = 4,   /* decoded bytes do not match their checksum */
     CKC_ERR_ENCODING = 5,   /* unknown encoding tag */
-    CKC_ERR_RESERVED6 = 6,  /* not used by the codec (zstd lives in fs/) */
+    CKC_ERR_RESERVED6 = 6,  /* not used by the codec (zstd lives in format/) */
     CKC_ERR_NOMEM = 7       /* allocation failed (only functions that say they allocate) */
 } ckc_status;
 

@@ -25,7 +25,7 @@
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: $0 BUILD_DIR_OR_CKPTFS [OUT.md]" >&2; exit 2; }
 CKPTFS=$1
-[ -d "$CKPTFS" ] && CKPTFS=$CKPTFS/fs/ckptfs
+[ -d "$CKPTFS" ] && CKPTFS=$CKPTFS/cli/ckptfs
 CKPTFS=$(readlink -f "$CKPTFS")
 [ -x "$CKPTFS" ] || { echo "no ckptfs binary at $CKPTFS" >&2; exit 2; }
 OUT_MD=${2:-}

@@ -67,8 +67,8 @@ export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 exitcode=66"
 if build "$ROOT/tsan" -DCKPTFS_TSAN=ON; then
     # TSan needs a low-entropy address space; setarch -R turns off ASLR for the run.
     RUN=""
-    if ! "$ROOT/tsan/fs/ckptfs" --version >/dev/null 2>&1; then
-        if setarch "$(uname -m)" -R "$ROOT/tsan/fs/ckptfs" --version >/dev/null 2>&1; then
+    if ! "$ROOT/tsan/cli/ckptfs" --version >/dev/null 2>&1; then
+        if setarch "$(uname -m)" -R "$ROOT/tsan/cli/ckptfs" --version >/dev/null 2>&1; then
             RUN="setarch $(uname -m) -R"
         else
             echo "sanitize: TSan binaries do not run here; TSan tests skipped"

@@ -18,6 +18,8 @@
 #include "container_internal.h"
 #include "manifest.h"
 #include "safetensors.h"
+#include "hashing.h"
+#include "progress.h"
 #include "util.h"
 
 static uint64_t rng_state = 88172645463325252ull;

@@ -1,7 +1,7 @@
 /*
- * util.h — small helpers shared by the fs/ commands: full reads and writes
- * that retry on EINTR and short counts, durable renames, SHA-256 through
- * OpenSSL's libcrypto, little-endian field access, and a progress line.
+ * util.h — small helpers of the format library, used by the layers above it
+ * too: full reads and writes that retry on EINTR and short counts, durable
+ * renames, little-endian field access, hex, a thread fan-out.
  */
 #ifndef CKU_UTIL_H
 #define CKU_UTIL_H
@@ -24,22 +24,6 @@ void cku_run_threads(int n, void *(*fn)(void *), void *arg);
 /* mkdir -p; @return 0 or -1 with errno. */
 int cku_mkdirs(const char *path, mode_t mode);
 
-/* SHA-256, incremental. */
-typedef struct cku_sha256 cku_sha256;
-cku_sha256 *cku_sha256_new(void);
-void cku_sha256_update(cku_sha256 *s, const void *p, size_t n);
-void cku_sha256_final(cku_sha256 *s, uint8_t out[32]); /* also frees s */
-
-/* SHA-256 on a thread of its own, fed in order through a few rotating
- * buffers, so that producing the bytes (decoding, writing) and hashing them
- * overlap.  Use: b = cku_sha256_pipe_buffer(p) (waits for a free one), put up
- * to bufSize bytes in it, cku_sha256_pipe_submit(p, len); repeat; then
- * cku_sha256_pipe_final(p, out), which also frees p.  One producer thread. */
-typedef struct cku_sha256_pipe cku_sha256_pipe;
-cku_sha256_pipe *cku_sha256_pipe_new(size_t bufSize); /* NULL when out of memory */
-uint8_t *cku_sha256_pipe_buffer(cku_sha256_pipe *p);
-void cku_sha256_pipe_submit(cku_sha256_pipe *p, size_t len);
-void cku_sha256_pipe_final(cku_sha256_pipe *p, uint8_t out[32]);
 void cku_hex(const uint8_t *p, size_t n, char *out);     /* out: 2n+1 chars */
 int cku_unhex(const char *s, uint8_t *out, size_t n);    /* 0 on success */
 
@@ -70,13 +54,6 @@ static inline void cku_put16(uint8_t *p, uint16_t v)
     p[0] = (uint8_t)v;
     p[1] = (uint8_t)(v >> 8);
 }
-
-/* Progress on a terminal (stderr): bytes done of total, rate, ETA.  Silent
- * when stderr is not a terminal.  Thread-safe. */
-typedef struct cku_progress cku_progress;
-cku_progress *cku_progress_new(const char *what, uint64_t total);
-void cku_progress_add(cku_progress *p, uint64_t bytes);
-void cku_progress_done(cku_progress *p); /* prints the final line; frees */
 
 double cku_now(void); /* monotonic seconds */
 

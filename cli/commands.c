@@ -7,6 +7,8 @@
 #include "container.h"
 #include "manifest.h"
 #include "safetensors.h"
+#include "hashing.h"
+#include "progress.h"
 #include "util.h"
 
 #include <cjson/cJSON.h>

@@ -1,0 +1,16 @@
+/*
+ * progress.h — the progress line of the commands.
+ */
+#ifndef CKU_PROGRESS_H
+#define CKU_PROGRESS_H
+
+#include <stdint.h>
+
+/* Progress on a terminal (stderr): bytes done of total, rate, ETA.  Silent
+ * when stderr is not a terminal.  Thread-safe. */
+typedef struct cku_progress cku_progress;
+cku_progress *cku_progress_new(const char *what, uint64_t total);
+void cku_progress_add(cku_progress *p, uint64_t bytes);
+void cku_progress_done(cku_progress *p); /* prints the final line; frees */
+
+#endif
