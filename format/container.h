@@ -104,6 +104,11 @@ int ckp_is_mapped(const ckp_reader *r);
 /* Hint that chunks c0..c1-1 of extent e will be read soon: start reading
  * their plane bytes from disk (readahead; no effect on correctness). */
 void ckp_willneed(const ckp_reader *r, uint32_t e, uint64_t c0, uint64_t c1);
+/* Drop the page cache of the plane bytes of chunks c0..c1-1 of extent e
+ * (after they were decoded), except the last page of each plane's range,
+ * which the next chunk shares: a reader streaming a file larger than memory
+ * then leaves only its decoded bytes cached.  No effect on correctness. */
+void ckp_dontneed(const ckp_reader *r, uint32_t e, uint64_t c0, uint64_t c1);
 
 const ckp_info *ckp_get_info(const ckp_reader *r);
 const ckp_extent *ckp_get_extent(const ckp_reader *r, uint32_t i);

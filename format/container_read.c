@@ -560,22 +560,54 @@ ckp_status ckp_read_chunk(const ckp_reader *r, uint32_t e, uint64_t c, void *dst
     return st;
 }
 
-void ckp_willneed(const ckp_reader *r, uint32_t e, uint64_t c0, uint64_t c1)
+/* The plane byte ranges of chunks c0..c1-1 of extent e, clamped to the
+ * planes; 0 when there are none. */
+static int chunk_ranges(const ckp_reader *r, uint32_t e, uint64_t c0, uint64_t c1, uint64_t lo[3],
+                        uint64_t hi[3])
 {
     if (e >= r->info.n_extents)
-        return;
+        return 0;
     const ckp_extent *x = &r->x[e];
     if (c1 > x->n_chunks)
         c1 = x->n_chunks;
     if (c0 >= c1)
-        return;
-    uint64_t lo[3], hi[3];
+        return 0;
     chunk_run_bytes(x, c0, c1, lo, hi);
-    for (int p = 0; p < 3; p++) {
+    for (int p = 0; p < 3; p++)
         hi[p] = min64(hi[p], x->plane_size[p]);
+    return 1;
+}
+
+void ckp_willneed(const ckp_reader *r, uint32_t e, uint64_t c0, uint64_t c1)
+{
+    uint64_t lo[3], hi[3];
+    if (!chunk_ranges(r, e, c0, c1, lo, hi))
+        return;
+    for (int p = 0; p < 3; p++)
         if (lo[p] < hi[p])
-            posix_fadvise(r->fd, (off_t)(x->plane_offset[p] + lo[p]), (off_t)(hi[p] - lo[p]),
+            posix_fadvise(r->fd, (off_t)(r->x[e].plane_offset[p] + lo[p]), (off_t)(hi[p] - lo[p]),
                           POSIX_FADV_WILLNEED);
+}
+
+void ckp_dontneed(const ckp_reader *r, uint32_t e, uint64_t c0, uint64_t c1)
+{
+    uint64_t lo[3], hi[3];
+    if (!chunk_ranges(r, e, c0, c1, lo, hi))
+        return;
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    for (int p = 0; p < 3; p++) {
+        /* Whole pages from the one holding the first byte up to, not
+         * including, the one holding the last, which is shared with the next
+         * chunk (a sequential reader decodes it next); the extent's last
+         * chunk drops that page too. */
+        uint64_t a = (r->x[e].plane_offset[p] + lo[p]) / page * page;
+        uint64_t b = (r->x[e].plane_offset[p] + hi[p] + (c1 >= r->x[e].n_chunks ? page - 1 : 0)) /
+                     page * page;
+        if (lo[p] >= hi[p] || a >= b)
+            continue;
+        if (r->map) /* a page still mapped is not dropped: unmap ours first */
+            madvise((void *)(r->map + a), (size_t)(b - a), MADV_DONTNEED);
+        posix_fadvise(r->fd, (off_t)a, (off_t)(b - a), POSIX_FADV_DONTNEED);
     }
 }
 

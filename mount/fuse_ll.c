@@ -215,8 +215,11 @@ static int fill_chunk(void *arg, const ckcache_key *k, void *dst, size_t len)
     } else {
         st = ckp_read_chunk(r, k->extent, k->chunk, dst, s);
     }
-    if (st == CKP_OK)
+    if (st == CKP_OK) {
+        if (c->o.drop_packed) /* the decoded bytes go to the page cache: not both */
+            ckp_dontneed(r, k->extent, k->chunk, k->chunk + 1);
         return 0;
+    }
     const ckp_extent *x = ckp_get_extent(r, k->extent);
     uint64_t start = x->orig_offset + k->chunk * x->chunk_size;
     if (bus)
@@ -768,6 +771,10 @@ static int ctx_load(ckfs_ctx *c)
         pthread_mutex_init(&c->files[i].lock, NULL);
         c->total_size += c->m->files[i].size;
     }
+    if (c->o.drop_packed < 0)
+        c->o.drop_packed = ckfs_drop_packed_auto(c->total_size);
+    if (c->o.drop_packed) /* pages of a mapping that fault-around mapped again */
+        c->o.mmap = 0;    /* cannot be dropped: read with pread instead */
     c->uid = getuid();
     c->gid = getgid();
     return 0;

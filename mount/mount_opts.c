@@ -38,6 +38,10 @@ const char *ckfs_mount_usage(void)
            "  allow_other        let other users read (adds default_permissions)\n"
            "  stats              print cache statistics at unmount (with -f)\n"
            "  nommap             read packed files with pread instead of mapping them\n"
+           "  drop_packed        drop a packed file's pages from the page cache once\n"
+           "                     decoded (default when the model is over half of RAM;\n"
+           "                     implies nommap)\n"
+           "  keep_packed        never drop them\n"
            "  ro, nosuid, nodev  accepted; always in effect\n"
            "  noexec, noatime    passed to the mount\n"
            "To unmount: fusermount3 -u MOUNTPOINT (or umount as root).\n";
@@ -109,6 +113,10 @@ static int parse_one(ckfs_mount_opts *o, const char *opt, char *err, size_t cap)
             return o->mmap = 1, 0;
         if (KEY("nommap"))
             return o->mmap = 0, 0;
+        if (KEY("drop_packed"))
+            return o->drop_packed = 1, 0;
+        if (KEY("keep_packed"))
+            return o->drop_packed = 0, 0;
         if (KEY("rw")) {
             set_err(err, cap, "ckptfs mount: option 'rw': ckptfs mounts are read-only");
             return -1;
@@ -158,6 +166,7 @@ int ckfs_parse_mount_args(int argc, char **argv, ckfs_mount_opts *o, char *err, 
     o->prefetch_threads = ckfs_default_prefetch_threads();
     o->read_ahead_kb = CKFS_DEFAULT_READ_AHEAD_KB;
     o->mmap = 1;
+    o->drop_packed = -1;
     const char *pos[2];
     int npos = 0, only_pos = 0;
     for (int i = 1; i < argc; i++) {
@@ -265,4 +274,10 @@ int ckfs_set_read_ahead_kb(const char *mnt, unsigned kb)
     if (fclose(w) != 0)
         rc = -1;
     return rc;
+}
+
+int ckfs_drop_packed_auto(uint64_t servedBytes)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 && servedBytes > (uint64_t)pages * (uint64_t)page / 2;
 }

@@ -30,6 +30,9 @@ typedef struct {
     unsigned read_ahead_kb;    /* kernel readahead of the mount; 0 = leave as is */
     int stats;                 /* print cache statistics at unmount */
     int mmap;                  /* decode from mappings of the packed files (default 1) */
+    int drop_packed;           /* drop packed pages once decoded: 1 on, 0 off,
+                                * -1 auto (on when the files served exceed half
+                                * of the memory: see ckfs_drop_packed_auto) */
 } ckfs_mount_opts;
 
 /* Parse argv (argv[0] = "mount").  @return 0, or -1 with a message in err. */
@@ -38,6 +41,11 @@ int ckfs_parse_mount_args(int argc, char **argv, ckfs_mount_opts *o, char *err, 
 /* Default prefetch_threads: min(CKFS_DEFAULT_PREFETCH_THREADS, CPUs - 1),
  * at least 1 (on few cores, workers compete with the FUSE threads). */
 unsigned ckfs_default_prefetch_threads(void);
+
+/* The auto setting of drop_packed for a mount serving servedBytes: 1 when
+ * that is more than half of the machine's memory (a model that does not fit
+ * beside its packed copy in the page cache), else 0. */
+int ckfs_drop_packed_auto(uint64_t servedBytes);
 
 /* Usage text of `ckptfs mount`. */
 const char *ckfs_mount_usage(void);

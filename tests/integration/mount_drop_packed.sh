@@ -1,0 +1,43 @@
+#!/bin/sh
+# mount_drop_packed: with -o drop_packed (the default for a model over half
+# of memory) a reader streaming a file through the mount leaves its packed
+# pages out of the page cache, so a model larger than memory is not cached
+# twice; with keep_packed they stay.  Measured per file with fincore, after
+# evicting the packed files (POSIX_FADV_DONTNEED), so nothing else on the
+# machine can blur it.  The bytes read are compared with the originals.
+. "$(dirname "$0")/lib.sh"
+command -v fincore >/dev/null || { echo "SKIP: no fincore (util-linux)"; exit 77; }
+# one shard of 32 MiB in 16 MiB tensors and one of 16 MiB (what the option is for)
+"$PY" "$HERE/../bench/mount_gen.py" "$T/src" 32 16 1 >/dev/null
+"$CKPTFS" pack "$T/src" "$T/dst" >"$T/log.pack" 2>&1 || fail "ckptfs pack failed"
+# cached_pct: % of the packed shards' bytes in the page cache
+cached_pct() {
+    fincore -b -n -o RES,SIZE "$T"/dst/*.safetensors.ckpt |
+        awk '{r += $1; s += $2} END {printf "%d\n", s ? 100 * r / s : 0}'
+}
+evict() {
+    "$PY" - "$T"/dst/*.ckpt <<'PYEOF'
+import os, sys
+for p in sys.argv[1:]:
+    fd = os.open(p, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+PYEOF
+}
+for opt in drop_packed keep_packed; do
+    evict
+    [ "$(cached_pct)" -le 5 ] || fail "could not evict the packed files ($(cached_pct)% cached)"
+    mount_fg "m_$opt" -o "$opt"
+    for f in "$T"/src/*.safetensors; do
+        cmp "$f" "$T/m_$opt/$(basename "$f")" || fail "$opt: $(basename "$f") differs"
+    done
+    pct=$(cached_pct)
+    echo "$opt: ${pct}% of the packed shards cached after reading them all"
+    case $opt in
+    drop_packed) [ "$pct" -le 10 ] || fail "drop_packed left ${pct}% of the packed bytes cached" ;;
+    keep_packed) [ "$pct" -ge 50 ] || fail "keep_packed left only ${pct}% cached" ;;
+    esac
+    stop_daemon TERM "$PID"
+done
+echo "PASS mount_drop_packed"
