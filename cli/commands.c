@@ -395,7 +395,7 @@ int ckpt_verify(const char *dst, const char *against, int jobs)
         printf("%s: %zu files, %llu bytes: all checksums%s ok\n", dst, m->n_files, (unsigned long long)bytes,
                against ? " and every byte against the source" : "");
     ckm_free(m);
-    return bad ? 1 : 0;
+    return damaged ? CKPT_EXIT_DAMAGED : differ ? CKPT_EXIT_DIFFERS : CKPT_EXIT_OK;
 }
 
 /* ---- stat ----------------------------------------------------------------- */

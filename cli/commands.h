@@ -1,12 +1,20 @@
 /*
  * commands.h — the ckptfs subcommands over the container (no FUSE here).
- * Each returns a process exit status (0 ok, 1 failure/damage, 2 usage) and
- * prints its own diagnostics to stderr, naming the file and the problem.
+ * Each returns a process exit status (CKPT_EXIT_*) and prints its own
+ * diagnostics to stderr, naming the file, the problem and what to do.
  */
 #ifndef CKPTFS_COMMANDS_H
 #define CKPTFS_COMMANDS_H
 
 #include <stdint.h>
+
+/* Exit statuses of the ckptfs command (documented in ckptfs(1) and each
+ * command's --help; scripts rely on them). */
+#define CKPT_EXIT_OK 0
+#define CKPT_EXIT_FAIL 1     /* I/O error, bad input, refused */
+#define CKPT_EXIT_USAGE 2    /* unknown command or option, wrong arguments */
+#define CKPT_EXIT_DAMAGED 3  /* verify: a packed file is damaged or unreadable */
+#define CKPT_EXIT_DIFFERS 4  /* verify --against: intact, but differs from SRC */
 
 typedef struct {
     const char *src, *dst;

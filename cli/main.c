@@ -1,11 +1,14 @@
 /*
- * main.c — the `ckptfs` command: argument parsing and dispatch to the
- * subcommands (commands.h) and the mount daemon (mount.h).
+ * main.c — the `ckptfs` command: argument parsing, the help of each
+ * subcommand, and dispatch to the subcommands (commands.h) and the mount
+ * daemon (mount.h).  Exit statuses (commands.h): 0 ok, 1 failure, 2 usage,
+ * 3 damaged packed data (verify), 4 differs from the source (verify).
  */
 #include "ckptfs_version.h"
 #include "commands.h"
 #include "container.h"
 #include "mount.h"
+#include "mount_opts.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -13,20 +16,80 @@
 #include <string.h>
 #include <unistd.h>
 
+/* One subcommand's help: synopsis line, what it does, options, an example. */
+typedef struct {
+    const char *name, *synopsis, *text;
+} cmd_help;
+
+static const cmd_help helps[] = {
+    {"pack", "ckptfs pack [--format k15|bytesplit] [--jobs N] [--delete-source] [--force] SRC PACKED",
+     "Store SRC (a model directory, or one .safetensors file) losslessly packed\n"
+     "in the new directory PACKED.  Every packed file is read back and compared\n"
+     "with its source before it counts as done.  If it is interrupted, run the\n"
+     "same command again: finished files are kept, the rest is packed.\n"
+     "\n"
+     "  --format k15|bytesplit  BF16 encoding (default k15: smaller; bytesplit: faster)\n"
+     "  --jobs N                threads (default: the number of CPUs)\n"
+     "  --delete-source         remove each source file once its packed copy is\n"
+     "                          written, synced and read back equal\n"
+     "  --force                 replace PACKED if it holds another pack (never a\n"
+     "                          directory holding files that ckptfs did not write)\n"
+     "\n"
+     "Example:  ckptfs pack /srv/models/llama /srv/models/llama.packed\n"},
+    {"unpack", "ckptfs unpack [--jobs N] PACKED OUT",
+     "Rebuild the original files of PACKED in the new directory OUT, checking\n"
+     "every chunk and each file's SHA-256.  Damaged data leaves no output.\n"
+     "\n"
+     "  --jobs N                threads (default: the number of CPUs)\n"
+     "\n"
+     "Example:  ckptfs unpack /srv/models/llama.packed /tmp/llama\n"},
+    {"verify", "ckptfs verify [--against SRC] [--jobs N] PACKED",
+     "Check every chunk and every file's SHA-256 in PACKED; with --against,\n"
+     "compare every byte with the source too.\n"
+     "Exit status: 0 all good, 3 a packed file is damaged, 4 the pack is intact\n"
+     "but differs from SRC, 1 other failures, 2 usage.\n"
+     "\n"
+     "  --against SRC           the directory (or the one file) that was packed\n"
+     "  --jobs N                threads (default: the number of CPUs)\n"
+     "\n"
+     "Example:  ckptfs verify --against /srv/models/llama /srv/models/llama.packed\n"},
+    {"stat", "ckptfs stat [--json] PACKED",
+     "Sizes of PACKED: original, packed and saved, bits per BF16 weight, escape\n"
+     "rate, by file, dtype and encoding.\n"
+     "\n"
+     "  --json                  the same figures as JSON\n"
+     "\n"
+     "Example:  ckptfs stat /srv/models/llama.packed\n"},
+};
+
+static const cmd_help *find_help(const char *name)
+{
+    for (size_t i = 0; i < sizeof helps / sizeof *helps; i++)
+        if (!strcmp(helps[i].name, name))
+            return &helps[i];
+    return NULL;
+}
+
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: ckptfs <command> [options]\n"
-            "  pack [--format k15|bytesplit] [--jobs N] [--delete-source] [--force] SRC DST\n"
-            "      store a model directory (or one .safetensors file) losslessly packed\n"
-            "  unpack [--jobs N] DST OUT\n"
-            "                        rebuild the original files from a packed directory\n"
-            "  verify [--against SRC] [--jobs N] DST\n"
-            "                        check every checksum (and every byte against SRC)\n"
-            "  stat [--json] DST     sizes, bits per BF16 weight, escape rate, breakdowns\n"
-            "  mount [-f] [-o OPTS] DST MOUNTPOINT\n"
-            "                        serve the original files read-only through FUSE\n"
-            "  --version             program and format versions\n");
+    fputs("usage: ckptfs COMMAND [options] ARGS   (ckptfs COMMAND --help for its options)\n", f);
+    for (size_t i = 0; i < sizeof helps / sizeof *helps; i++)
+        fprintf(f, "  %s\n", helps[i].synopsis + strlen("ckptfs "));
+    fputs("  mount [-f] [-o OPTIONS] PACKED MOUNTPOINT\n"
+          "  --version\n"
+          "Exit status: 0 ok, 1 failure, 2 usage error, 3 damaged (verify), 4 differs (verify).\n",
+          f);
+}
+
+/* The help of one command (on stdout for --help, stderr after a usage error). */
+static int cmd_usage(const char *name, FILE *f, int status)
+{
+    const cmd_help *h = find_help(name);
+    if (f == stderr)
+        fprintf(f, "usage: %s\n(ckptfs %s --help for more)\n", h->synopsis, name);
+    else
+        fprintf(f, "usage: %s\n\n%s", h->synopsis, h->text);
+    return status;
 }
 
 static int version(void)
@@ -49,7 +112,7 @@ static int parse_jobs(const char *cmd, const char *arg)
     char *end;
     long j = strtol(arg, &end, 10);
     if (*end || j < 1 || j > 1024) {
-        fprintf(stderr, "ckptfs %s: --jobs needs a number from 1 to 1024\n", cmd);
+        fprintf(stderr, "ckptfs %s: --jobs needs a number from 1 to 1024, not \"%s\"\n", cmd, arg);
         return -1;
     }
     return (int)j;
@@ -71,55 +134,52 @@ static int cmd_pack(int argc, char **argv)
                 o.encoding = CKC_ENC_BSPLIT;
             else {
                 fprintf(stderr, "ckptfs pack: unknown format \"%s\" (k15 or bytesplit)\n", optarg);
-                return 2;
+                return CKPT_EXIT_USAGE;
             }
             break;
         case 'j':
             if ((o.jobs = parse_jobs("pack", optarg)) < 0)
-                return 2;
+                return CKPT_EXIT_USAGE;
             break;
         case 'D': o.delete_source = 1; break;
         case 'f': o.force = 1; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'h': return cmd_usage("pack", stdout, 0);
+        default: return cmd_usage("pack", stderr, CKPT_EXIT_USAGE);
         }
     }
-    if (argc - optind != 2) {
-        usage(stderr);
-        return 2;
-    }
+    if (argc - optind != 2)
+        return cmd_usage("pack", stderr, CKPT_EXIT_USAGE);
     o.src = argv[optind];
     o.dst = argv[optind + 1];
     return ckpt_pack(&o);
 }
 
+/* unpack, verify and stat: the options each takes are in its help. */
 static int cmd_simple(const char *name, int argc, char **argv)
 {
     const char *against = NULL;
-    int json = 0, c, jobs = default_jobs();
+    int json = 0, c, jobs = default_jobs(), idx = 0;
     static const struct option lo[] = {{"against", 1, 0, 'a'}, {"json", 0, 0, 'J'}, {"jobs", 1, 0, 'j'},
                                        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", lo, &idx)) != -1) {
         if (c == 'a' && !strcmp(name, "verify"))
             against = optarg;
         else if (c == 'J' && !strcmp(name, "stat"))
             json = 1;
         else if (c == 'j' && (!strcmp(name, "unpack") || !strcmp(name, "verify"))) {
             if ((jobs = parse_jobs(name, optarg)) < 0)
-                return 2;
+                return CKPT_EXIT_USAGE;
         } else if (c == 'h') {
-            usage(stdout);
-            return 0;
+            return cmd_usage(name, stdout, 0);
         } else {
-            usage(stderr);
-            return 2;
+            if (c != '?') /* getopt named an unknown option itself */
+                fprintf(stderr, "ckptfs %s: option --%s does not apply to %s\n", name, lo[idx].name, name);
+            return cmd_usage(name, stderr, CKPT_EXIT_USAGE);
         }
     }
     int want = !strcmp(name, "unpack") ? 2 : 1;
-    if (argc - optind != want) {
-        usage(stderr);
-        return 2;
-    }
+    if (argc - optind != want)
+        return cmd_usage(name, stderr, CKPT_EXIT_USAGE);
     if (!strcmp(name, "unpack"))
         return ckpt_unpack(argv[optind], argv[optind + 1], jobs);
     if (!strcmp(name, "verify"))
@@ -131,12 +191,18 @@ int main(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
-        return 2;
+        return CKPT_EXIT_USAGE;
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version"))
         return version();
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        if (argc > 2 && find_help(argv[2]))
+            return cmd_usage(argv[2], stdout, 0);
+        if (argc > 2 && !strcmp(argv[2], "mount")) {
+            fputs(ckfs_mount_usage(), stdout);
+            return 0;
+        }
         usage(stdout);
         return 0;
     }
@@ -148,5 +214,5 @@ int main(int argc, char **argv)
         return ckptfs_mount_main(argc - 1, argv + 1);
     fprintf(stderr, "ckptfs: unknown command \"%s\"\n", cmd);
     usage(stderr);
-    return 2;
+    return CKPT_EXIT_USAGE;
 }

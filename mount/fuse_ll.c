@@ -903,7 +903,7 @@ int ckptfs_mount_main(int argc, char **argv)
     memset(&c, 0, sizeof c);
     if (ckfs_parse_mount_args(argc, argv, &c.o, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);
-        return 1;
+        return 2; /* usage error, as for every command */
     }
     if (c.o.help) {
         fputs(ckfs_mount_usage(), stdout);

@@ -5,9 +5,9 @@
 #ifndef CKFS_MOUNT_H
 #define CKFS_MOUNT_H
 
-/* argv[0] is "mount", then options and DST MOUNTPOINT (see `ckptfs mount -h`).
- * @return the process exit status: 0 after a clean unmount, 1 on a usage or
- * setup error (message on stderr). */
+/* argv[0] is "mount", then options and PACKED MOUNTPOINT (see `ckptfs mount -h`).
+ * @return the process exit status: 0 after a clean unmount (or, without -f,
+ * once mounted), 1 on a setup error, 2 on a usage error (message on stderr). */
 int ckptfs_mount_main(int argc, char **argv);
 
 #endif

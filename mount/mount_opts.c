@@ -24,8 +24,10 @@ static void set_err(char *err, size_t cap, const char *fmt, ...)
 
 const char *ckfs_mount_usage(void)
 {
-    return "usage: ckptfs mount [-f] [-d] [-o OPTIONS] DST MOUNTPOINT\n"
-           "Serve the packed directory DST at MOUNTPOINT as the original files (read-only).\n"
+    return "usage: ckptfs mount [-f] [-d] [-o OPTIONS] PACKED MOUNTPOINT\n"
+           "\n"
+           "Serve the packed directory PACKED at MOUNTPOINT as the original files\n"
+           "(read-only).  Every packed file is checked before the command returns.\n"
            "  -f                 stay in the foreground (log to stderr, not syslog)\n"
            "  -d                 libfuse debug output (implies -f)\n"
            "  -h, --help         this text\n"
@@ -44,7 +46,10 @@ const char *ckfs_mount_usage(void)
            "  keep_packed        never drop them\n"
            "  ro, nosuid, nodev  accepted; always in effect\n"
            "  noexec, noatime    passed to the mount\n"
-           "To unmount: fusermount3 -u MOUNTPOINT (or umount as root).\n";
+           "To unmount: fusermount3 -u MOUNTPOINT (or umount as root).\n"
+           "Exit status: 0 mounted (with -f: unmounted cleanly), 1 failure, 2 usage error.\n"
+           "\n"
+           "Example:  ckptfs mount -o allow_other /srv/models/llama.packed /models/llama\n";
 }
 
 unsigned ckfs_default_prefetch_threads(void)
@@ -200,7 +205,7 @@ int ckfs_parse_mount_args(int argc, char **argv, ckfs_mount_opts *o, char *err, 
         }
     }
     if (npos != 2) {
-        set_err(err, cap, "ckptfs mount: need DST and MOUNTPOINT (see ckptfs mount -h)");
+        set_err(err, cap, "ckptfs mount: need PACKED and MOUNTPOINT (see ckptfs mount --help)");
         return -1;
     }
     o->dst = pos[0];

@@ -53,6 +53,32 @@ if [ -n "$BIG" ]; then
   exit
 fi
 
+# each command's own --help: its synopsis, its options, an example; exit 0.
+# Usage errors exit 2 (mount's too), with the command's synopsis.
+for c in pack unpack verify stat mount; do
+  "$CK" $c --help > "$T/help" 2>&1
+  check "$c --help: exit 0" test $? -eq 0
+  check "$c --help: own synopsis and an example" \
+    sh -c "grep -q '^usage: ckptfs $c ' '$T/help' && grep -q 'Example: *ckptfs $c ' '$T/help'"
+  "$CK" help $c | cmp -s - "$T/help"
+  check "ckptfs help $c = ckptfs $c --help" test $? -eq 0
+  "$CK" $c > /dev/null 2> "$T/err"
+  check "$c without arguments: exit 2" test $? -eq 2
+  "$CK" $c --no-such-option a b > /dev/null 2>> "$T/err"
+  check "$c --no-such-option: exit 2" test $? -eq 2
+done
+check "pack --help: names its options and arguments" \
+  sh -c "$CK pack --help | grep -q -- '--delete-source' && $CK pack --help | grep -q 'SRC PACKED'"
+check "unpack --help: PACKED OUT" sh -c "$CK unpack --help | grep -q 'unpack \\[--jobs N\\] PACKED OUT'"
+check "verify --help: documents exit 3 and 4" sh -c "$CK verify --help | grep -q '3 a packed file is damaged, 4'"
+check "mount --help: PACKED MOUNTPOINT" sh -c "$CK mount --help | grep -q 'PACKED MOUNTPOINT'"
+"$CK" mount -o no_such_option "$T" "$T" 2> "$T/err"
+check "mount -o unknown option: exit 2, names it" sh -c "test $? -eq 2 && grep -q no_such_option '$T/err'"
+"$CK" stat --jobs 2 "$T" 2> "$T/err"
+check "stat --jobs: exit 2, says it does not apply" sh -c "test $? -eq 2 && grep -q 'does not apply' '$T/err'"
+"$CK" frobnicate 2> /dev/null
+check "unknown command: exit 2" test $? -eq 2
+
 python3 "$HERE/gen_model.py" "$T/src" || { echo "cannot generate the model"; exit 1; }
 tree_sums "$T/src" > "$T/src.sums"
 
@@ -91,7 +117,7 @@ check "single file: verify --against the file" "$CK" verify --against "$T/src/ne
 check "verify --against a file for a directory pack: refused, says why" grep -q "is a file but" "$T/err"
 cp -a "$T/src" "$T/changed" && printf 'x' >> "$T/changed/config.json"
 "$CK" verify --jobs 8 --against "$T/changed" "$T/p-k15" 2> "$T/err"
-check "verify --against a changed source: fails" test $? -ne 0
+check "verify --against a changed source: exit 4 (differs)" test $? -eq 4
 check "verify --against a changed source: names it, does not call the pack damaged" \
   sh -c "grep -q 'changed/config.json: size differs' '$T/err' && grep -q '1 of 8 files differ from the source' '$T/err' && ! grep -q damaged '$T/err'"
 
@@ -187,7 +213,7 @@ cp -a "$T/p-k15" "$T/dmg" 2>/dev/null; rm -rf "$T/dmg"; cp -a "$T/p-bytesplit" "
 f="$T/dmg/model-00002-of-00002.safetensors.ckpt"
 printf '\xff' | dd of="$f" bs=1 seek=$((4096 + 4000)) conv=notrunc status=none
 "$CK" verify "$T/dmg" 2> "$T/err"
-check "damage: verify fails" test $? -ne 0
+check "damage: verify exits 3 (damaged)" test $? -eq 3
 check "damage: verify names file, tensor and chunk" grep -q "model-00002-of-00002.safetensors.ckpt: embed, chunk" "$T/err"
 "$CK" verify --jobs 8 "$T/dmg" 2> "$T/err"
 check "damage: verify --jobs 8 fails, names it, counts one file" \
