@@ -2,7 +2,9 @@
  * ckg_kernels.cu — the device side of ckgpu: escape index, bit-exact decode,
  * fused decode + GEMV/small GEMM, and their launch wrappers (ckgpu.h).
  *
- * Every kernel decodes with ckc_decode.h / ckg_tile.h, the same functions the
+ * Device intrinsics, inline PTX and launches go through ckg_arch.h only, so
+ * that this file also builds for the CPU emulator (gpu/emu).  Every kernel
+ * decodes with ckc_decode.h / ckg_tile.h, the same functions the
  * CPU references and tests run.  Escapes are located with the escape index
  * (the rank of every 1024th weight, built from the chunk index by
  * escape_index_kernel) plus an in-group count: a warp scan of per-lane
@@ -16,11 +18,9 @@
  * |value| < 2^-126, i.e. a contribution far below FP32 rounding of the sum);
  * the lane holding an escape adds its exact product in FP32.
  */
-#include <cuda_runtime.h>
-#include <cuda_bf16.h>
-
-#include "ckgpu.h"
+#include "ckg_arch.h"
 #include "ckg_tile.h"
+#include "ckgpu.h"
 
 namespace {
 
@@ -34,11 +34,9 @@ constexpr int kXRowBytes = 288;                 /* swizzled x row in a stage (se
 
 /* ---- small device helpers ------------------------------------------------ */
 
-__device__ __forceinline__ uint4 ld16(const uint8_t *p) { return *reinterpret_cast<const uint4 *>(p); }
-
 __device__ __forceinline__ void load_codes(const uint8_t *codes, uint64_t q, uint32_t c[4])
 {
-    uint4 v = ld16(codes + q / 2);
+    uint4 v = ckg_ld16(codes + q / 2);
     c[0] = v.x; c[1] = v.y; c[2] = v.z; c[3] = v.w;
 }
 
@@ -51,7 +49,7 @@ __device__ __forceinline__ unsigned esc_sym(const ckg_planes &P, uint64_t k)
                : P.esc[k];
 }
 
-__device__ __forceinline__ float bf16f(uint16_t w) { return __uint_as_float((uint32_t)w << 16); }
+__device__ __forceinline__ float bf16f(uint16_t w) { return ckg_u32_as_f32((uint32_t)w << 16); }
 
 /* Escape rank of weight pos, computed by the G aligned lanes of a group
  * (gl = lane in group); every lane of the warp must call it. */
@@ -71,7 +69,7 @@ __device__ uint32_t rank_at(const ckg_planes &P, uint64_t pos, int gl, bool acti
     }
 #pragma unroll
     for (int d = 1; d < G; d <<= 1)
-        n += __shfl_xor_sync(kFull, n, d);
+        n += ckg_shfl_xor_sync(kFull, n, d);
     return base + n;
 }
 
@@ -81,10 +79,10 @@ __device__ uint32_t rank_at(const ckg_planes &P, uint64_t pos, int gl, bool acti
 __global__ void escape_index_kernel(ckg_planes P, uint64_t chunk_w, const uint32_t *prefix,
                                     uint32_t *index_out, uint32_t *err_count)
 {
-    extern __shared__ uint32_t cnt[];
+    CKG_DYN_SMEM(uint32_t, cnt);
     const uint64_t c = blockIdx.x;
     const uint64_t a = c * chunk_w;
-    const uint64_t b = min(a + chunk_w, P.n_weights);
+    const uint64_t b = a + chunk_w < P.n_weights ? a + chunk_w : P.n_weights;
     const int nb = (int)((b - a + CKG_ESC_BLOCK - 1) / CKG_ESC_BLOCK);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
 
@@ -96,11 +94,11 @@ __global__ void escape_index_kernel(ckg_planes P, uint64_t chunk_w, const uint32
             load_codes(P.codes, q, cw);
             n = ckg_esc_count_below(cw, b - q < 32 ? (unsigned)(b - q) : 32u);
         }
-        n = __reduce_add_sync(kFull, n);
+        n = ckg_reduce_add_sync(kFull, n);
         if (lane == 0)
             cnt[j] = n;
     }
-    __syncthreads();
+    ckg_syncthreads();
     if (warp != 0)
         return;
     uint32_t carry = prefix[c];
@@ -108,16 +106,16 @@ __global__ void escape_index_kernel(ckg_planes P, uint64_t chunk_w, const uint32
         uint32_t v = j0 + lane < nb ? cnt[j0 + lane] : 0, incl = v;
 #pragma unroll
         for (int d = 1; d < 32; d <<= 1) {
-            uint32_t t = __shfl_up_sync(kFull, incl, d);
+            uint32_t t = ckg_shfl_up_sync(kFull, incl, d);
             if (lane >= d)
                 incl += t;
         }
         if (j0 + lane < nb)
             index_out[a / CKG_ESC_BLOCK + j0 + lane] = carry + incl - v;
-        carry += __shfl_sync(kFull, incl, 31);
+        carry += ckg_shfl_sync(kFull, incl, 31);
     }
     if (lane == 0 && carry != prefix[c + 1])
-        atomicAdd(err_count, 1u);
+        ckg_atomic_add(err_count, 1u);
 }
 
 /* ---- decode ------------------------------------------------------------------
@@ -133,7 +131,7 @@ __device__ __forceinline__ void load_low(const ckg_planes &P, bool k15, uint64_t
             l[i] = m[i];
         l[7] = 0;
     } else {
-        uint4 u = ld16(P.low + q), v = ld16(P.low + q + 16);
+        uint4 u = ckg_ld16(P.low + q), v = ckg_ld16(P.low + q + 16);
         l[0] = u.x; l[1] = u.y; l[2] = u.z; l[3] = u.w;
         l[4] = v.x; l[5] = v.y; l[6] = v.z; l[7] = v.w;
     }
@@ -155,7 +153,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(ckg_planes P, ui
     const bool k15 = P.encoding == CKC_ENC_K15;
     if (threadIdx.x == 0)
         ckg_make_lut(k15, &P.codebook, lut);
-    __syncthreads();
+    ckg_syncthreads();
 
     const int lane = threadIdx.x & 31;
     uint4 *my = stage[threadIdx.x >> 5];
@@ -179,7 +177,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(ckg_planes P, ui
         unsigned cnt = ckg_esc_count32(c), incl = cnt;
 #pragma unroll
         for (int d = 1; d < 32; d <<= 1) {
-            unsigned t = __shfl_up_sync(kFull, incl, d);
+            unsigned t = ckg_shfl_up_sync(kFull, incl, d);
             if (lane >= d)
                 incl += t;
         }
@@ -197,14 +195,15 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(ckg_planes P, ui
                     my16[out_slot(lane, j / 8) * 8 + j % 8] =
                         ckc_join(k15, esc_sym(P, k), ckc_low_at(k15, P.low, q + j));
                 }
-            __syncwarp();
+            if (!CKG_PLANT(2))
+                ckg_syncwarp();
             uint4 *o = reinterpret_cast<uint4 *>(out + (b0 - first));
 #pragma unroll
             for (int r = 0; r < 4; r++) {
                 int u = r * 32 + lane;  /* piece u = lane u/4's piece u%4 */
                 o[u] = my[out_slot(u >> 2, u & 3)];
             }
-            __syncwarp();
+            ckg_syncwarp();
             continue;
         }
         if (q >= end || q + kGroup <= first || q >= P.n_weights)
@@ -227,23 +226,13 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(ckg_planes P, ui
 
 /* ---- fused GEMV (tensor cores) ------------------------------------------------ */
 
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid)
-{
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    int n = valid ? 16 : 0;  /* 0: zero-fill */
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
+/* D += A*B with A = x^T (rows 8..15 zero) and B = W^T. */
 __device__ __forceinline__ void mma_bf16(float d[4], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1)
 {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+    if (CKG_PLANT(3))   /* planted fault: B's two k-halves swapped */
+        ckg_mma_bf16_16816(d, a0, 0u, a2, 0u, b1, b0);
+    else
+        ckg_mma_bf16_16816(d, a0, 0u, a2, 0u, b0, b1);
 }
 
 /* Offset of x piece q (8 columns) of lane group t, batch row g, in a stage:
@@ -279,7 +268,7 @@ __device__ void gemv_issue(const GemvArgs &A, uint32_t row0, uint32_t s, uint8_t
         int g = lane >> 2, t = lane & 3;
         bool ok = row0 + g < A.rows;
         uint64_t w = A.elem_off + (uint64_t)(ok ? row0 + g : 0) * A.cols + col;
-        cp_async16(st + g * 64 + t * 16, A.P.codes + w / 2 + t * 16, ok);
+        ckg_cp_async16(st + g * 64 + t * 16, A.P.codes + w / 2 + t * 16, ok);
     }
     constexpr int kPieces = K15 ? 7 : 8;                   /* 16-byte pieces per row */
     for (int i = lane; i < kRowsPerTile * kPieces; i += 32) {
@@ -287,12 +276,12 @@ __device__ void gemv_issue(const GemvArgs &A, uint32_t row0, uint32_t s, uint8_t
         bool ok = row0 + g < A.rows;
         uint64_t w = A.elem_off + (uint64_t)(ok ? row0 + g : 0) * A.cols + col;
         const uint8_t *src = A.P.low + (K15 ? w / 8 * 7 : w) + t * 16;
-        cp_async16(st + L::kCodes + g * L::kLowRow + t * 16, src, ok);
+        ckg_cp_async16(st + L::kCodes + g * L::kLowRow + t * 16, src, ok);
     }
     for (int i = lane; i < A.batch * 16; i += 32) {
         int b = i >> 4, t = (i >> 2) & 3, q = i & 3;
         const uint16_t *src = A.x + (uint64_t)b * A.cols + col + t * 32 + q * 8;
-        cp_async16(st + L::kCodes + L::kLow + x_slot(b, t, q), src, true);
+        ckg_cp_async16(st + L::kCodes + L::kLow + x_slot(b, t, q), src, true);
     }
 }
 
@@ -300,7 +289,7 @@ template <bool K15>
 __global__ void __launch_bounds__(kGemvWarps * 32) gemv_mma_kernel(GemvArgs A)
 {
     using L = StageLayout<K15>;
-    extern __shared__ __align__(16) uint8_t ring[];
+    CKG_DYN_SMEM(uint8_t, ring);
     __shared__ uint32_t lut[32];
     __shared__ float red[kGemvWarps][2][CKG_MAX_BATCH][kRowsPerTile];
 
@@ -310,7 +299,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_mma_kernel(GemvArgs A)
     uint8_t *my_ring = ring + warp * kStages * stage_bytes;
     if (threadIdx.x == 0)
         ckg_make_lut(K15, &A.P.codebook, lut);
-    __syncthreads();
+    ckg_syncthreads();
 
     const uint32_t row0 = blockIdx.x * kRowsPerTile;
     const uint32_t steps = A.cols / kStepCols;
@@ -323,7 +312,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_mma_kernel(GemvArgs A)
     for (int i = 0; i < kStages - 1; i++) {
         if (i < n)
             gemv_issue<K15>(A, row0, s0 + i, my_ring + i * stage_bytes, lane);
-        cp_async_commit();
+        ckg_cp_async_commit();
     }
     /* escape rank at this warp's first column of row g (4 lanes per row) */
     uint32_t run = rank_at<4>(A.P, row_w + (uint64_t)s0 * kStepCols, t, row_ok && n > 0);
@@ -337,9 +326,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_mma_kernel(GemvArgs A)
     for (int i = 0; i < n; i++) {
         if (i + kStages - 1 < n)
             gemv_issue<K15>(A, row0, s0 + i + kStages - 1, my_ring + ((i + kStages - 1) % kStages) * stage_bytes, lane);
-        cp_async_commit();
-        cp_async_wait<kStages - 1>();
-        __syncwarp();
+        ckg_cp_async_commit();
+        ckg_cp_async_wait<kStages - 1>();
+        if (!CKG_PLANT(2))   /* planted fault: other lanes' copies not waited for */
+            ckg_syncwarp();
         const uint8_t *st = my_ring + (i % kStages) * stage_bytes;
 
         uint32_t c[4], l[8], pr[16], xw[16];
@@ -375,12 +365,12 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_mma_kernel(GemvArgs A)
         unsigned cnt = ckg_esc_count32(c), incl = cnt;
 #pragma unroll
         for (int d = 1; d < 4; d <<= 1) {
-            unsigned v = __shfl_up_sync(kFull, incl, d, 4);
+            unsigned v = ckg_shfl_up_sync(kFull, incl, d, 4);
             if (t >= d)
                 incl += v;
         }
-        unsigned tot = __shfl_sync(kFull, incl, 3, 4);
-        uint64_t k = run + (incl - cnt);
+        unsigned tot = ckg_shfl_sync(kFull, incl, 3, 4);
+        uint64_t k = run + (incl - cnt) + CKG_PLANT(1);   /* planted fault: rank off by one */
         run += tot;
         const uint64_t col = (uint64_t)(s0 + i) * kStepCols + (uint64_t)t * kGroup;
         for (int w = 0; w < 4 && cnt; w++) {
@@ -394,15 +384,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_mma_kernel(GemvArgs A)
                         corr[b] = fmaf(wf, bf16f(A.x[(uint64_t)b * A.cols + col + j]), corr[b]);
             }
         }
-        __syncwarp();
+        ckg_syncwarp();
     }
-    cp_async_wait<0>();
+    ckg_cp_async_wait<0>();
 
     /* acc[0..1] = y[batch g][rows 2t, 2t+1]; corr[b] = part of y[b][row g] */
 #pragma unroll
     for (int b = 0; b < CKG_MAX_BATCH; b++) {
-        corr[b] += __shfl_xor_sync(kFull, corr[b], 1);
-        corr[b] += __shfl_xor_sync(kFull, corr[b], 2);
+        corr[b] += ckg_shfl_xor_sync(kFull, corr[b], 1);
+        corr[b] += ckg_shfl_xor_sync(kFull, corr[b], 2);
     }
     if (g < A.batch) {
         red[warp][0][g][2 * t] = acc[0];
@@ -413,7 +403,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_mma_kernel(GemvArgs A)
         for (int b = 0; b < CKG_MAX_BATCH; b++)
             red[warp][1][b][g] = corr[b];
     }
-    __syncthreads();
+    ckg_syncthreads();
     if ((int)threadIdx.x < A.batch * kRowsPerTile) {
         int b = threadIdx.x / kRowsPerTile, r = threadIdx.x % kRowsPerTile;
         float v = 0.f;
@@ -422,7 +412,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_mma_kernel(GemvArgs A)
         if (row0 + r < A.rows) {
             uint64_t o = (uint64_t)b * A.rows + row0 + r;
             if (A.out_bf16)
-                reinterpret_cast<__nv_bfloat16 *>(A.y)[o] = __float2bfloat16_rn(v);
+                reinterpret_cast<uint16_t *>(A.y)[o] = ckg_f32_to_bf16_rn(v);
             else
                 reinterpret_cast<float *>(A.y)[o] = v;
         }
@@ -435,7 +425,7 @@ __global__ void __launch_bounds__(256) gemv_generic_kernel(GemvArgs A)
     __shared__ uint16_t cb[16];
     if (threadIdx.x < 16)
         cb[threadIdx.x] = A.P.codebook.sym[threadIdx.x];
-    __syncthreads();
+    ckg_syncthreads();
     const bool k15 = A.P.encoding == CKC_ENC_K15;
     const int lane = threadIdx.x & 31;
     const uint64_t row = (blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) / 32;
@@ -451,9 +441,9 @@ __global__ void __launch_bounds__(256) gemv_generic_kernel(GemvArgs A)
         const uint64_t c = c0 + lane;
         const bool valid = c < A.cols;
         const unsigned code = valid ? ckc_code_at(A.P.codes, pos + c) : 0u;
-        const unsigned bal = __ballot_sync(kFull, code == CKC_ESCAPE);
-        const uint64_t rank = k + __popc(bal & ((1u << lane) - 1u));
-        k += __popc(bal);
+        const unsigned bal = ckg_ballot_sync(kFull, code == CKC_ESCAPE);
+        const uint64_t rank = k + ckg_popc(bal & ((1u << lane) - 1u));
+        k += ckg_popc(bal);
         if (!valid)
             continue;
         unsigned sym = code == CKC_ESCAPE ? esc_sym(A.P, rank) : cb[code];
@@ -466,11 +456,11 @@ __global__ void __launch_bounds__(256) gemv_generic_kernel(GemvArgs A)
 #pragma unroll
     for (int b = 0; b < CKG_MAX_BATCH; b++) {
         for (int d = 16; d > 0; d >>= 1)
-            acc[b] += __shfl_xor_sync(kFull, acc[b], d);
+            acc[b] += ckg_shfl_xor_sync(kFull, acc[b], d);
         if (lane == 0 && b < A.batch) {
             uint64_t o = (uint64_t)b * A.rows + row;
             if (A.out_bf16)
-                reinterpret_cast<__nv_bfloat16 *>(A.y)[o] = __float2bfloat16_rn(acc[b]);
+                reinterpret_cast<uint16_t *>(A.y)[o] = ckg_f32_to_bf16_rn(acc[b]);
             else
                 reinterpret_cast<float *>(A.y)[o] = acc[b];
         }
@@ -518,7 +508,7 @@ ckg_status launch_generic(const GemvArgs &A, cudaStream_t s)
 {
     const int threads = 256;
     uint64_t blocks = ((uint64_t)A.rows * 32 + threads - 1) / threads;
-    gemv_generic_kernel<<<(unsigned)blocks, threads, 0, s>>>(A);
+    CKG_LAUNCH(gemv_generic_kernel, (unsigned)blocks, threads, 0, s, A);
     return launched();
 }
 
@@ -530,7 +520,7 @@ ckg_status launch_mma(const GemvArgs &A, cudaStream_t s)
         cudaFuncSetAttribute(gemv_mma_kernel<K15>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
         return CKG_ERR_CUDA;
     unsigned blocks = (A.rows + kRowsPerTile - 1) / kRowsPerTile;
-    gemv_mma_kernel<K15><<<blocks, kGemvWarps * 32, smem, s>>>(A);
+    CKG_LAUNCH(gemv_mma_kernel<K15>, blocks, kGemvWarps * 32, smem, s, A);
     return launched();
 }
 
@@ -566,8 +556,8 @@ ckg_status ckg_escape_index(const ckg_planes *p, uint64_t chunk_weights, const u
     size_t smem = (size_t)(chunk_weights / CKG_ESC_BLOCK) * sizeof(uint32_t);
     if (smem > 48 * 1024)
         return CKG_ERR_UNSUPPORTED;
-    escape_index_kernel<<<(unsigned)n_chunks, 256, smem, (cudaStream_t)stream>>>(*p, chunk_weights, prefix,
-                                                                                  index_out, err_count);
+    CKG_LAUNCH(escape_index_kernel, (unsigned)n_chunks, 256, smem, (cudaStream_t)stream, *p, chunk_weights, prefix,
+               index_out, err_count);
     return launched();
 }
 
@@ -588,7 +578,7 @@ ckg_status ckg_decode(const ckg_planes *p, uint64_t first, uint64_t count, uint1
         return CKG_ERR_CUDA;
     uint64_t blocks_needed = ((first + count + CKG_ESC_BLOCK - 1) / CKG_ESC_BLOCK - first / CKG_ESC_BLOCK + 7) / (kDecodeThreads / 32);
     uint64_t blocks = blocks_needed < (uint64_t)sms * 16 ? blocks_needed : (uint64_t)sms * 16;
-    decode_kernel<<<(unsigned)blocks, kDecodeThreads, 0, (cudaStream_t)stream>>>(*p, first, count, out);
+    CKG_LAUNCH(decode_kernel, (unsigned)blocks, kDecodeThreads, 0, (cudaStream_t)stream, *p, first, count, out);
     return launched();
 }
 
