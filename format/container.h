@@ -121,6 +121,30 @@ ckp_status ckp_locate(const ckp_reader *r, uint64_t off, uint32_t *extent, uint6
 /* Length in bytes of chunk c of extent e. */
 uint64_t ckp_chunk_len(const ckp_extent *x, uint64_t c);
 
+/* ---- where a chunk's bytes lie (format.md §5) --------------------------
+ * The one place that turns chunks into plane byte ranges: the reader, the
+ * writer, the GPU loader and the tests all ask here.  Ranges are relative to
+ * the start of each plane and are not clamped to the stored plane sizes: a
+ * caller checks end[p] <= plane_size[p] (damaged indexes can point past). */
+typedef struct {
+    uint64_t off[3], end[3]; /* bytes [off[p], end[p]) of plane p; RAW and ZSTD
+                              * use plane 0 only (the others are empty) */
+    uint64_t w0, w1;         /* K15/BS: the chunks' weights [w0, w1) */
+    uint64_t esc0, esc1;     /* K15/BS: their escapes [esc0, esc1) */
+    /* Plane 2 starts at escape esc0 & ~7 (groups of 8 escapes start on a
+     * byte), so a decoder counting escapes from a byte skips esc0 % 8 of
+     * them.  esc_byte/esc_bit say where escape esc0 itself starts (byte of
+     * plane 2, bit 0..7 in it; BS: bit 0), for decoders that start there. */
+    uint64_t esc_byte;
+    uint32_t esc_bit;
+} ckp_span;
+
+/* Bytes of weights [w0, w1) and escapes [esc0, esc1) of a K15/BS tensor
+ * (enc); w0 must be a multiple of 8 (chunk starts are). */
+void ckp_bf16_span(uint32_t enc, uint64_t w0, uint64_t w1, uint64_t esc0, uint64_t esc1, ckp_span *out);
+/* Bytes of each plane that chunks c0..c1-1 of x need (c0 < c1 <= n_chunks). */
+void ckp_chunk_span(const ckp_extent *x, uint64_t c0, uint64_t c1, ckp_span *out);
+
 /* Per-thread scratch memory for decoding (compressed input, planes).
  * Not shared between threads. */
 typedef struct ckp_scratch ckp_scratch;

@@ -452,37 +452,15 @@ static ckp_status read_plane(const ckp_reader *r, const ckp_extent *x, int p, ui
 
 static uint64_t min64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
-/* Byte ranges [lo, hi) of each plane that chunks c0..c1-1 of x use, before
- * any clamping to the planes: RAW and ZSTD use plane 0 only; K15/BS escapes
- * are taken from the start of their group of 8, which begins on a byte. */
-static void chunk_run_bytes(const ckp_extent *x, uint64_t c0, uint64_t c1, uint64_t lo[3], uint64_t hi[3])
-{
-    lo[0] = lo[1] = lo[2] = hi[0] = hi[1] = hi[2] = 0;
-    if (x->encoding == CKC_ENC_RAW) {
-        lo[0] = c0 * x->chunk_size;
-        hi[0] = min64(c1 * x->chunk_size, x->orig_size);
-    } else if (x->encoding == CKC_ENC_ZSTD) {
-        lo[0] = x->index[c0].datum;
-        hi[0] = c1 < x->n_chunks ? x->index[c1].datum : x->plane_size[0];
-    } else {
-        int k15 = x->encoding == CKC_ENC_K15;
-        uint64_t w0 = c0 * x->chunk_size / 2, w1 = min64(c1 * x->chunk_size / 2, x->orig_size / 2);
-        uint64_t e0 = x->index[c0].datum / 8 * 8, e1 = c1 < x->n_chunks ? x->index[c1].datum : x->n_escapes;
-        lo[0] = w0 / 2, hi[0] = (w1 + 1) / 2;
-        lo[1] = k15 ? w0 * 7 / 8 : w0, hi[1] = k15 ? (w1 * 7 + 7) / 8 : w1;
-        lo[2] = k15 ? e0 * 9 / 8 : e0, hi[2] = k15 ? (e1 * 9 + 7) / 8 : e1;
-    }
-}
-
 /* Decode a K15/BS chunk: read only the bytes of each plane that it uses. */
 static ckp_status read_bf16_chunk(const ckp_reader *r, const ckp_extent *x, uint64_t c, uint64_t len,
                                   uint16_t *dst, ckp_scratch *s)
 {
     uint64_t nw = len / 2;
-    uint64_t esc_first = x->index[c].datum;
-    uint64_t esc_end = c + 1 < x->n_chunks ? x->index[c + 1].datum : x->n_escapes;
-    uint64_t off[3], end[3], got[3], total = 0;
-    chunk_run_bytes(x, c, c + 1, off, end);
+    ckp_span sp;
+    ckp_chunk_span(x, c, c + 1, &sp);
+    const uint64_t *off = sp.off, *end = sp.end;
+    uint64_t got[3], total = 0;
     for (int p = 0; p < 3; p++) {
         if (off[p] > x->plane_size[p] || end[p] < off[p])
             return CKP_ERR_CHUNK;
@@ -506,8 +484,8 @@ static ckp_status read_bf16_chunk(const ckp_reader *r, const ckp_extent *x, uint
             b += got[p];
         }
     }
-    ckc_status cs = ckc_decode_chunk(x->encoding, &x->codebook, &cp, 0, (size_t)nw, esc_first % 8,
-                                     esc_end - esc_first, dst); /* escapes counted from their group */
+    ckc_status cs = ckc_decode_chunk(x->encoding, &x->codebook, &cp, 0, (size_t)nw, sp.esc0 % 8,
+                                     sp.esc1 - sp.esc0, dst); /* escapes counted from their group */
     return cs == CKC_OK ? CKP_OK : CKP_ERR_CHUNK;
 }
 
@@ -523,9 +501,9 @@ ckp_status ckp_read_chunk(const ckp_reader *r, uint32_t e, uint64_t c, void *dst
         st = read_plane(r, x, 0, c * x->chunk_size, len, dst);
         break;
     case CKC_ENC_ZSTD: {
-        uint64_t lo[3], hi[3];
-        chunk_run_bytes(x, c, c + 1, lo, hi);
-        uint64_t a = lo[0], b = hi[0];
+        ckp_span sp;
+        ckp_chunk_span(x, c, c + 1, &sp);
+        uint64_t a = sp.off[0], b = sp.end[0];
         if (!s->dctx && !(s->dctx = ZSTD_createDCtx()))
             return CKP_ERR_NOMEM;
         const uint8_t *in = NULL;
@@ -572,9 +550,10 @@ static int chunk_ranges(const ckp_reader *r, uint32_t e, uint64_t c0, uint64_t c
         c1 = x->n_chunks;
     if (c0 >= c1)
         return 0;
-    chunk_run_bytes(x, c0, c1, lo, hi);
+    ckp_span sp;
+    ckp_chunk_span(x, c0, c1, &sp);
     for (int p = 0; p < 3; p++)
-        hi[p] = min64(hi[p], x->plane_size[p]);
+        lo[p] = sp.off[p], hi[p] = min64(sp.end[p], x->plane_size[p]);
     return 1;
 }
 

@@ -250,10 +250,10 @@ typedef struct {
 static void write_batch(bf16_task *t, uint64_t first, uint64_t nw)
 {
     bf16_job *j = t->j;
-    int k15 = j->enc == CKC_ENC_K15;
-    uint64_t nlow = k15 ? nw / 8 * 7 + (nw % 8 * 7 + 7) / 8 : nw;
-    if (cku_pwrite_full(j->fd, t->codes, (nw + 1) / 2, j->codes_off + first / 2) ||
-        cku_pwrite_full(j->fd, t->low, nlow, j->low_off + (k15 ? first / 8 * 7 : first)))
+    ckp_span sp;
+    ckp_bf16_span(j->enc, first, first + nw, 0, 0, &sp);
+    if (cku_pwrite_full(j->fd, t->codes, sp.end[0] - sp.off[0], j->codes_off + sp.off[0]) ||
+        cku_pwrite_full(j->fd, t->low, sp.end[1] - sp.off[1], j->low_off + sp.off[1]))
         atomic_store(&j->io_errno, errno ? errno : EIO);
 }
 

@@ -272,17 +272,7 @@ static ckg_status source_read(const source *s, void *buf, size_t len, uint64_t o
             return ps == CKP_ERR_IO ? CKG_ERR_IO : CKG_ERR_CORRUPT;
         return got == len ? CKG_OK : CKG_ERR_CORRUPT;
     }
-    int fd = ckp_fd(s->r);
-    size_t done = 0;
-    while (done < len) {
-        ssize_t n = pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return CKG_ERR_IO;
-        done += (size_t)n;
-    }
-    return CKG_OK;
+    return cku_pread_full(ckp_fd(s->r), buf, len, off) ? CKG_ERR_IO : CKG_OK;
 }
 
 /* Copy len bytes at off of the source to dst (device), double-buffered. */
@@ -350,20 +340,18 @@ static ckg_status upload_packed(ckg_model *m, const ckp_reader *r, uint32_t e, u
                                 uint64_t w_end, unsigned flags, ckg_tensor *t, cudaStream_t stream)
 {
     const ckp_extent *x = ckp_get_extent(r, e);
-    const int k15 = x->encoding == CKC_ENC_K15;
-    const uint64_t cw = x->chunk_size / 2, n = x->orig_size / 2;
+    const uint64_t cw = x->chunk_size / 2;
     const uint64_t ca = w_begin / cw, cb = (w_end + cw - 1) / cw;
-    const uint64_t W0 = ca * cw, W1 = cb * cw < n ? cb * cw : n, nw = W1 - W0;
-    const uint64_t e0 = x->index[ca].datum, e1 = cb < x->n_chunks ? x->index[cb].datum : x->n_escapes;
+    ckp_span sp;
+    ckp_chunk_span(x, ca, cb, &sp);
+    const uint64_t W0 = sp.w0, nw = sp.w1 - sp.w0, e0 = sp.esc0, e1 = sp.esc1;
     if (e1 < e0 || e1 - e0 >= (1ull << 32) || cb - ca >= (1ull << 31))
         return CKG_ERR_UNSUPPORTED;
     source s = {m, r, 0};
     ckg_status st;
-    if ((st = upload_plane(&s, x, 0, W0 / 2, (nw + 1) / 2, t, &t->d_codes, stream)) != CKG_OK ||
-        (st = upload_plane(&s, x, 1, k15 ? W0 / 8 * 7 : W0, k15 ? (nw * 7 + 7) / 8 : nw, t, &t->d_low, stream)) != CKG_OK)
-        return st;
-    uint64_t eb = k15 ? e0 * 9 / 8 : e0, el = k15 ? (e1 * 9 + 7) / 8 - eb : e1 - e0;
-    if ((st = upload_plane(&s, x, 2, eb, el, t, &t->d_esc, stream)) != CKG_OK)
+    if ((st = upload_plane(&s, x, 0, sp.off[0], sp.end[0] - sp.off[0], t, &t->d_codes, stream)) != CKG_OK ||
+        (st = upload_plane(&s, x, 1, sp.off[1], sp.end[1] - sp.off[1], t, &t->d_low, stream)) != CKG_OK ||
+        (st = upload_plane(&s, x, 2, sp.esc_byte, sp.end[2] - sp.esc_byte, t, &t->d_esc, stream)) != CKG_OK)
         return st;
 
     /* chunk prefixes relative to the run, then the escape index */
@@ -382,7 +370,7 @@ static ckg_status upload_packed(ckg_model *m, const ckp_reader *r, uint32_t e, u
         goto out;
     t->planes = (ckg_planes){.encoding = x->encoding, .codebook = x->codebook, .n_weights = nw,
                              .codes = t->d_codes, .low = t->d_low, .esc = t->d_esc,
-                             .esc_bit0 = k15 ? (uint32_t)(e0 * 9 % 8) : 0, .n_escapes = e1 - e0};
+                             .esc_bit0 = sp.esc_bit, .n_escapes = e1 - e0};
     st = ckg_escape_index(&t->planes, cw, d_prefix, nc, t->d_index, d_err, stream);
     if (st != CKG_OK)
         goto out;

@@ -17,6 +17,7 @@
 
 #include "ckc.h"
 #include "ckc_internal.h"
+#include "container.h"
 
 /* ---- data ---------------------------------------------------------------- */
 
@@ -665,8 +666,9 @@ START_TEST(test_encode_bytes)
         if (first + n != N)
             n -= n % 8; /* only the tensor's last chunk may be partial */
         uint64_t c0 = first / 2, c1 = (first + n + 1) / 2, i;
-        uint64_t l0 = is_k15(enc) ? first * 7 / 8 : first;
-        uint64_t l1 = is_k15(enc) ? ((first + n) * 7 + 7) / 8 : first + n;
+        ckp_span sp;
+        ckp_bf16_span(enc, first, first + n, 0, 0, &sp);
+        uint64_t l0 = sp.off[1], l1 = sp.end[1];
         memset(codes, 0xAA, sizeof codes);
         memset(low, 0xAA, sizeof low);
         ck_assert_int_eq(ckc_encode_chunk_impl(impl, enc, &r.cb, w + first, n, first, codes, low, esc, &ne), CKC_OK);

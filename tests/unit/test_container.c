@@ -165,8 +165,10 @@ START_TEST(damaged_chunk_is_an_error_others_read)
     ck_assert_int_eq(ckp_open(path, &r, err, sizeof err), CKP_OK);
     const ckp_extent *x = ckp_get_extent(r, 1);
     /* damage plane `_i` (codes, mantissas, escapes) inside chunk 1's bytes */
-    uint64_t plane_off[3] = {x->plane_offset[0] + 65536 / 2 + 100, x->plane_offset[1] + 65536 * 7 / 8 + 100,
-                             x->plane_offset[2] + (x->index[1].datum * 9) / 8 + 2};
+    ckp_span sp;
+    ckp_chunk_span(x, 1, 2, &sp);
+    uint64_t plane_off[3] = {x->plane_offset[0] + sp.off[0] + 100, x->plane_offset[1] + sp.off[1] + 100,
+                             x->plane_offset[2] + sp.esc_byte + 2};
     uint64_t damaged = plane_off[_i];
     ckp_close(r);
     flip(path, damaged);
@@ -260,6 +262,46 @@ static int parse(const char *json, uint64_t data, char *err)
     free(buf);
     return rc;
 }
+
+/* ckp_bf16_span against the plane layouts counted bit by bit: the bytes
+ * that hold any bit of the weights' codes (4 bits), low parts (7 or 8 bits)
+ * and escapes (9 or 8 bits), with escapes taken from their group of 8. */
+static void bits_bytes(uint64_t first, uint64_t end, unsigned bits, uint64_t *lo, uint64_t *hi)
+{
+    *lo = *hi = 0;
+    for (uint64_t i = first; i < end; i++) {
+        uint64_t b0 = i * bits / 8, b1 = (i * bits + bits - 1) / 8 + 1;
+        *lo = i == first ? b0 : *lo;
+        *hi = b1 > *hi ? b1 : *hi;
+    }
+    if (first >= end)
+        *lo = *hi = first * bits / 8;
+}
+
+START_TEST(chunk_span_matches_bit_layout)
+{
+    for (int it = 0; it < 3000; it++) {
+        uint32_t enc = it % 2 ? CKC_ENC_K15 : CKC_ENC_BSPLIT;
+        unsigned low = enc == CKC_ENC_K15 ? 7 : 8, escb = enc == CKC_ENC_K15 ? 9 : 8;
+        uint64_t w0 = (rnd() % 500) * 8, w1 = w0 + 1 + rnd() % 300;
+        uint64_t e0 = rnd() % 200, e1 = e0 + rnd() % 50, lo, hi;
+        ckp_span sp;
+        ckp_bf16_span(enc, w0, w1, e0, e1, &sp);
+        bits_bytes(w0, w1, 4, &lo, &hi);
+        ck_assert_uint_eq(sp.off[0], lo);
+        ck_assert_uint_eq(sp.end[0], hi);
+        bits_bytes(w0, w1, low, &lo, &hi);
+        ck_assert_uint_eq(sp.off[1], lo);
+        ck_assert_uint_eq(sp.end[1], hi);
+        bits_bytes(e0 / 8 * 8, e1, escb, &lo, &hi);
+        ck_assert_uint_eq(sp.off[2], lo);
+        if (e1 > e0)
+            ck_assert_uint_eq(sp.end[2], hi);
+        ck_assert_uint_eq(sp.esc_byte * 8 + sp.esc_bit, e0 * escb);
+        ck_assert_uint_lt(sp.esc_bit, 8);
+    }
+}
+END_TEST
 
 START_TEST(safetensors_valid)
 {
@@ -454,6 +496,7 @@ int main(void)
     tcase_add_test(t, roundtrip_every_byte);
     tcase_add_loop_test(t, damaged_chunk_is_an_error_others_read, 0, 3);
     tcase_add_loop_test(t, damaged_metadata_is_refused, 0, 7);
+    tcase_add_test(t, chunk_span_matches_bit_layout);
     tcase_add_test(t, safetensors_valid);
     tcase_add_test(t, safetensors_invalid);
     tcase_add_test(t, paths);
