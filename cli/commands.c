@@ -26,13 +26,17 @@
 
 #define IO_BLOCK (4u << 20)
 
-/* Open DST/<rel>.ckpt and check it against its manifest entry. */
-static ckp_reader *open_member(const char *cmd, const char *dst, const ckm_file *f)
+/* Open DST/<rel>.ckpt and check it against its manifest entry; *why (if
+ * given) gets the status of a failed open (CKP_ERR_VERSION: a newer format). */
+static ckp_reader *open_member_why(const char *cmd, const char *dst, const ckm_file *f, ckp_status *why)
 {
     char path[PATH_MAX], err[768];
     snprintf(path, sizeof path, "%s/%s%s", dst, f->path, CKP_SUFFIX);
     ckp_reader *r;
-    if (ckp_open(path, &r, err, sizeof err) != CKP_OK) {
+    ckp_status st = ckp_open(path, &r, err, sizeof err);
+    if (why)
+        *why = st == CKP_OK ? CKP_ERR_CORRUPT : st;
+    if (st != CKP_OK) {
         fprintf(stderr, "ckptfs %s: %s\n", cmd, err);
         return NULL;
     }
@@ -43,6 +47,11 @@ static ckp_reader *open_member(const char *cmd, const char *dst, const ckm_file 
         return NULL;
     }
     return r;
+}
+
+static ckp_reader *open_member(const char *cmd, const char *dst, const ckm_file *f)
+{
+    return open_member_why(cmd, dst, f, NULL);
 }
 
 static void describe_chunk(const ckp_reader *r, uint32_t e, uint64_t c, char *out, size_t cap)
@@ -244,17 +253,19 @@ out:
 
 /* ---- verify --------------------------------------------------------------- */
 
-enum { VERIFY_OK = 0, VERIFY_DAMAGED = 1, VERIFY_DIFFERS = 2 };
+enum { VERIFY_OK = 0, VERIFY_DAMAGED = 1, VERIFY_DIFFERS = 2, VERIFY_NEWER = 3 };
 
 /* Check every chunk of one packed file; with a source file (src_path), every
  * byte too.  Returns VERIFY_DAMAGED if the packed file fails a check (that
- * wins), VERIFY_DIFFERS if only the source is missing or differs. */
+ * wins), VERIFY_DIFFERS if only the source is missing or differs,
+ * VERIFY_NEWER if it is of a format version this ckptfs cannot read. */
 static int verify_file(const char *dst, const char *src_path, const ckm_file *f, ckp_scratch *s,
                        uint8_t *src_buf)
 {
-    ckp_reader *r = open_member("verify", dst, f);
+    ckp_status why;
+    ckp_reader *r = open_member_why("verify", dst, f, &why);
     if (!r)
-        return VERIFY_DAMAGED;
+        return why == CKP_ERR_VERSION ? VERIFY_NEWER : VERIFY_DAMAGED;
     int bad = 0, sfd = -1, differs = 0;
     if (src_path) {
         struct stat st;
@@ -322,7 +333,7 @@ typedef struct {
     const char *dst, *against;
     int against_file;
     const ckm_manifest *m;
-    atomic_size_t next, damaged, differ;
+    atomic_size_t next, damaged, differ, newer;
 } verify_pool;
 
 static void *verify_worker(void *arg)
@@ -345,6 +356,8 @@ static void *verify_worker(void *arg)
             atomic_fetch_add(&v->damaged, 1);
         else if (r == VERIFY_DIFFERS)
             atomic_fetch_add(&v->differ, 1);
+        else if (r == VERIFY_NEWER)
+            atomic_fetch_add(&v->newer, 1);
     }
     free(src_buf);
     ckp_scratch_free(s);
@@ -380,12 +393,18 @@ int ckpt_verify(const char *dst, const char *against, int jobs)
     atomic_init(&v.next, 0);
     atomic_init(&v.damaged, 0);
     atomic_init(&v.differ, 0);
+    atomic_init(&v.newer, 0);
     cku_run_threads(files_at_once(jobs), verify_worker, &v);
-    size_t damaged = atomic_load(&v.damaged), differ = atomic_load(&v.differ);
+    size_t damaged = atomic_load(&v.damaged), differ = atomic_load(&v.differ), newer = atomic_load(&v.newer);
     uint64_t bytes = 0;
     for (size_t i = 0; i < m->n_files; i++)
         bytes += m->files[i].size;
-    size_t bad = damaged + differ;
+    size_t bad = damaged + differ + newer;
+    if (newer)
+        fprintf(stderr,
+                "ckptfs verify: %s: %zu of %zu files were written by a newer ckptfs (a format version this one "
+                "cannot read); upgrade ckptfs to verify them\n",
+                dst, newer, m->n_files);
     if (damaged)
         fprintf(stderr, "ckptfs verify: %s: %zu of %zu files damaged\n", dst, damaged, m->n_files);
     if (differ)
@@ -395,7 +414,7 @@ int ckpt_verify(const char *dst, const char *against, int jobs)
         printf("%s: %zu files, %llu bytes: all checksums%s ok\n", dst, m->n_files, (unsigned long long)bytes,
                against ? " and every byte against the source" : "");
     ckm_free(m);
-    return damaged ? CKPT_EXIT_DAMAGED : differ ? CKPT_EXIT_DIFFERS : CKPT_EXIT_OK;
+    return damaged ? CKPT_EXIT_DAMAGED : newer ? CKPT_EXIT_FAIL : differ ? CKPT_EXIT_DIFFERS : CKPT_EXIT_OK;
 }
 
 /* ---- stat ----------------------------------------------------------------- */

@@ -35,9 +35,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
-#define STATE_NAME "ckptfs.state"
+#define STATE_NAME CKP_STATE_NAME
 #define TMP_SUFFIX ".ckpt.tmp"
 
 typedef struct {
@@ -59,6 +60,7 @@ typedef struct {
     src_list list;
     cku_progress *progress;
     int jobs_each;            /* encoder / read-back threads per file in flight */
+    atomic_uint_fast64_t left; /* source bytes of the files not yet packed */
 } pack_ctx;
 
 static int has_suffix(const char *s, const char *suf)
@@ -200,8 +202,29 @@ static void *sha_thread(void *arg)
     return NULL;
 }
 
+/* Writing the packed file tmp failed with message why (errno err): name the
+ * destination; on a full disk say what is free there, what the files not yet
+ * packed need at most, and how to finish. */
+static void write_failed(pack_ctx *c, const char *tmp, const char *why, int err)
+{
+    struct statvfs sv;
+    int full = err == ENOSPC || err == EDQUOT || strstr(why, strerror(ENOSPC)) || strstr(why, strerror(EDQUOT));
+    if (!full || statvfs(c->dst, &sv)) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", tmp, why);
+        return;
+    }
+    char free_s[32], need_s[32];
+    cku_human((uint64_t)sv.f_bavail * sv.f_frsize, free_s);
+    cku_human(atomic_load(&c->left), need_s);
+    fprintf(stderr,
+            "ckptfs pack: %s: No space left on device (writing %s): %s free there; the files not yet packed\n"
+            "  need up to %s more (their size before packing).  Free some space, or move %s to a larger\n"
+            "  disk, and run the same command again to finish it.\n",
+            c->dst, tmp, free_s, need_s, c->dst);
+}
+
 /* Encode src into the writer: header extent + one extent per tensor, or one blob extent. */
-static int write_extents(pack_ctx *c, ckp_writer *w, const char *path, const uint8_t *p, uint64_t size,
+static int write_extents(pack_ctx *c, ckp_writer *w, const char *tmp, const uint8_t *p, uint64_t size,
                          st_header *h)
 {
     ckp_status s = CKP_OK;
@@ -217,8 +240,11 @@ static int write_extents(pack_ctx *c, ckp_writer *w, const char *path, const uin
             cku_progress_add(c->progress, t->end - t->begin);
         }
     }
-    if (s != CKP_OK)
-        fprintf(stderr, "ckptfs pack: %s: %s: %s\n", path, ckp_status_name(s), ckp_writer_error(w));
+    if (s != CKP_OK) {
+        char why[640];
+        snprintf(why, sizeof why, "%s: %s", ckp_status_name(s), ckp_writer_error(w));
+        write_failed(c, tmp, why, 0);
+    }
     return s == CKP_OK ? 0 : -1;
 }
 
@@ -386,13 +412,14 @@ static int pack_file(pack_ctx *c, const src_entry *e)
         fprintf(stderr, "ckptfs pack: %s: %s\n", tmp, tfd < 0 ? strerror(errno) : "cannot start writer");
         goto out;
     }
-    if (write_extents(c, w, src_path, p, size, h))
+    if (write_extents(c, w, tmp, p, size, h))
         goto out;
     if (sha_started)
         pthread_join(sha_th, NULL);
     sha_started = 0;
     if (ckp_writer_finish(w, sj.sha) != CKP_OK) {
-        fprintf(stderr, "ckptfs pack: %s: %s\n", tmp, *ckp_writer_error(w) ? ckp_writer_error(w) : strerror(errno));
+        int err = errno;
+        write_failed(c, tmp, *ckp_writer_error(w) ? ckp_writer_error(w) : strerror(err), err);
         goto out;
     }
     /* fsync and read back at once; the rename waits for both */
@@ -409,7 +436,7 @@ static int pack_file(pack_ctx *c, const src_entry *e)
     if (changed)
         fprintf(stderr, "ckptfs pack: %s: source changed while it was being packed\n", src_path);
     if (sy.err)
-        fprintf(stderr, "ckptfs pack: %s: fsync: %s\n", tmp, strerror(sy.err));
+        write_failed(c, tmp, strerror(sy.err), sy.err);
     if (bad || sy.err)
         goto out;
     char dir[PATH_MAX];
@@ -498,6 +525,8 @@ static void *file_worker(void *arg)
             cku_progress_add(c->progress, (uint64_t)e->st.st_size);
         else if (pack_file(c, e))
             atomic_store(&fp->failed, 1);
+        if (!atomic_load(&fp->failed))
+            atomic_fetch_sub(&c->left, (uint64_t)e->st.st_size);
     }
     return NULL;
 }
@@ -638,13 +667,22 @@ static int prepare_dst(pack_ctx *c, const char *src_real)
     char man[PATH_MAX];
     snprintf(man, sizeof man, "%s/%s", c->dst, CKP_MANIFEST_NAME);
     int is_pack = m == 0 || access(man, F_OK) == 0;
-    if (!c->o->force) {
-        fprintf(stderr, "ckptfs pack: %s: already exists%s%s; use --force to replace it\n", c->dst,
-                m == 0 ? " and " : "", m == 0 ? why : is_pack ? "" : " and is not empty");
+    if (!is_pack) { /* --force or not: never clear what ckptfs did not write */
+        fprintf(stderr,
+                "ckptfs pack: %s: exists, is not empty and is not a packed directory; pack into a new or empty\n"
+                "  directory (--force only replaces an earlier pack)\n",
+                c->dst);
         return -1;
     }
-    if (!is_pack || clear_dst(c->dst, 1)) {
-        fprintf(stderr, "ckptfs pack: %s: refusing to overwrite: it holds files that ckptfs did not write\n",
+    if (!c->o->force) {
+        fprintf(stderr, "ckptfs pack: %s: already exists and %s; use --force to replace it\n", c->dst,
+                m == 0 ? why : "holds a finished pack");
+        return -1;
+    }
+    if (clear_dst(c->dst, 1)) {
+        fprintf(stderr,
+                "ckptfs pack: %s: refusing to overwrite: it holds files that ckptfs did not write (kept; the\n"
+                "  packed files of the earlier pack were removed); move them away, or pack into a new directory\n",
                 c->dst);
         return -1;
     }
@@ -879,6 +917,7 @@ int ckpt_pack(const ckpt_pack_opts *o)
     uint64_t total;
     if (validate_all(&c, &total))
         goto out;
+    atomic_init(&c.left, total);
     if (prepare_dst(&c, src_real))
         goto out;
     remove_temps(c.dst);

@@ -67,3 +67,16 @@ void cku_progress_done(cku_progress *p)
     free(p);
 }
 
+
+char *cku_human(uint64_t bytes, char *out)
+{
+    static const char *unit[] = {"B", "kB", "MB", "GB", "TB", "PB", "EB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 999.5 && u < 6) {
+        v /= 1000;
+        u++;
+    }
+    snprintf(out, 16, u == 0 ? "%.0f %s" : v < 9.995 ? "%.2f %s" : v < 99.95 ? "%.1f %s" : "%.0f %s", v, unit[u]);
+    return out;
+}

@@ -25,6 +25,7 @@ extern "C" {
 #define CKP_VERSION_MINOR 0
 #define CKP_SUFFIX ".ckpt"
 #define CKP_MANIFEST_NAME "ckptfs.manifest"
+#define CKP_STATE_NAME "ckptfs.state"        /* written by pack while it runs (resume) */
 #define CKP_MAX_CHUNK (16u << 20)
 #define CKP_BF16_CHUNK_WEIGHTS (64u << 10)   /* 128 KiB of BF16 per chunk */
 #define CKP_BLOB_CHUNK (256u << 10)

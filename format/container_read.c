@@ -239,8 +239,11 @@ static ckp_status parse_header(ckp_reader *r, const uint8_t *h, uint64_t file_si
     r->info.version_minor = cku_le16(h + H_MINOR);
     if (r->info.version_major != CKP_VERSION_MAJOR || r->info.version_minor > CKP_VERSION_MINOR ||
         cku_le32(h + H_FLAGS))
-        return rerr(err, cap, r->file, CKP_ERR_VERSION, "format version %u.%u (flags %#x) is not supported",
-                    r->info.version_major, r->info.version_minor, cku_le32(h + H_FLAGS));
+        return rerr(err, cap, r->file, CKP_ERR_VERSION,
+                    "format version %u.%u (flags %#x) was written by a newer ckptfs; upgrade ckptfs to read it "
+                    "(this one reads %d.0-%d.%d)",
+                    r->info.version_major, r->info.version_minor, cku_le32(h + H_FLAGS), CKP_VERSION_MAJOR,
+                    CKP_VERSION_MAJOR, CKP_VERSION_MINOR);
     if (cku_le64(h + H_FILE_SIZE) != file_size)
         return rerr(err, cap, r->file, CKP_ERR_CORRUPT, "file is %llu bytes but its header says %llu (truncated?)",
                     (unsigned long long)file_size, (unsigned long long)cku_le64(h + H_FILE_SIZE));

@@ -185,11 +185,32 @@ out:
     return buf;
 }
 
+/* The manifest of dst is missing: say what dst is and what to do. */
+static int explain_missing(const char *dst, char *err, size_t cap)
+{
+    char state[4096];
+    struct stat st;
+    snprintf(state, sizeof state, "%s/%s", dst, CKP_STATE_NAME);
+    if (stat(dst, &st))
+        return merr(err, cap, "%s: %s", dst, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return merr(err, cap, "%s: not a packed directory (a packed directory is what `ckptfs pack` writes)",
+                    dst);
+    if (access(state, F_OK) == 0)
+        return merr(err, cap,
+                    "%s: unfinished pack (no %s yet): run the same `ckptfs pack` command again to finish it",
+                    dst, CKP_MANIFEST_NAME);
+    return merr(err, cap, "%s: not a packed directory (no %s): run `ckptfs pack SRC %s` first", dst,
+                CKP_MANIFEST_NAME, dst);
+}
+
 int ckm_load(const char *dst, ckm_manifest **out, char *err, size_t cap)
 {
     *out = NULL;
     char name[4096];
     snprintf(name, sizeof name, "%s/%s", dst, CKP_MANIFEST_NAME);
+    if (access(name, F_OK) && (errno == ENOENT || errno == ENOTDIR))
+        return explain_missing(dst, err, cap);
     size_t size = 0;
     char *buf = read_file(name, &size, err, cap);
     if (!buf)
@@ -219,6 +240,11 @@ int ckm_load(const char *dst, ckm_manifest **out, char *err, size_t cap)
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
     const cJSON *dirs = cJSON_GetObjectItemCaseSensitive(root, "dirs");
+    if (m && cJSON_IsNumber(fmt) && fmt->valuedouble > 1) {
+        merr(err, cap, "%s: manifest format %g was written by a newer ckptfs; upgrade ckptfs to read it", name,
+             fmt->valuedouble);
+        goto out;
+    }
     if (!m || !cJSON_IsNumber(fmt) || fmt->valuedouble != 1 || !cJSON_IsArray(files) || !cJSON_IsArray(dirs)) {
         merr(err, cap, "%s: %s", name, m ? "invalid manifest JSON or unknown version" : "out of memory");
         goto out;

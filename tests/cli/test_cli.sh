@@ -130,9 +130,40 @@ check "existing DST: intact" "$CK" verify --against "$T/src" "$T/p-k15"
 "$CK" pack "$T/src" "$T/p-k15"
 check "same command again: exit 0, still complete" "$CK" verify --against "$T/src" "$T/p-k15"
 mkdir "$T/notpack" && echo precious > "$T/notpack/file"
+"$CK" pack "$T/src" "$T/notpack" 2> "$T/err"
+check "a foreign non-empty directory: refused, no --force advice (it would refuse too)" \
+  sh -c "grep -q 'is not a packed directory; pack into a new or empty' '$T/err' && ! grep -q 'use --force' '$T/err'"
 "$CK" pack --force "$T/src" "$T/notpack" 2> "$T/err"
 check "--force on a foreign directory: refused" test $? -ne 0
 check "--force on a foreign directory: file kept" grep -q precious "$T/notpack/file"
+
+# messages that name the object and say what to do
+for c in verify stat; do
+  "$CK" $c "$T/src" 2> "$T/err"
+  check "$c of a source directory: exit 1, says run ckptfs pack first" \
+    sh -c "test $? -eq 1 && grep -q '$T/src: not a packed directory (no ckptfs.manifest): run .ckptfs pack SRC $T/src. first' '$T/err'"
+done
+"$CK" unpack "$T/src" "$T/u-notpacked" 2> "$T/err"
+check "unpack of a source directory: says run ckptfs pack first, no output" \
+  sh -c "grep -q 'run .ckptfs pack' '$T/err' && test ! -e '$T/u-notpacked'"
+cp -a "$T/p-bytesplit" "$T/unfinished" && rm "$T/unfinished/ckptfs.manifest"
+"$CK" verify "$T/unfinished" 2> "$T/err"
+check "unfinished pack: says run the same pack command again" \
+  grep -q "unfinished pack (no ckptfs.manifest yet): run the same .ckptfs pack. command again to finish it" "$T/err"
+# a packed file of a newer format version (minor 9, header checksum fixed up)
+cp -a "$T/p-bytesplit" "$T/newer"
+python3 - "$T/newer/config.json.ckpt" <<'PY'
+import struct, sys, xxhash
+p = sys.argv[1]; b = bytearray(open(p, "rb").read())
+b[10:12] = struct.pack("<H", 9)
+b[56:64] = struct.pack("<Q", xxhash.xxh3_64_intdigest(bytes(b[:56])))
+open(p, "wb").write(b)
+PY
+"$CK" verify "$T/newer" 2> "$T/err"
+check "newer format version: verify exits 1, not 3 (damaged)" test $? -eq 1
+check "newer format version: says written by a newer ckptfs, upgrade; not damaged" \
+  sh -c "grep -q 'config.json.ckpt: format version 1.9 (flags 0) was written by a newer ckptfs; upgrade ckptfs' '$T/err' &&
+         grep -q '1 of 8 files were written by a newer ckptfs' '$T/err' && ! grep -q damaged '$T/err'"
 "$CK" pack --force --format bytesplit "$T/src/nested" "$T/p-k15" 2> "$T/err"
 check "--force replaces a pack" "$CK" verify --against "$T/src/nested" "$T/p-k15"
 check "--force leaves no stale files" test ! -e "$T/p-k15/config.json.ckpt"
@@ -199,6 +230,10 @@ if [ "$(id -u)" = 0 ] && mkdir "$T/small" && mount -t tmpfs -o size=600k tmpfs "
   "$CK" pack "$T/src" "$T/small/p" 2> "$T/err"
   check "out of space: pack fails" test $? -ne 0
   check "out of space: says so" grep -q "No space left on device" "$T/err"
+  check "out of space: names the destination, what is free and needed, what to do" \
+    sh -c "grep -q '^ckptfs pack: $T/small/p: No space left on device (writing $T/small/p/' '$T/err' &&
+           grep -q 'free there; the files not yet packed' '$T/err' && grep -q 'need up to [0-9.]* [kM]B more' '$T/err' &&
+           grep -q 'run the same command again to finish it' '$T/err'"
   check "out of space: no temporary file left" test -z "$(find "$T/small" -name '*.tmp')"
   cp -a "$T/small/p" "$T/p-resumed"
   umount "$T/small"
