@@ -20,6 +20,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#define ZSTD_STATIC_LINKING_ONLY /* ZSTD_getFrameHeader: the zstd profile check */
 #include <zstd.h>
 
 struct ckp_reader {
@@ -126,7 +127,7 @@ static ckp_status parse_extent(ckp_reader *r, const uint8_t *rec, uint32_t i, ui
         return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u has invalid chunk size %u", i, x->chunk_size);
     if (x->n_chunks != (x->orig_size + x->chunk_size - 1) / x->chunk_size)
         return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u has a wrong chunk count", i);
-    if (!all_zero(rec + X_RESERVED, CKP_EXTENT_SIZE - X_RESERVED) || x->dtype > CKP_MAX_DTYPE ||
+    if (!all_zero(rec + X_RESERVED, CKP_EXTENT_SIZE - X_RESERVED) ||
         nlen > CKP_MAX_NAME || !in_range(noff, nlen, 0, strtab_size))
         return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u has invalid fields", i);
     int nplanes = bf16 ? 3 : 1;
@@ -440,6 +441,16 @@ static int grow(uint8_t **p, size_t *cap, size_t need)
     return 0;
 }
 
+/* The zstd profile of format §6.1: a chunk's bytes are exactly one zstd frame
+ * (no skippable frame, nothing after it) that names no dictionary and needs a
+ * window of at most 16 MiB.  zstd alone would accept several frames. */
+static int zstd_profile_ok(const uint8_t *in, size_t n)
+{
+    ZSTD_frameHeader fh;
+    return ZSTD_getFrameHeader(&fh, in, n) == 0 && fh.frameType == ZSTD_frame && fh.dictID == 0 &&
+           fh.windowSize <= CKP_MAX_CHUNK && ZSTD_findFrameCompressedSize(in, n) == n;
+}
+
 /* Read [off, off+len) of plane p of x into dst. */
 static ckp_status read_plane(const ckp_reader *r, const ckp_extent *x, int p, uint64_t off, uint64_t len,
                              uint8_t *dst)
@@ -519,6 +530,8 @@ ckp_status ckp_read_chunk(const ckp_reader *r, uint32_t e, uint64_t c, void *dst
             st = read_plane(r, x, 0, a, b - a, s->in);
             in = s->in;
         }
+        if (st == CKP_OK && !zstd_profile_ok(in, (size_t)(b - a)))
+            st = CKP_ERR_CHUNK;
         if (st == CKP_OK) {
             size_t z = ZSTD_decompressDCtx(s->dctx, dst, len, in, b - a);
             st = ZSTD_isError(z) || z != len ? CKP_ERR_CHUNK : CKP_OK;

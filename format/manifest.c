@@ -83,7 +83,8 @@ static int parse_files(const cJSON *arr, ckm_manifest *m, const char *name, char
         int64_t size, mode, mtime;
         if (!p || !cJSON_IsString(sha) || cku_unhex(sha->valuestring, f->sha256, 32) ||
             get_int(e, "size", 0, lim, &size) || get_int(e, "mode", 0, 07777, &mode) ||
-            get_mtime(e, &mtime) || !cJSON_IsString(kind))
+            get_mtime(e, &mtime) || !cJSON_IsString(kind) ||
+            (strcmp(kind->valuestring, "safetensors") && strcmp(kind->valuestring, "blob")))
             return merr(err, cap, "%s: file entry %zu is invalid", name, m->n_files);
         if (!(f->path = strdup(p)))
             return merr(err, cap, "%s: out of memory", name);
