@@ -1,0 +1,468 @@
+"""cases.py — the conformance cases of docs/format.md, each with its verdict.
+
+Every case is a small packed directory built by ckpack.py (independent of the
+project's writer) and the verdict a conforming reader must reach:
+  accept: every listed file reads back as exactly its original bytes;
+  reject: the pack (or the named file) is refused; `expect` is a piece of the
+          message ckptfs gives (ckptfs's wording, not the spec's).
+`rule` names the spec rule (§ and the MUST) that the case exercises; the
+spec's §8 table lists the same rule ids.
+"""
+import random
+import struct
+
+import zstandard
+
+from ckpack import BSPLIT, K15, RAW, ZSTD, Extent, File
+
+
+def bf16(n, seed=1, spread=0.02):
+    """n BF16 weights of a N(0, spread) tensor, rounded by truncation (little-endian)."""
+    rnd = random.Random(seed)
+    out = bytearray()
+    for _ in range(n):
+        f = struct.unpack("<I", struct.pack("<f", rnd.gauss(0, spread)))[0]
+        out += struct.pack("<H", f >> 16)
+    return bytes(out)
+
+
+def text(n, seed=2):
+    rnd = random.Random(seed)
+    words = [b"alpha", b"beta", b"gamma", b"delta", b"\n", b"{\"k\": 1}"]
+    out = bytearray()
+    while len(out) < n:
+        out += rnd.choice(words) + b" "
+    return bytes(out[:n])
+
+
+def noise(n, seed=3):
+    rnd = random.Random(seed)
+    return bytes(rnd.getrandbits(8) for _ in range(n))
+
+
+W = bf16(3000)                 # 6000 bytes: 12 chunks of 512 bytes
+W2 = bf16(1001, seed=7)        # odd weight count: a high nibble of padding
+T = text(5000)
+CS = 512                       # small chunks so that every extent has several
+
+
+def st_file(path="model.safetensors", **kw):
+    """A safetensors-like file: header extent, K15, BSPLIT and raw F32 tensors."""
+    hdr = b'\x20\x00\x00\x00\x00\x00\x00\x00{"__metadata__":{"a":"b"}}      '
+    return File(path, [Extent(ZSTD, hdr * 4, chunk_size=64),
+                       Extent(K15, W, chunk_size=CS, name=b"w.k15", dtype=7),
+                       Extent(BSPLIT, W2, chunk_size=CS, name=b"w.bs", dtype=7),
+                       Extent(RAW, noise(300), chunk_size=128, name=b"b.f32", dtype=10)],
+                kind=1, **kw)
+
+
+def blob(path="config.json", **kw):
+    return File(path, [Extent(ZSTD, T, chunk_size=1000)], **kw)
+
+
+def edit_rec(i, **fields):
+    def f(ctx):
+        for k, v in fields.items():
+            if k.startswith("plane"):
+                p, what = int(k[5]), k[7:]
+                off, size = ctx["recs"][i]["planes"][p]
+                ctx["recs"][i]["planes"][p] = (v if what == "offset" else off, v if what == "size" else size)
+            else:
+                ctx["recs"][i][k] = v
+    return f
+
+
+def edit(part, **fields):
+    def f(ctx):
+        ctx[part].update(fields)
+    return f
+
+
+def put(off_of, data):
+    """Damage hook: overwrite bytes at off_of(ctx, body)."""
+    def f(body, ctx):
+        o = off_of(ctx, body)
+        body[o:o + len(data)] = data
+        return body
+    return f
+
+
+def flip_plane(i, p, at=0):
+    def f(body, ctx):
+        body[ctx["recs"][i]["planes"][p][0] + at] ^= 0x10
+        return body
+    return f
+
+
+def zframe(b, **kw):
+    return zstandard.ZstdCompressor(level=3, **kw).compress(b)
+
+
+def skippable(b):
+    return struct.pack("<II", 0x184D2A50, 4) + b"skip" + zframe(b)
+
+
+def two_frames(b):
+    h = len(b) // 2
+    return zframe(b[:h]) + zframe(b[h:])
+
+
+def trailing(b):
+    return zframe(b) + b"\0\0\0\0"
+
+
+def big_window(b):
+    # a frame that declares a 32 MiB window (no content size: window from the header)
+    p = zstandard.ZstdCompressionParameters(window_log=25, write_content_size=False)
+    o = zstandard.ZstdCompressor(compression_params=p).compressobj()  # size unknown: the window stays
+    f = o.compress(b) + o.flush()
+    assert zstandard.get_frame_parameters(f).window_size == 1 << 25
+    return f
+
+
+def dict_id_frame(b):
+    """A frame whose header names dictionary id 7 (content itself needs none)."""
+    f = bytearray(zstandard.ZstdCompressor(level=3, write_dict_id=False).compress(b))
+    fhd = f[4]
+    assert fhd & 3 == 0
+    f[4] = fhd | 1                         # Dictionary_ID_flag = 1: one byte
+    wd = 0 if fhd & 0x20 else 1            # window descriptor present unless single segment
+    at = 5 + wd
+    return bytes(f[:at] + b"\x07" + f[at:])
+
+
+def cases():
+    """[(name, rule, builder kwargs for ckpack.write_pack, verdict, expect)]."""
+    A, R = "accept", "reject"
+    c = []
+
+    def case(name, rule, verdict, files, expect="", **kw):
+        c.append(dict(name=name, rule=rule, verdict=verdict, files=files, expect=expect, **kw))
+
+    # ---- accepted: what ckptfs writes, and odd but valid packs -------------------------
+    case("plain", "§3-§7", A, [st_file(), blob()])
+    case("empty-file", "§4 empty source has no extents", A, [File("empty.bin", [])])
+    case("split-tensor", "§4 one tensor in several extents", A,
+         [File("m.safetensors", [Extent(K15, W[:2048], chunk_size=CS), Extent(K15, W[2048:], chunk_size=CS)], kind=1)])
+    case("multi-extent-blob", "§4 a blob in several extents", A,
+         [File("b.bin", [Extent(RAW, T[:1000], chunk_size=300), Extent(ZSTD, T[1000:3000], chunk_size=700),
+                         Extent(RAW, T[3000:], chunk_size=4096)])])
+    case("bf16-as-zstd", "§4 encoding is free per extent", A,
+         [File("m.safetensors", [Extent(ZSTD, W, chunk_size=1024, dtype=7)], kind=1)])
+    case("k15-in-blob", "§4 encoding is free per extent", A, [File("w.bin", [Extent(K15, W, chunk_size=CS)])])
+    case("bsplit-in-blob", "§4 encoding is free per extent", A, [File("w.bin", [Extent(BSPLIT, W2, chunk_size=CS)])])
+    case("shared-planes", "§3 payloads may overlap", A,
+         [File("w.bin", [Extent(K15, W, chunk_size=CS), Extent(K15, W, chunk_size=CS, share=0)])])
+    case("shared-raw", "§3 payloads may overlap", A,
+         [File("w.bin", [Extent(RAW, T, chunk_size=999), Extent(RAW, T, chunk_size=999, share=0)])])
+    case("codebook-duplicates", "§5.2 duplicate codebook entries", A,
+         [File("w.bin", [Extent(K15, W, chunk_size=CS, codebook=[0x1F8] * 15 + [0])])])
+    case("codebook-unused", "§5.2 unused codebook entries", A,
+         [File("w.bin", [Extent(BSPLIT, W, chunk_size=CS, codebook=[0xFF, 0xFE, 0x3C, 0xBC] + list(range(11)) + [0])])])
+    case("all-escapes", "§5.2 every weight escaped", A,
+         [File("w.bin", [Extent(K15, W[:1000], chunk_size=48, codebook=[511] * 15 + [0])])])
+    case("odd-weight-count", "§5.1 odd n: unused high nibble", A,
+         [File("w.bin", [Extent(K15, W2, chunk_size=CS)])])
+    case("padding-bits-set", "§5.1 readers ignore padding bits", A,
+         [File("w.bin", [Extent(K15, W2, chunk_size=CS)], damage=pad_bits(0))])
+    case("gap-bytes-nonzero", "§3 readers ignore gap bytes", A, [blob(align=64, gap_fill=b"\xa5")])
+    case("no-alignment", "§3 readers do not rely on alignment", A, [st_file(align=1)])
+    case("reverse-payloads", "§3 payloads in any order", A, [st_file(reverse=True)])
+    case("dtype-unknown", "§4.3 dtype is informational", A,
+         [File("w.bin", [Extent(K15, W, chunk_size=CS, dtype=4000)])])
+    case("chunk-16", "§4.1 smallest BF16 chunk", A, [File("w.bin", [Extent(BSPLIT, W[:200], chunk_size=16)])])
+    case("chunk-1", "§4.1 RAW/ZSTD chunk of one byte", A,
+         [File("b.bin", [Extent(RAW, T[:50], chunk_size=1), Extent(ZSTD, T[50:70], chunk_size=1)])])
+    case("chunk-16MiB", "§4.1 largest chunk", A, [File("b.bin", [Extent(RAW, T, chunk_size=16 << 20)])])
+    case("zstd-checksum", "§6.1 frame checksum allowed", A,
+         [File("b.bin", [Extent(ZSTD, T, chunk_size=1000, frame=lambda b: zframe(b, write_checksum=True))])])
+    case("zstd-no-content-size", "§6.1 content size optional", A,
+         [File("b.bin", [Extent(ZSTD, T, chunk_size=1000, frame=lambda b: zframe(b, write_content_size=False))])])
+    case("zstd-raw-blocks", "§6.1 any block types", A,
+         [File("b.bin", [Extent(ZSTD, noise(3000), chunk_size=1000)])])
+    case("mode-high-bits", "§3.2 TOC mode bits above 07777 ignored", A, [blob(mode=0o100644)])
+    case("names-share-bytes", "§3.2 strings may share bytes", A,
+         [File("w.bin", [Extent(RAW, T[:10], name=b"x"), Extent(RAW, T[10:20], name=b"x")])])
+    case("utf8-names", "§2 UTF-8 names", A,
+         [File("modèle/données.bin".encode(), [Extent(RAW, T[:100])])], dirs=[("modèle", 0o755)])
+    case("manifest-free-layout", "§7 JSON layout free, unknown keys ignored, any order", A,
+         [blob("a"), blob("b/c")], dirs=[("b", 0o755), ("empty", 0o700)],
+         manifest_edit=lambda d: reorder(d))
+    case("unlisted-ckpt", "§2 the manifest is authoritative", A, [blob()],
+         extra={"stray.ckpt": b"not a packed file"})
+    case("toc-meta-differs", "§3.2 manifest wins for mode and mtime", A,
+         [blob(mode=0o600, mtime_ns=5)], manifest_edit=lambda d: set_file(d, mode=0o640, mtime_ns="17"))
+    case("mtime-negative", "§7 mtime_ns grammar", A, [blob(mtime_ns=-1000)])
+
+    # ---- rejected: one broken rule each ---------------------------------------------
+    def rej(name, rule, expect, f=None, **kw):
+        case(name, rule, R, [f or blob()], expect, **kw)
+
+    rej("bad-magic", "R1 magic", "not a ckptfs packed file", blob(edit=edit("hdr", magic=b"\x89CKPTFS\r")))
+    rej("major-2", "R2 major", "version", blob(edit=edit("hdr", major=2)))
+    rej("major-0", "R2 major", "version", blob(edit=edit("hdr", major=0)))
+    rej("minor-1", "R3 minor", "version", blob(edit=edit("hdr", minor=1)))
+    rej("flags", "R4 flags", "flag", blob(edit=edit("hdr", flags=4)))
+    rej("header-hash", "R5 header hash", "header", blob(edit=edit("hdr", header_hash=1)))
+    rej("file-size", "R6 file_size", "size", blob(edit=edit("hdr", file_size=10 ** 6)))
+    rej("file-truncated", "R6 file_size", "header says", blob(damage=lambda b, c: b[:-1]))
+    rej("toc-offset-odd", "R7 toc_offset multiple of 8", "table of contents",
+        blob(edit=shift_toc(4)))
+    rej("toc-size-short", "R7 toc_size", "table of contents", blob(edit=edit("hdr", toc_size=95)))
+    rej("toc-hash", "R8 TOC hash", "table of contents", blob(edit=edit("hdr", toc_hash=5)))
+    rej("toc-magic", "R9 TOC magic", "table of contents", blob(edit=edit("toc", magic=b"TOC2")))
+    rej("toc-reserved", "R9 TOC reserved", "table of contents", blob(edit=edit("toc", reserved=b"\1" + bytes(23))))
+    rej("toc-sizes", "R10 toc_size = 96+192n+strtab", "table of contents",
+        blob(edit=edit("toc", strtab_size=3)))
+    rej("toc-original-size", "R11 TOC original_size", "invalid fields", blob(edit=edit("toc", original_size=1)))
+    rej("kind-2", "R12 kind", "invalid fields", blob(edit=edit("toc", kind=2)))
+    rej("path-len-0", "R13 path_len", "invalid fields", blob(edit=edit("toc", path_len=0)))
+    rej("path-nul", "R13 NUL in path", "path", blob(edit=path_is(b"con\0fig.json")))
+    rej("path-dotdot", "R13 path", "path", blob(edit=path_is(b"../config.json")))
+    rej("path-absolute", "R13 path", "path", blob(edit=path_is(b"/config.json")))
+    rej("path-vs-manifest", "R30 TOC path = manifest path", "manifest", blob(edit=path_is(b"other.json")))
+    rej("extent-gap", "R14 tiling", "tile", st_file(edit=edit_rec(2, orig_offset=6000 + 256 + 1)))
+    rej("extent-short", "R14 tiling", "cover", st_file(edit=drop_last_rec))
+    rej("extent-empty", "R14 orig_size > 0", "tile", File("b.bin", [Extent(RAW, b"")]))
+    rej("encoding-4", "R15 encoding", "encoding", blob(edit=edit_rec(0, encoding=4)))
+    rej("chunk-size-0", "R16 chunk_size", "chunk size", blob(edit=edit_rec(0, chunk_size=0)))
+    rej("chunk-size-over", "R16 chunk_size", "chunk size", blob(edit=edit_rec(0, chunk_size=(16 << 20) + 1)))
+    rej("chunk-size-bf16-8", "R16 BF16 chunk multiple of 16", "chunk size",
+        File("w.bin", [Extent(K15, W, chunk_size=CS)], edit=edit_rec(0, chunk_size=520)))
+    rej("n-chunks", "R17 n_chunks", "chunk count", blob(edit=edit_rec(0, n_chunks=4)))
+    rej("extent-reserved", "R18 reserved", "invalid fields", blob(edit=edit_rec(0, reserved=b"\1" + bytes(43))))
+    rej("name-outside", "R19 name in string table", "invalid fields",
+        blob(edit=edit_rec(0, name_off=5, name_len=100)))
+    rej("name-too-long", "R19 name_len", "invalid fields", blob(edit=edit_rec(0, name_len=70000)))
+    rej("unused-plane-set", "R20 unused planes 0/0", "unused plane",
+        blob(edit=edit_rec(0, plane1_offset=64)))
+    rej("plane-in-header", "R21 payload in [64, toc_offset]", "outside",
+        File("b.bin", [Extent(RAW, T)], edit=edit_rec(0, plane0_offset=0)))
+    rej("plane-past-toc", "R21 payload in [64, toc_offset]", "outside",
+        File("b.bin", [Extent(RAW, T)], edit=edit_rec(0, plane0_offset=1 << 40)))
+    rej("index-outside", "R22 index in [64, toc_offset]", "index", blob(edit=edit_rec(0, index_offset=8)))
+    rej("bf16-odd-size", "R23 BF16 orig_size even", "plane sizes",
+        File("w.bin", [Extent(K15, W, chunk_size=CS), Extent(RAW, b"x")], edit=odd_bf16))
+    rej("plane-size", "R23 plane sizes", "plane sizes",
+        File("w.bin", [Extent(K15, W, chunk_size=CS)], edit=grow_plane(1, 8)))
+    rej("escapes-over-n", "R23 n_escapes <= n", "plane sizes",
+        File("w.bin", [Extent(BSPLIT, W[:64], chunk_size=64)], edit=edit_rec(0, n_escapes=33)))
+    rej("codebook-512", "R24 codebook range", "codebook",
+        File("w.bin", [Extent(K15, W, chunk_size=CS)], edit=cb_entry(3, 512)))
+    rej("codebook-bs-256", "R24 codebook range", "codebook",
+        File("w.bin", [Extent(BSPLIT, W, chunk_size=CS)], edit=cb_entry(3, 256)))
+    rej("codebook-15", "R24 entry 15 is 0", "codebook",
+        File("w.bin", [Extent(K15, W, chunk_size=CS)], edit=cb_entry(15, 1)))
+    rej("raw-codebook", "R25 RAW/ZSTD fields", "invalid fields", blob(edit=cb_entry(0, 1)))
+    rej("raw-escapes", "R25 RAW/ZSTD fields", "invalid fields", blob(edit=edit_rec(0, n_escapes=1)))
+    rej("raw-plane-size", "R25 RAW plane0_size", "invalid fields",
+        File("b.bin", [Extent(RAW, T)], edit=grow_plane(0, -1)))
+    rej("index-hash", "R26 index hash", "index", blob(damage=flip_index(0)))
+    rej("raw-datum", "R27 RAW datum 0", "index",
+        File("b.bin", [Extent(RAW, T, chunk_size=1000)], damage=set_datum(0, 1, 5)))
+    rej("zstd-datum-first", "R27 ZSTD datums", "index", blob(damage=set_datum(0, 0, 1)))
+    rej("zstd-datum-order", "R27 ZSTD datums", "index", blob(damage=set_datum(0, 2, 1)))
+    rej("k15-datum-order", "R27 BF16 datums", "index",
+        File("w.bin", [Extent(K15, W, chunk_size=CS)], damage=set_datum(0, 3, 0)))
+    rej("k15-datum-over", "R27 BF16 datums", "index",
+        File("w.bin", [Extent(K15, W, chunk_size=CS)], damage=set_datum(0, 11, 10 ** 6)))
+    rej("index-outside-file", "R22 index in [64, toc_offset]", "chunk index",
+        File("b.bin", [Extent(RAW, T)], edit=amplify))
+    rej("index-amplified", "R28 indexes fit in the file", "chunk index",
+        File("b.bin", [Extent(RAW, T, chunk_size=1), Extent(RAW, T, chunk_size=1, share=0),
+                       Extent(RAW, T, chunk_size=1, share=0)]))
+    rej("names-amplified", "R19 names fit in the string table", "names",
+        File("b.bin", [Extent(RAW, T[i:i + 1], name=b"n" * 40) for i in range(4)], edit=names_overlap))
+    # per chunk (R40-R43): the file opens, the damaged chunk is an error
+    rej("chunk-hash", "R43 chunk hash", "damaged", File("b.bin", [Extent(RAW, T, chunk_size=1000)],
+                                                        damage=flip_plane(0, 0, 1500)))
+    rej("k15-low-damaged", "R43 chunk hash", "damaged",
+        File("w.bin", [Extent(K15, W, chunk_size=CS)], damage=flip_plane(0, 1, 100)))
+    rej("k15-escape-damaged", "R43 chunk hash", "damaged",
+        File("w.bin", [Extent(K15, W, chunk_size=CS)], damage=flip_plane(0, 2, 3)))
+    rej("code-15-count", "R42 code-15 count = escape count", "damaged",
+        File("w.bin", [Extent(K15, W, chunk_size=CS)], damage=set_code(0, 0, 15)))
+    rej("zstd-damaged", "R40 frame fails", "damaged", blob(damage=flip_plane(0, 0, 30)))
+    rej("zstd-short", "R41 frame decodes to the chunk length", "damaged",
+        File("b.bin", [Extent(ZSTD, T, chunk_size=1000, frame=lambda b: zframe(b[:-1]))]))
+    rej("zstd-skippable", "R44 zstd profile: no skippable frame", "damaged",
+        File("b.bin", [Extent(ZSTD, T, chunk_size=1000, frame=skippable)]))
+    rej("zstd-two-frames", "R44 zstd profile: one frame", "damaged",
+        File("b.bin", [Extent(ZSTD, T, chunk_size=1000, frame=two_frames)]))
+    rej("zstd-trailing", "R44 zstd profile: no trailing bytes", "damaged",
+        File("b.bin", [Extent(ZSTD, T, chunk_size=1000, frame=trailing)]))
+    rej("zstd-dictionary", "R44 zstd profile: no dictionary", "damaged",
+        File("b.bin", [Extent(ZSTD, T, chunk_size=1000, frame=dict_id_frame)]))
+    rej("zstd-window", "R44 zstd profile: window <= 16 MiB", "damaged",
+        File("b.bin", [Extent(ZSTD, T, chunk_size=1000, frame=big_window)]))
+    rej("sha256", "R45 whole-file SHA-256", "SHA-256",
+        File("b.bin", [Extent(RAW, T)], edit=edit("toc", sha256=bytes(32))),
+        manifest_edit=lambda d: set_file(d, sha256="00" * 32))
+    # ---- manifest (§7) ------------------------------------------------------------------
+    rej("manifest-hash", "R50 manifest hash", "manifest", manifest_damage=lambda t: t[:-2] + b" }")
+    rej("manifest-missing-file", "R51 listed file present", "ghost.bin", blob(),
+        manifest_edit=lambda d: add_file(d, "ghost.bin"))
+    rej("manifest-size", "R52 manifest = TOC", "manifest", manifest_edit=lambda d: set_file(d, size=1))
+    rej("manifest-sha", "R52 manifest = TOC", "manifest", manifest_edit=lambda d: set_file(d, sha256="ab" * 32))
+    rej("manifest-format-2", "R53 format 1", "version", manifest_edit=lambda d: dict(d, format=2))
+    rej("manifest-kind", "R54 kind", "invalid", manifest_edit=lambda d: set_file(d, kind="tensor"))
+    rej("manifest-mode", "R54 mode <= 07777", "invalid", manifest_edit=lambda d: set_file(d, mode=0o100644))
+    rej("manifest-mtime", "R54 mtime_ns grammar", "invalid", manifest_edit=lambda d: set_file(d, mtime_ns="1e9"))
+    rej("manifest-sha-upper", "R54 sha256 lowercase", "invalid",
+        manifest_edit=lambda d: set_file(d, sha256=d["files"][0]["sha256"].upper()))
+    rej("manifest-parent", "R55 parents listed", "parent", blob("d/x.json"), dirs=[("d", 0o755)],
+        manifest_edit=lambda d: dict(d, dirs=[]))
+    rej("manifest-dup", "R55 unique names", "duplicate",
+        manifest_edit=lambda d: dict(d, files=d["files"] * 2))
+    rej("manifest-json", "R56 valid JSON", "invalid", manifest_edit=lambda d: b'{"format": 1, "files": [}')
+    return [x for x in c if x]
+
+
+# ---- helpers for the edits above --------------------------------------------------------
+
+def reorder(d):
+    d["files"].reverse()
+    d["dirs"].reverse()
+    d["comment"] = "unknown keys are ignored"
+    for f in d["files"]:
+        f["x-extra"] = [1, 2]
+    return d
+
+
+def set_file(d, **kw):
+    d["files"][0].update(kw)
+    return d
+
+
+def add_file(d, path):
+    e = dict(d["files"][0], path=path)
+    d["files"].append(e)
+    d["files"].sort(key=lambda e: e["path"])
+    return d
+
+
+def pad_bits(i):
+    """Set the unused high nibble of the last code byte and the padding bits of the low plane."""
+    def f(body, ctx):
+        r = ctx["recs"][i]
+        n = r["orig_size"] // 2
+        off, size = r["planes"][0]
+        body[off + n // 2] |= 0xF0 if n % 2 else 0
+        for b in range((n + 1) // 2, size):
+            body[off + b] = 0xFF
+        off, size = r["planes"][1]
+        bits = 7 * n
+        if bits % 8:
+            body[off + bits // 8] |= 0xFF << (bits % 8) & 0xFF
+        for b in range((bits + 7) // 8, size):
+            body[off + b] = 0x5A
+        return body
+    return f
+
+
+def shift_toc(by):
+    def f(ctx):
+        ctx["body"] += bytes(by)
+        ctx["hdr"]["toc_offset"] += by
+    return f
+
+
+def path_is(p):
+    def f(ctx):
+        t = ctx["toc"]
+        old = t["path_len"]
+        t["strtab"] = p + t["strtab"][old:]
+        t["path_len"] = len(p)
+        t["strtab_size"] = len(t["strtab"])
+        for r in ctx["recs"]:
+            if r["name_len"]:
+                r["name_off"] += len(p) - old
+    return f
+
+
+def drop_last_rec(ctx):
+    ctx["recs"].pop()
+    ctx["toc"]["n_extents"] -= 1
+
+
+def odd_bf16(ctx):
+    a, b = ctx["recs"]
+    a["orig_size"] += 1
+    b["orig_offset"] += 1
+    b["orig_size"] -= 1
+    b["reserved"] = bytes(44)
+    # RAW extent of 0 bytes is not allowed either; give it back its byte through the TOC sizes
+    ctx["toc"]["original_size"] = a["orig_size"] + b["orig_size"]
+    ctx["hdr"]["original_size"] = ctx["toc"]["original_size"]
+
+
+def grow_plane(p, by):
+    def f(ctx):
+        off, size = ctx["recs"][0]["planes"][p]
+        ctx["recs"][0]["planes"][p] = (off, size + by)
+    return f
+
+
+def cb_entry(k, v):
+    def f(ctx):
+        ctx["recs"][0]["codebook"][k] = v
+    return f
+
+
+def index_pos(ctx, i, c):
+    return ctx["recs"][i]["index_offset"] + 16 * c
+
+
+def flip_index(i):
+    def f(body, ctx):
+        body[index_pos(ctx, i, 0) + 9] ^= 1
+        return body
+    return f
+
+
+def set_datum(i, c, v):
+    """Change a datum and re-hash the index, so that only the datum rule breaks."""
+    import xxhash
+
+    def f(body, ctx):
+        r = ctx["recs"][i]
+        o = index_pos(ctx, i, c)
+        body[o:o + 8] = struct.pack("<Q", v)
+        ix = bytes(body[r["index_offset"]:r["index_offset"] + 16 * r["n_chunks"]])
+        return rehash_rec(body, ctx, i, index_hash=xxhash.xxh3_64_intdigest(ix))
+    return f
+
+
+def rehash_rec(body, ctx, i, **fields):
+    """Rewrite extent record i's fields in the TOC and fix the TOC and header hashes."""
+    import ckpack
+    ctx["recs"][i].update(fields)
+    tb = ckpack.serialize_toc(ctx["toc"], ctx["recs"])
+    to = ctx["hdr"]["toc_offset"]
+    body[to:to + len(tb)] = tb
+    body[40:48] = struct.pack("<Q", ckpack.xxh3(tb))
+    body[56:64] = struct.pack("<Q", ckpack.xxh3(body[:56]))
+    return body
+
+
+def set_code(i, w, code):
+    def f(body, ctx):
+        off = ctx["recs"][i]["planes"][0][0] + w // 2
+        sh = 4 * (w % 2)
+        body[off] = (body[off] & ~(0xF << sh)) | (code << sh)
+        return body
+    return f
+
+
+def amplify(ctx):
+    """n_chunks of a RAW extent of 1-byte chunks: the index claims more room than the file has."""
+    r = ctx["recs"][0]
+    r["chunk_size"] = 1
+    r["n_chunks"] = r["orig_size"]
+    r["index_offset"] = 64
+
+
+def names_overlap(ctx):
+    """Every name points at the same 40 bytes: their copies need more than the table holds."""
+    for r in ctx["recs"]:
+        r["name_off"] = ctx["recs"][0]["name_off"]

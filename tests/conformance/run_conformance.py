@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""run_conformance.py — ckptfs against the verdicts of tests/conformance/cases.py.
+
+Each case's packed directory is written by ckpack.py (not by ckptfs), then
+  accept: `ckptfs verify DST` succeeds and `ckptfs unpack DST OUT` rebuilds
+          every file as exactly its original bytes;
+  reject: both fail (non-zero exit), the message contains the case's `expect`
+          text, and unpack leaves no output file behind.
+With --mount, accepted packs are also mounted and read back through FUSE, and
+rejected ones must give EIO (or not list the file) there.
+Usage: run_conformance.py CKPTFS [--mount] [--keep DIR] [--only NAME]
+Prints one line per case and exits 1 if ckptfs disagrees with any verdict.
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ckpack  # noqa: E402
+from cases import cases  # noqa: E402
+
+
+def run(cmd):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    return p.returncode, p.stderr.decode(errors="replace")
+
+
+def files_under(d):
+    out = []
+    for root, _, names in os.walk(d):
+        out += [os.path.relpath(os.path.join(root, n), d) for n in names]
+    return out
+
+
+def check_accept(ck, c, dst, out):
+    rc, err = run([ck, "verify", dst])
+    if rc:
+        return "verify refused: " + err.strip()
+    rc, err = run([ck, "unpack", dst, out])
+    if rc:
+        return "unpack refused: " + err.strip()
+    for f in c["files"]:
+        p = os.path.join(out.encode(), f.path)
+        if not os.path.exists(p):
+            return "unpack did not write %r" % f.path
+        with open(p, "rb") as fh:
+            if fh.read() != f.original():
+                return "unpack wrote other bytes for %r" % f.path
+    return None
+
+
+def check_reject(ck, c, dst, out):
+    for cmd in (["verify", dst], ["unpack", dst, out]):
+        rc, err = run([ck] + cmd)
+        if rc == 0:
+            return "%s accepted it" % cmd[0]
+        if c["expect"].lower() not in err.lower():
+            return "%s refused, but said %r (expected %r)" % (cmd[0], err.strip(), c["expect"])
+    left = files_under(out) if os.path.isdir(out) else []
+    return "unpack left %s" % left if left else None
+
+
+def check_mount(ck, c, dst, mnt):
+    """Through FUSE: accepted files read back exactly; rejected ones give an error."""
+    os.makedirs(mnt)
+    p = subprocess.Popen([ck, "mount", dst, mnt], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    for _ in range(100):
+        if os.path.ismount(mnt) or p.poll() is not None:
+            break
+        time.sleep(0.05)
+    if not os.path.ismount(mnt):
+        p.wait(5)
+        return None if c["verdict"] == "reject" else "mount refused: " + p.stderr.read().decode()
+    try:
+        for f in c["files"]:
+            path = os.path.join(mnt.encode(), f.path)
+            try:
+                with open(path, "rb") as fh:
+                    got = fh.read()
+            except OSError as e:
+                if c["verdict"] == "accept":
+                    return "mount: %r: %s" % (f.path, e)
+                continue
+            if c["verdict"] == "accept" and got != f.original():
+                return "mount returned other bytes for %r" % f.path
+            if c["verdict"] == "reject" and got != f.original():
+                return "mount returned bytes other than the original for a rejected %r" % f.path
+        return None
+    finally:
+        subprocess.run(["fusermount3", "-u", mnt])
+        p.wait(10)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("ckptfs")
+    ap.add_argument("--mount", action="store_true")
+    ap.add_argument("--keep")
+    ap.add_argument("--only")
+    a = ap.parse_args()
+    tmp = a.keep or tempfile.mkdtemp(prefix="ckptfs-conf-")
+    bad = n = 0
+    counts = {"accept": 0, "reject": 0}
+    try:
+        for c in cases():
+            if a.only and c["name"] != a.only:
+                continue
+            n += 1
+            counts[c["verdict"]] += 1
+            dst = os.path.join(tmp, c["name"])
+            out = os.path.join(tmp, c["name"] + ".out")
+            for d in (dst, out):
+                shutil.rmtree(d, ignore_errors=True)
+            ckpack.write_pack(dst, c["files"], c.get("dirs", ()), c.get("manifest_edit"),
+                              c.get("manifest_damage"), c.get("extra"))
+            why = (check_accept if c["verdict"] == "accept" else check_reject)(a.ckptfs, c, dst, out)
+            if why is None and a.mount:
+                why = check_mount(a.ckptfs, c, dst, os.path.join(tmp, c["name"] + ".mnt"))
+            print("%-4s %-22s %-7s %-48s %s" % ("ok" if why is None else "FAIL", c["name"], c["verdict"],
+                                               c["rule"], why or ""))
+            bad += why is not None
+    finally:
+        if not a.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print("%d cases (%d accept, %d reject), %d disagreements" % (n, counts["accept"], counts["reject"], bad))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
