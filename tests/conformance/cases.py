@@ -304,7 +304,7 @@ def cases():
         manifest_edit=lambda d: add_file(d, "ghost.bin"))
     rej("manifest-size", "R52 manifest = TOC", "manifest", manifest_edit=lambda d: set_file(d, size=1))
     rej("manifest-sha", "R52 manifest = TOC", "manifest", manifest_edit=lambda d: set_file(d, sha256="ab" * 32))
-    rej("manifest-format-2", "R53 format 1", "version", manifest_edit=lambda d: dict(d, format=2))
+    rej("manifest-format-2", "R53 format 1", "manifest format 2", manifest_edit=lambda d: dict(d, format=2))
     rej("manifest-kind", "R54 kind", "invalid", manifest_edit=lambda d: set_file(d, kind="tensor"))
     rej("manifest-mode", "R54 mode <= 07777", "invalid", manifest_edit=lambda d: set_file(d, mode=0o100644))
     rej("manifest-mtime", "R54 mtime_ns grammar", "invalid", manifest_edit=lambda d: set_file(d, mtime_ns="1e9"))
