@@ -41,8 +41,11 @@
  *              CKG_DYN_SMEM(type, name): declares the dynamic shared buffer `type name[]`
  *              (16-byte aligned)
  * Planted faults for the emulator's self-test: CKG_PLANT(n) is 1 when the
- * build defines CKG_PLANT_FAULT=n, else 0 (1: wrong escape rank, 2: missing
- * __syncwarp, 3: swapped MMA operands); kernels keep those sites.
+ * build defines CKG_PLANT_FAULT=n, else 0 (1: wrong escape rank in the GEMV,
+ * 2: missing __syncwarp after the GEMV's cp.async wait, 3: swapped MMA
+ * operands, 4: missing __syncwarp in decode's staging); a kernel that
+ * replaces one keeps an equivalent site, since gpu/CMakeLists.txt runs a
+ * test per fault that must fail.
  */
 #ifndef CKG_ARCH_H
 #define CKG_ARCH_H

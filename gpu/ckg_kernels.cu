@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(ckg_planes P, ui
                     my16[out_slot(lane, j / 8) * 8 + j % 8] =
                         ckc_join(k15, esc_sym(P, k), ckc_low_at(k15, P.low, q + j));
                 }
-            if (!CKG_PLANT(2))
+            if (!CKG_PLANT(4))   /* planted fault: staged pieces of other lanes not waited for */
                 ckg_syncwarp();
             uint4 *o = reinterpret_cast<uint4 *>(out + (b0 - first));
 #pragma unroll
