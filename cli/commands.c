@@ -63,6 +63,20 @@ static void describe_chunk(const ckp_reader *r, uint32_t e, uint64_t c, char *ou
              (unsigned long long)c, (unsigned long long)a, (unsigned long long)(a + ckp_chunk_len(x, c) - 1));
 }
 
+/* Bytes of the packed files of m and its manifest (for the summaries). */
+static uint64_t packed_size(const char *dst, const ckm_manifest *m)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dst, CKP_MANIFEST_NAME);
+    uint64_t n = stat(path, &st) ? 0 : (uint64_t)st.st_size;
+    for (size_t i = 0; i < m->n_files; i++) {
+        snprintf(path, sizeof path, "%s/%s%s", dst, m->files[i].path, CKP_SUFFIX);
+        n += stat(path, &st) ? 0 : (uint64_t)st.st_size;
+    }
+    return n;
+}
+
 /* ---- unpack --------------------------------------------------------------- */
 
 #define BATCH_BYTES (8u << 20) /* decoded bytes per write and per hashing step */
@@ -242,6 +256,12 @@ int ckpt_unpack(const char *dst, const char *out, int jobs)
         snprintf(p, sizeof p, "%s/%s", out, m->dirs[i].path);
         chmod(p, m->dirs[i].mode);
     }
+    double secs = cku_progress_seconds(pr);
+    cku_progress_done(pr);
+    pr = NULL;
+    char in[16], ob[16], rate[24];
+    printf("unpacked %zu files: %s -> %s in %.1f s, %s\n", m->n_files, cku_human(packed_size(dst, m), in),
+           cku_human(total, ob), secs, cku_human_rate(total, secs, rate));
     rc = 0;
 out:
     cku_progress_done(pr);
@@ -333,6 +353,7 @@ typedef struct {
     const char *dst, *against;
     int against_file;
     const ckm_manifest *m;
+    cku_progress *pr;
     atomic_size_t next, damaged, differ, newer;
 } verify_pool;
 
@@ -358,6 +379,7 @@ static void *verify_worker(void *arg)
             atomic_fetch_add(&v->differ, 1);
         else if (r == VERIFY_NEWER)
             atomic_fetch_add(&v->newer, 1);
+        cku_progress_add(v->pr, v->m->files[i].size);
     }
     free(src_buf);
     ckp_scratch_free(s);
@@ -389,16 +411,19 @@ int ckpt_verify(const char *dst, const char *against, int jobs)
             return 1;
         }
     }
-    verify_pool v = {.dst = dst, .against = against, .against_file = against_file, .m = m};
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < m->n_files; i++)
+        bytes += m->files[i].size;
+    verify_pool v = {.dst = dst, .against = against, .against_file = against_file, .m = m,
+                     .pr = cku_progress_new("verifying", bytes)};
     atomic_init(&v.next, 0);
     atomic_init(&v.damaged, 0);
     atomic_init(&v.differ, 0);
     atomic_init(&v.newer, 0);
     cku_run_threads(files_at_once(jobs), verify_worker, &v);
     size_t damaged = atomic_load(&v.damaged), differ = atomic_load(&v.differ), newer = atomic_load(&v.newer);
-    uint64_t bytes = 0;
-    for (size_t i = 0; i < m->n_files; i++)
-        bytes += m->files[i].size;
+    double secs = cku_progress_seconds(v.pr);
+    cku_progress_done(v.pr);
     size_t bad = damaged + differ + newer;
     if (newer)
         fprintf(stderr,
@@ -410,9 +435,10 @@ int ckpt_verify(const char *dst, const char *against, int jobs)
     if (differ)
         fprintf(stderr, "ckptfs verify: %s: %zu of %zu files differ from the source %s\n", dst, differ, m->n_files,
                 against);
+    char h[16], rate[24];
     if (!bad)
-        printf("%s: %zu files, %llu bytes: all checksums%s ok\n", dst, m->n_files, (unsigned long long)bytes,
-               against ? " and every byte against the source" : "");
+        printf("%s: %zu files, %s: all checksums%s ok (%.1f s, %s)\n", dst, m->n_files, cku_human(bytes, h),
+               against ? " and every byte against the source" : "", secs, cku_human_rate(bytes, secs, rate));
     ckm_free(m);
     return damaged ? CKPT_EXIT_DAMAGED : newer ? CKPT_EXIT_FAIL : differ ? CKPT_EXIT_DIFFERS : CKPT_EXIT_OK;
 }

@@ -9,6 +9,7 @@
 #include "container.h"
 #include "mount.h"
 #include "mount_opts.h"
+#include "progress.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -16,13 +17,17 @@
 #include <string.h>
 #include <unistd.h>
 
+#define PROGRESS_HELP                                                                                  \
+    "  --progress=WHEN         auto (a bar on a terminal, plain lines every 5 s otherwise),\n"             \
+    "                          bar, plain or none; a summary is printed at the end in any case\n"
+
 /* One subcommand's help: synopsis line, what it does, options, an example. */
 typedef struct {
     const char *name, *synopsis, *text;
 } cmd_help;
 
 static const cmd_help helps[] = {
-    {"pack", "ckptfs pack [--format k15|bytesplit] [--jobs N] [--delete-source] [--force] SRC PACKED",
+    {"pack", "ckptfs pack [--format k15|bytesplit] [--jobs N] [--delete-source] [--force] [--progress=WHEN] SRC PACKED",
      "Store SRC (a model directory, or one .safetensors file) losslessly packed\n"
      "in the new directory PACKED.  Every packed file is read back and compared\n"
      "with its source before it counts as done.  If it is interrupted, run the\n"
@@ -34,16 +39,18 @@ static const cmd_help helps[] = {
      "                          written, synced and read back equal\n"
      "  --force                 replace PACKED if it holds another pack (never a\n"
      "                          directory holding files that ckptfs did not write)\n"
+PROGRESS_HELP
      "\n"
      "Example:  ckptfs pack /srv/models/llama /srv/models/llama.packed\n"},
-    {"unpack", "ckptfs unpack [--jobs N] PACKED OUT",
+    {"unpack", "ckptfs unpack [--jobs N] [--progress=WHEN] PACKED OUT",
      "Rebuild the original files of PACKED in the new directory OUT, checking\n"
      "every chunk and each file's SHA-256.  Damaged data leaves no output.\n"
      "\n"
      "  --jobs N                threads (default: the number of CPUs)\n"
+PROGRESS_HELP
      "\n"
      "Example:  ckptfs unpack /srv/models/llama.packed /tmp/llama\n"},
-    {"verify", "ckptfs verify [--against SRC] [--jobs N] PACKED",
+    {"verify", "ckptfs verify [--against SRC] [--jobs N] [--progress=WHEN] PACKED",
      "Check every chunk and every file's SHA-256 in PACKED; with --against,\n"
      "compare every byte with the source too.\n"
      "Exit status: 0 all good, 3 a packed file is damaged, 4 the pack is intact\n"
@@ -51,6 +58,7 @@ static const cmd_help helps[] = {
      "\n"
      "  --against SRC           the directory (or the one file) that was packed\n"
      "  --jobs N                threads (default: the number of CPUs)\n"
+PROGRESS_HELP
      "\n"
      "Example:  ckptfs verify --against /srv/models/llama /srv/models/llama.packed\n"},
     {"stat", "ckptfs stat [--json] PACKED",
@@ -106,6 +114,18 @@ static int default_jobs(void)
     return n > 0 ? (int)n : 1;
 }
 
+/* --progress=WHEN: sets the mode of this process; -1 after saying what is wrong. */
+static int parse_progress(const char *cmd, const char *arg)
+{
+    int m = cku_progress_parse(arg);
+    if (m < 0) {
+        fprintf(stderr, "ckptfs %s: --progress takes auto, bar, plain or none, not \"%s\"\n", cmd, arg);
+        return -1;
+    }
+    cku_progress_set_mode((cku_progress_mode)m);
+    return 0;
+}
+
 /* --jobs N: 1..1024, or -1 after saying what is wrong. */
 static int parse_jobs(const char *cmd, const char *arg)
 {
@@ -123,7 +143,7 @@ static int cmd_pack(int argc, char **argv)
     ckpt_pack_opts o = {.encoding = CKC_ENC_K15, .jobs = default_jobs()};
     static const struct option lo[] = {{"format", 1, 0, 'F'}, {"jobs", 1, 0, 'j'},
                                        {"delete-source", 0, 0, 'D'}, {"force", 0, 0, 'f'},
-                                       {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+                                       {"progress", 1, 0, 'P'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "j:fh", lo, NULL)) != -1) {
         switch (c) {
@@ -143,6 +163,10 @@ static int cmd_pack(int argc, char **argv)
             break;
         case 'D': o.delete_source = 1; break;
         case 'f': o.force = 1; break;
+        case 'P':
+            if (parse_progress("pack", optarg))
+                return CKPT_EXIT_USAGE;
+            break;
         case 'h': return cmd_usage("pack", stdout, 0);
         default: return cmd_usage("pack", stderr, CKPT_EXIT_USAGE);
         }
@@ -160,7 +184,7 @@ static int cmd_simple(const char *name, int argc, char **argv)
     const char *against = NULL;
     int json = 0, c, jobs = default_jobs(), idx = 0;
     static const struct option lo[] = {{"against", 1, 0, 'a'}, {"json", 0, 0, 'J'}, {"jobs", 1, 0, 'j'},
-                                       {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+                                       {"progress", 1, 0, 'P'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     while ((c = getopt_long(argc, argv, "h", lo, &idx)) != -1) {
         if (c == 'a' && !strcmp(name, "verify"))
             against = optarg;
@@ -168,6 +192,9 @@ static int cmd_simple(const char *name, int argc, char **argv)
             json = 1;
         else if (c == 'j' && (!strcmp(name, "unpack") || !strcmp(name, "verify"))) {
             if ((jobs = parse_jobs(name, optarg)) < 0)
+                return CKPT_EXIT_USAGE;
+        } else if (c == 'P' && strcmp(name, "stat")) {
+            if (parse_progress(name, optarg))
                 return CKPT_EXIT_USAGE;
         } else if (c == 'h') {
             return cmd_usage(name, stdout, 0);

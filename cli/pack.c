@@ -61,6 +61,9 @@ typedef struct {
     cku_progress *progress;
     int jobs_each;            /* encoder / read-back threads per file in flight */
     atomic_uint_fast64_t left; /* source bytes of the files not yet packed */
+    /* for the summary: files kept from an earlier run, sources deleted */
+    atomic_uint_fast64_t kept, deleted, deleted_bytes;
+    uint64_t packed_bytes;     /* of the finished pack, manifest included */
 } pack_ctx;
 
 static int has_suffix(const char *s, const char *suf)
@@ -233,6 +236,7 @@ static int write_extents(pack_ctx *c, ckp_writer *w, const char *tmp, const uint
         cku_progress_add(c->progress, size);
     } else {
         s = ckp_writer_add(w, CKC_ENC_ZSTD, p, h->data_start, NULL, 0); /* JSON: zstd if it saves 3% */
+        cku_progress_add(c->progress, h->data_start);
         for (size_t i = 0; s == CKP_OK && i < h->n_tensors; i++) {
             const st_tensor *t = &h->tensors[i];
             uint32_t enc = t->dtype == 7 ? c->o->encoding : CKC_ENC_ZSTD; /* 7 = BF16 */
@@ -364,7 +368,7 @@ static void tmp_path(char *out, size_t cap, const char *dst, const char *rel)
         snprintf(out, cap, "%s/.%s" TMP_SUFFIX, dst, rel);
 }
 
-static int delete_source(const char *src_path)
+static int delete_source(pack_ctx *c, const char *src_path, uint64_t size)
 {
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s", src_path);
@@ -375,6 +379,8 @@ static int delete_source(const char *src_path)
         fprintf(stderr, "ckptfs pack: %s: cannot delete source: %s\n", src_path, strerror(errno));
         return -1;
     }
+    atomic_fetch_add(&c->deleted, 1);
+    atomic_fetch_add(&c->deleted_bytes, size);
     return 0;
 }
 
@@ -448,7 +454,7 @@ static int pack_file(pack_ctx *c, const src_entry *e)
     }
     rc = 0;
     if (c->o->delete_source)
-        rc = delete_source(src_path);
+        rc = delete_source(c, src_path, size);
 out:
     if (sha_started)
         pthread_join(sha_th, NULL);
@@ -494,7 +500,7 @@ static int already_packed(pack_ctx *c, const src_entry *e)
     }
     unmap_file(fd, p, size);
     ckp_close(r);
-    return equal && delete_source(src_path) == 0 ? 2 : 0;
+    return equal && delete_source(c, src_path, size) == 0 ? 2 : 0;
 }
 
 /* ---- files in parallel ---------------------------------------------------- */
@@ -521,8 +527,10 @@ static void *file_worker(void *arg)
         const src_entry *e = &c->list.v[i];
         if (e->is_dir)
             continue;
-        if (already_packed(c, e))
-            cku_progress_add(c->progress, (uint64_t)e->st.st_size);
+        if (already_packed(c, e)) {
+            cku_progress_skip(c->progress, (uint64_t)e->st.st_size);
+            atomic_fetch_add(&c->kept, 1);
+        }
         else if (pack_file(c, e))
             atomic_store(&fp->failed, 1);
         if (!atomic_load(&fp->failed))
@@ -694,6 +702,7 @@ static int prepare_dst(pack_ctx *c, const char *src_real)
 typedef struct {
     ckm_manifest m;
     size_t cap_files, cap_dirs;
+    uint64_t packed;     /* bytes of the packed files */
 } mf_build;
 
 static int scan_dst(const char *root, const char *rel, mf_build *b)
@@ -746,6 +755,7 @@ static int scan_dst(const char *root, const char *rel, mf_build *b)
             f->mode = in->mode;
             f->mtime_ns = in->mtime_ns;
             f->kind = in->kind;
+            b->packed += in->packed_size;
             ckp_close(rd);
         }
     }
@@ -762,6 +772,10 @@ static int write_manifest(pack_ctx *c)
         fprintf(stderr, "ckptfs pack: %s\n", err);
         rc = -1;
     }
+    char man[PATH_MAX];
+    struct stat st;
+    snprintf(man, sizeof man, "%s/%s", c->dst, CKP_MANIFEST_NAME);
+    c->packed_bytes = b.packed + (stat(man, &st) ? 0 : (uint64_t)st.st_size);
     for (size_t i = 0; i < b.m.n_files; i++)
         free(b.m.files[i].path);
     for (size_t i = 0; i < b.m.n_dirs; i++)
@@ -789,15 +803,39 @@ static void remove_temps(const char *dir)
     closedir(d);
 }
 
-/* With --delete-source: remove source directories left empty, deepest first. */
-static void remove_empty_dirs(pack_ctx *c)
+/* With --delete-source: remove source directories left empty, deepest
+ * first.  @return how many were removed. */
+static size_t remove_empty_dirs(pack_ctx *c)
 {
+    size_t n = 0;
     for (size_t i = c->list.n; i-- > 0;)
         if (c->list.v[i].is_dir) {
             char p[PATH_MAX];
             join_path(p, sizeof p, c->src_root, c->list.v[i].rel, "");
-            rmdir(p);
+            n += rmdir(p) == 0;
         }
+    return n;
+}
+
+/* The final summary (stdout): files, bytes in -> out, saved, time, rate;
+ * files kept from an earlier run; what --delete-source removed. */
+static void print_summary(pack_ctx *c, size_t n_files, uint64_t total, double secs, uint64_t worked,
+                          size_t dirs_removed)
+{
+    char in[16], out[16], rate[24], del[16];
+    printf("packed %zu files: %s -> %s (%.1f%% saved) in %.1f s", n_files, cku_human(total, in),
+           cku_human(c->packed_bytes, out), total ? 100.0 * (1.0 - (double)c->packed_bytes / (double)total) : 0.0,
+           secs);
+    if (worked) /* the rate of the work done in this run only */
+        printf(", %s", cku_human_rate(worked, secs, rate));
+    uint64_t kept = atomic_load(&c->kept);
+    if (kept)
+        printf(" (%llu files already packed by an earlier run, kept)", (unsigned long long)kept);
+    printf("\n");
+    if (c->o->delete_source)
+        printf("deleted %llu source files (%s) and %zu empty source directories\n",
+               (unsigned long long)atomic_load(&c->deleted), cku_human(atomic_load(&c->deleted_bytes), del),
+               dirs_removed);
 }
 
 static int validate_all(pack_ctx *c, uint64_t *total)
@@ -918,6 +956,9 @@ int ckpt_pack(const ckpt_pack_opts *o)
     if (validate_all(&c, &total))
         goto out;
     atomic_init(&c.left, total);
+    atomic_init(&c.kept, 0);
+    atomic_init(&c.deleted, 0);
+    atomic_init(&c.deleted_bytes, 0);
     if (prepare_dst(&c, src_real))
         goto out;
     remove_temps(c.dst);
@@ -937,8 +978,12 @@ int ckpt_pack(const ckpt_pack_opts *o)
         goto out;
     if (write_manifest(&c))
         goto out;
-    if (o->delete_source && !c.single_file)
-        remove_empty_dirs(&c);
+    size_t dirs_removed = o->delete_source && !c.single_file ? remove_empty_dirs(&c) : 0;
+    double secs = cku_progress_seconds(c.progress);
+    uint64_t worked = cku_progress_worked(c.progress);
+    cku_progress_done(c.progress);
+    c.progress = NULL;
+    print_summary(&c, n_files, total, secs, worked, dirs_removed);
     rc = 0;
 out:
     cku_progress_done(c.progress);

@@ -1,5 +1,12 @@
 /*
- * progress.c — the progress line of pack, unpack and verify.
+ * progress.c — the progress report of pack, unpack and verify.
+ *
+ * On a terminal one line is redrawn (at most 5 times a second): a bar, bytes
+ * done of total, the rate and the ETA.  Off a terminal (a service's journal,
+ * a CI log) a plain line is printed at the start, every CKU_PROGRESS_EVERY
+ * seconds and at the end, so a long pack shows it is alive without filling
+ * the log.  Bytes found already done (a resumed pack) are not work: they are
+ * kept out of the rate, so a resume does not report absurd speeds.
  */
 #include "progress.h"
 #include "util.h"
@@ -7,15 +14,29 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
+static cku_progress_mode g_mode = CKU_PROGRESS_AUTO;
+
 struct cku_progress {
-    pthread_mutex_t lock; /* protects done and last */
+    pthread_mutex_t lock; /* protects done, skipped and last */
     const char *what;
-    uint64_t total, done;
+    uint64_t total, done, skipped; /* done includes skipped */
     double start, last;
-    int tty;
+    cku_progress_mode mode; /* BAR, PLAIN or NONE */
 };
+
+void cku_progress_set_mode(cku_progress_mode m) { g_mode = m; }
+
+int cku_progress_parse(const char *s)
+{
+    static const char *names[] = {"auto", "bar", "plain", "none"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(s, names[i]))
+            return i;
+    return -1;
+}
 
 cku_progress *cku_progress_new(const char *what, uint64_t total)
 {
@@ -26,47 +47,13 @@ cku_progress *cku_progress_new(const char *what, uint64_t total)
     p->what = what;
     p->total = total;
     p->start = p->last = cku_now();
-    p->tty = isatty(STDERR_FILENO);
+    p->mode = g_mode != CKU_PROGRESS_AUTO ? g_mode : isatty(STDERR_FILENO) ? CKU_PROGRESS_BAR : CKU_PROGRESS_PLAIN;
+    if (p->mode == CKU_PROGRESS_PLAIN) {
+        char t[16];
+        fprintf(stderr, "%s: %s to do\n", what, cku_human(total, t));
+    }
     return p;
 }
-
-static void progress_print(cku_progress *p, double now, int final)
-{
-    double el = now - p->start, rate = el > 0 ? p->done / el : 0;
-    double eta = rate > 0 && p->total > p->done ? (p->total - p->done) / rate : 0;
-    int width = 30, fill = p->total ? (int)(width * (double)p->done / p->total) : width;
-    char bar[64];
-    for (int i = 0; i < width; i++)
-        bar[i] = i < fill ? '#' : '.';
-    bar[width] = 0;
-    fprintf(stderr, "\r%s [%s] %.2f/%.2f GB  %.0f MB/s  ETA %02d:%02d%s", p->what, bar, p->done / 1e9,
-            p->total / 1e9, rate / 1e6, (int)eta / 60, (int)eta % 60, final ? "\n" : " ");
-}
-
-void cku_progress_add(cku_progress *p, uint64_t bytes)
-{
-    if (!p)
-        return;
-    pthread_mutex_lock(&p->lock);
-    p->done += bytes;
-    double now = cku_now();
-    if (p->tty && now - p->last > 0.2) {
-        p->last = now;
-        progress_print(p, now, 0);
-    }
-    pthread_mutex_unlock(&p->lock);
-}
-
-void cku_progress_done(cku_progress *p)
-{
-    if (!p)
-        return;
-    if (p->tty)
-        progress_print(p, cku_now(), 1);
-    pthread_mutex_destroy(&p->lock);
-    free(p);
-}
-
 
 char *cku_human(uint64_t bytes, char *out)
 {
@@ -79,4 +66,83 @@ char *cku_human(uint64_t bytes, char *out)
     }
     snprintf(out, 16, u == 0 ? "%.0f %s" : v < 9.995 ? "%.2f %s" : v < 99.95 ? "%.1f %s" : "%.0f %s", v, unit[u]);
     return out;
+}
+
+char *cku_human_rate(uint64_t bytes, double secs, char *out)
+{
+    char h[16];
+    if (secs < 1e-3)
+        snprintf(out, 24, "-");
+    else
+        snprintf(out, 24, "%s/s", cku_human((uint64_t)((double)bytes / secs), h));
+    return out;
+}
+
+/* The rate and ETA of the work done so far (skipped bytes left out). */
+static void progress_print(cku_progress *p, double now, int final)
+{
+    double el = now - p->start;
+    uint64_t worked = p->done - p->skipped;
+    double rate = el > 0 ? worked / el : 0;
+    double eta = rate > 0 && p->total > p->done ? (p->total - p->done) / rate : 0;
+    char d[16], t[16], r[24], e[16];
+    cku_human(p->done, d);
+    cku_human(p->total, t);
+    cku_human_rate(worked, el, r);
+    snprintf(e, sizeof e, "%d:%02d", (int)eta / 60, (int)eta % 60);
+    int pct = p->total ? (int)(100.0 * (double)p->done / (double)p->total) : 100;
+    if (p->mode == CKU_PROGRESS_PLAIN) {
+        fprintf(stderr, "%s: %s of %s (%d%%), %s%s%s\n", p->what, d, t, pct, r, final ? "" : ", ETA ",
+                final ? "" : e);
+        return;
+    }
+    int width = 30, fill = p->total ? (int)(width * (double)p->done / p->total) : width;
+    char bar[64];
+    for (int i = 0; i < width; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[width] = 0;
+    fprintf(stderr, "\r%s [%s] %3d%% %s / %s  %s  ETA %s \033[K%s", p->what, bar, pct, d, t, r, e,
+            final ? "\n" : "");
+}
+
+static void progress_count(cku_progress *p, uint64_t bytes, int skipped)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->lock);
+    p->done += bytes;
+    if (skipped)
+        p->skipped += bytes;
+    double now = cku_now();
+    double every = p->mode == CKU_PROGRESS_BAR ? 0.2 : CKU_PROGRESS_EVERY;
+    if (p->mode != CKU_PROGRESS_NONE && now - p->last > every) {
+        p->last = now;
+        progress_print(p, now, 0);
+    }
+    pthread_mutex_unlock(&p->lock);
+}
+
+void cku_progress_add(cku_progress *p, uint64_t bytes) { progress_count(p, bytes, 0); }
+void cku_progress_skip(cku_progress *p, uint64_t bytes) { progress_count(p, bytes, 1); }
+
+double cku_progress_seconds(const cku_progress *p) { return p ? cku_now() - p->start : 0; }
+
+uint64_t cku_progress_worked(cku_progress *p)
+{
+    if (!p)
+        return 0;
+    pthread_mutex_lock(&p->lock);
+    uint64_t w = p->done - p->skipped;
+    pthread_mutex_unlock(&p->lock);
+    return w;
+}
+
+void cku_progress_done(cku_progress *p)
+{
+    if (!p)
+        return;
+    if (p->mode != CKU_PROGRESS_NONE)
+        progress_print(p, cku_now(), 1);
+    pthread_mutex_destroy(&p->lock);
+    free(p);
 }

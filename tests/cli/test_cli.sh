@@ -69,7 +69,7 @@ for c in pack unpack verify stat mount; do
 done
 check "pack --help: names its options and arguments" \
   sh -c "$CK pack --help | grep -q -- '--delete-source' && $CK pack --help | grep -q 'SRC PACKED'"
-check "unpack --help: PACKED OUT" sh -c "$CK unpack --help | grep -q 'unpack \\[--jobs N\\] PACKED OUT'"
+check "unpack --help: PACKED OUT" sh -c "$CK unpack --help | grep -q '^usage: ckptfs unpack .* PACKED OUT$'"
 check "verify --help: documents exit 3 and 4" sh -c "$CK verify --help | grep -q '3 a packed file is damaged, 4'"
 check "mount --help: PACKED MOUNTPOINT" sh -c "$CK mount --help | grep -q 'PACKED MOUNTPOINT'"
 "$CK" mount -o no_such_option "$T" "$T" 2> "$T/err"
@@ -83,9 +83,13 @@ python3 "$HERE/gen_model.py" "$T/src" || { echo "cannot generate the model"; exi
 tree_sums "$T/src" > "$T/src.sums"
 
 for fmt in k15 bytesplit; do
-  "$CK" pack --format $fmt "$T/src" "$T/p-$fmt" 2> "$T/err"
+  "$CK" pack --format $fmt "$T/src" "$T/p-$fmt" 2> "$T/err" > "$T/out"
   check "$fmt: pack exits 0" test $? -eq 0
-  check "$fmt: pack is quiet off a terminal" test ! -s "$T/err"
+  check "$fmt: off a terminal, plain progress lines (start, end), no bar" \
+    sh -c "grep -qx 'packing: 1.38 MB to do' '$T/err' && grep -q '^packing: 1.38 MB of 1.38 MB (100%), [0-9.]* [kMG]B/s$' '$T/err' &&
+           ! grep -q \"$(printf '\r')\" '$T/err'"
+  check "$fmt: a summary: files, bytes in -> out, saved, time, rate" \
+    grep -q "^packed 8 files: 1.38 MB -> [0-9.]* [kM]B ([0-9.]*% saved) in [0-9.]* s, [0-9.]* [kMG]B/s$" "$T/out"
   check "$fmt: source untouched" diff -q <(tree_sums "$T/src") "$T/src.sums"
   check "$fmt: verify --against" "$CK" verify --against "$T/src" "$T/p-$fmt"
   "$CK" unpack "$T/p-$fmt" "$T/u-$fmt"
@@ -127,8 +131,27 @@ check "verify --against a changed source: names it, does not call the pack damag
 check "existing DST of another source: refused" test $? -ne 0
 check "existing DST: says so" grep -q "already exists" "$T/err"
 check "existing DST: intact" "$CK" verify --against "$T/src" "$T/p-k15"
-"$CK" pack "$T/src" "$T/p-k15"
+"$CK" pack --progress=plain "$T/src" "$T/p-k15" > "$T/out" 2> "$T/err"
 check "same command again: exit 0, still complete" "$CK" verify --against "$T/src" "$T/p-k15"
+check "same command again: the summary says the files were kept, and gives no rate for work not done" \
+  sh -c "grep -q '^packed 8 files: .* in [0-9.]* s (8 files already packed by an earlier run, kept)$' '$T/out' &&
+         grep -q '^packing: 1.38 MB of 1.38 MB (100%), 0 B/s$' '$T/err'"
+"$CK" pack --progress=none "$T/src" "$T/p-k15" > "$T/out" 2> "$T/err"
+check "--progress=none: no progress, still the summary" sh -c "test ! -s '$T/err' && grep -q '^packed 8 files' '$T/out'"
+"$CK" verify --progress=plain "$T/p-k15" > "$T/out" 2> "$T/err"
+check "verify: progress lines off a terminal and a summary with time and rate" \
+  sh -c "grep -q '^verifying: 1.38 MB of 1.38 MB (100%)' '$T/err' && grep -q 'all checksums ok ([0-9.]* s, [0-9.]* [kMG]B/s)$' '$T/out'"
+"$CK" unpack "$T/p-k15" "$T/u-sum" > "$T/out" 2> "$T/err"
+check "unpack: progress lines off a terminal and a summary" \
+  sh -c "grep -q '^unpacking: 1.38 MB of 1.38 MB (100%)' '$T/err' && grep -q '^unpacked 8 files: [0-9.]* kB -> 1.38 MB in [0-9.]* s, ' '$T/out'"
+rm -rf "$T/u-sum"
+"$CK" pack --progress=sometimes "$T/src" "$T/p-k15" 2> "$T/err"
+check "--progress=sometimes: exit 2, says the choices" sh -c "test $? -eq 2 && grep -q 'auto, bar, plain or none' '$T/err'"
+if command -v script > /dev/null; then
+  script -qc "'$CK' verify '$T/p-k15'" /dev/null > "$T/tty" 2>&1
+  check "on a terminal: a bar with bytes, rate and ETA, and the summary" \
+    sh -c "grep -q 'verifying \\[#*\\] 100% 1.38 MB / 1.38 MB  .*B/s  ETA 0:00' '$T/tty' && grep -q 'all checksums ok' '$T/tty'"
+fi
 mkdir "$T/notpack" && echo precious > "$T/notpack/file"
 "$CK" pack "$T/src" "$T/notpack" 2> "$T/err"
 check "a foreign non-empty directory: refused, no --force advice (it would refuse too)" \
@@ -206,8 +229,10 @@ done
 
 # --delete-source: sources go only when their packed copy is safe
 cp -a "$T/src" "$T/del"
-"$CK" pack --jobs 6 --delete-source "$T/del" "$T/p-del"
+"$CK" pack --jobs 6 --delete-source "$T/del" "$T/p-del" > "$T/out"
 check "delete-source: exit 0" test $? -eq 0
+check "delete-source: the summary says what was removed" \
+  grep -qx "deleted 8 source files (1.38 MB) and 2 empty source directories" "$T/out"
 check "delete-source: no source files left" test -z "$(find "$T/del" -type f)"
 "$CK" unpack "$T/p-del" "$T/u-del"
 check "delete-source: everything recoverable" diff -q <(tree_sums "$T/u-del") "$T/src.sums"
