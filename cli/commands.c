@@ -81,6 +81,21 @@ static uint64_t packed_size(const char *dst, const ckm_manifest *m)
 
 #define BATCH_BYTES (8u << 20) /* decoded bytes per write and per hashing step */
 
+/* Capacity of one batch buffer for the packed file r: BATCH_BYTES, or its
+ * largest chunk if that is larger (chunks are decoded whole into a batch; the
+ * format allows up to CKP_MAX_CHUNK, validated by ckp_open). */
+static size_t batch_capacity(const ckp_reader *r)
+{
+    size_t cap = BATCH_BYTES;
+    for (uint32_t e = 0; e < ckp_get_info(r)->n_extents; e++) {
+        const ckp_extent *x = ckp_get_extent(r, e);
+        uint64_t biggest = x->n_chunks > 1 ? x->chunk_size : x->orig_size; /* <= CKP_MAX_CHUNK */
+        if (biggest > cap)
+            cap = (size_t)biggest;
+    }
+    return cap;
+}
+
 /* Write a batch of decoded bytes at their place and hand it to the hasher.
  * @return 0, or -1 after saying why. */
 static int unpack_flush(int fd, const char *tmp, cku_sha256_pipe *sha, const uint8_t *b, uint64_t used, uint64_t at)
@@ -104,7 +119,8 @@ static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600), rc = -1;
     /* decoded bytes go out in batches: written here while the previous batch
      * is hashed on the pipe's thread */
-    cku_sha256_pipe *sha = fd >= 0 ? cku_sha256_pipe_new(BATCH_BYTES) : NULL;
+    size_t cap = batch_capacity(r);
+    cku_sha256_pipe *sha = fd >= 0 ? cku_sha256_pipe_new(cap) : NULL;
     uint8_t d[32];
     if (fd < 0 || !sha) {
         fprintf(stderr, "ckptfs unpack: %s: %s\n", tmp, fd < 0 ? strerror(errno) : "out of memory");
@@ -117,7 +133,7 @@ static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_
         const ckp_extent *x = ckp_get_extent(r, e);
         for (uint64_t c = 0; c < x->n_chunks; c++) {
             uint64_t len = ckp_chunk_len(x, c), at = x->orig_offset + c * x->chunk_size;
-            if (used && (used + CKP_MAX_CHUNK > BATCH_BYTES || at != b_at + used)) {
+            if (used && (used + len > cap || at != b_at + used)) {
                 if (unpack_flush(fd, tmp, sha, b, used, b_at))
                     goto out;
                 b = cku_sha256_pipe_buffer(sha);
@@ -297,7 +313,8 @@ static int verify_file(const char *dst, const char *src_path, const ckm_file *f,
         }
     }
     /* decoded batches are hashed on the pipe's thread while the next is decoded */
-    cku_sha256_pipe *sha = cku_sha256_pipe_new(BATCH_BYTES);
+    size_t cap = batch_capacity(r);
+    cku_sha256_pipe *sha = cku_sha256_pipe_new(cap);
     if (!sha) {
         fprintf(stderr, "ckptfs verify: out of memory\n");
         if (sfd >= 0)
@@ -314,7 +331,7 @@ static int verify_file(const char *dst, const char *src_path, const ckm_file *f,
         for (uint64_t c = 0; c < x->n_chunks; c++) {
             uint64_t len = ckp_chunk_len(x, c), at = x->orig_offset + c * x->chunk_size;
             char where[512];
-            if (used + CKP_MAX_CHUNK > BATCH_BYTES) {
+            if (used + len > cap) {
                 cku_sha256_pipe_submit(sha, used);
                 b = cku_sha256_pipe_buffer(sha);
                 used = 0;
