@@ -1,11 +1,11 @@
 /*
  * fuse_ll.c — `ckptfs mount`: the FUSE low-level glue (DESIGN §7).
  *
- * The only file that includes <fuse_lowlevel.h>.  It maps kernel requests
- * onto the inode table (inode_table.c), the container reader (container.h)
- * and the chunk cache (chunk_cache.c):
- *   read(ino, off, len) -> the chunks overlapping [off, off+len) -> cache
- *   entries (decoded once, shared) -> fuse_reply_iov straight from them.
+ * The only file that includes <fuse_lowlevel.h>, and it only translates:
+ * kernel requests become calls of the inode table (inode_table.h) and of the
+ * FUSE-free read path (readpath.h), whose results become replies:
+ *   read(ino, off, len) -> ckfs_read: pieces of cache entries (decoded once,
+ *   shared) -> fuse_reply_iov straight from them.
  * Everything served is immutable while mounted, so entries and attributes are
  * cached by the kernel forever, files are opened with keep_cache, and no
  * handler takes a lock longer than a cache lookup.
@@ -18,306 +18,19 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <pthread.h>
-#include <setjmp.h>
 #include <signal.h>
-#include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/uio.h>
-#include <syslog.h>
 #include <unistd.h>
 
-#include "chunk_cache.h"
-#include "container.h"
-#include "inode_table.h"
-#include "manifest.h"
 #include "mount.h"
-#include "mount_opts.h"
+#include "readpath.h"
 
 #define TIMEOUT_FOREVER 1e9        /* seconds (~31 years): nothing ever changes */
-#define MAX_IOV 1000               /* below IOV_MAX, leaving room for the header */
-#define MAX_PREFETCH_CHUNKS 64     /* chunks queued per read request */
-#define HINT_WINDOWS 4             /* disk readahead: this many prefetch windows ahead */
-
-/* A packed file, opened on first open(2) and kept open until unmount. */
-typedef struct {
-    pthread_mutex_t lock;          /* serializes the first open */
-    _Atomic(ckp_reader *) r;
-    int open_err;                  /* remembered damage (EIO) after a failed open; by lock */
-} mfile;
-
-typedef struct {
-    ckfs_mount_opts o;
-    char *dst;                     /* absolute path of the packed directory */
-    ckm_manifest *m;
-    cki_table *t;
-    mfile *files;                  /* one per manifest file */
-    ckcache *cache;
-    uid_t uid;
-    gid_t gid;
-    uint64_t total_size;
-    atomic_ulong reads, read_bytes, big_reads; /* big: >= 512 KiB */
-} ckfs_ctx;
-
-/* An open file: the state of sequential-read detection (by lock). */
-typedef struct {
-    uint32_t file;
-    pthread_mutex_t lock;
-    uint64_t next_off;             /* end of the furthest recent read */
-    unsigned seq;                  /* near-sequential reads in a row */
-    uint64_t ahead_to;             /* decode-ahead requested up to here */
-    uint64_t hint_to;              /* disk readahead hinted up to here */
-} ofile;
-
-static int g_syslog;               /* log to syslog once daemonized */
-
-static void ckfs_log(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    if (g_syslog) {
-        vsyslog(LOG_ERR, fmt, ap);
-    } else {
-        fputs("ckptfs: ", stderr);
-        vfprintf(stderr, fmt, ap);
-        fputc('\n', stderr);
-    }
-    va_end(ap);
-}
-
-/* ---- per-thread decode scratch ------------------------------------------ */
-
-static pthread_key_t scratch_key;
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-
-static void scratch_destroy(void *p) { ckp_scratch_free(p); }
-static void scratch_key_init(void) { pthread_key_create(&scratch_key, scratch_destroy); }
-
-static ckp_scratch *thread_scratch(void)
-{
-    pthread_once(&scratch_once, scratch_key_init);
-    ckp_scratch *s = pthread_getspecific(scratch_key);
-    if (!s && (s = ckp_scratch_new()) != NULL)
-        pthread_setspecific(scratch_key, s);
-    return s;
-}
-
-/* ---- SIGBUS from mapped packed files ------------------------------------- */
-
-/* Packed files are mapped (CKP_OPEN_MMAP): if one shrinks while mounted (it
- * should never change, but it is someone else's file), loading a page past
- * its new end raises SIGBUS in the thread decoding.  The handler jumps back
- * out of the decode, which fails with EIO; a SIGBUS anywhere else (not armed)
- * gets the default action.  The jump leaves only the decode's thread scratch
- * (a zstd context reset on its next use) and the cache buffer, which the
- * cache frees on error.  SA_NODEFER: the jump does not restore a mask, so
- * SIGBUS must not stay blocked after it. */
-static __thread sigjmp_buf bus_jmp;
-static __thread volatile sig_atomic_t bus_armed;
-
-static void on_sigbus(int sig, siginfo_t *si, void *uctx)
-{
-    (void)si;
-    (void)uctx;
-    if (bus_armed) {
-        bus_armed = 0;
-        siglongjmp(bus_jmp, 1);
-    }
-    signal(sig, SIG_DFL);      /* not ours: die as without the handler */
-    raise(sig);
-}
-
-static int install_sigbus(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = on_sigbus;
-    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
-    sigemptyset(&sa.sa_mask);
-    return sigaction(SIGBUS, &sa, NULL);
-}
-
-/* ---- readers and chunks -------------------------------------------------- */
-
-static int open_reader(ckfs_ctx *c, uint32_t i, ckp_reader **out)
-{
-    const ckm_file *f = &c->m->files[i];
-    char *path, msg[512];
-    if (asprintf(&path, "%s/%s%s", c->dst, f->path, CKP_SUFFIX) < 0)
-        return ENOMEM;
-    ckp_status st = ckp_open_ex(path, c->o.mmap ? CKP_OPEN_MMAP : 0, out, msg, sizeof msg);
-    free(path);
-    if (st != CKP_OK) {
-        ckfs_log("%s: cannot open packed file: %s", f->path, msg);
-        return ckp_status_errno(st);
-    }
-    if (ckp_get_info(*out)->original_size != f->size) {
-        ckfs_log("%s: packed file holds %llu bytes, manifest says %llu", f->path,
-                 (unsigned long long)ckp_get_info(*out)->original_size,
-                 (unsigned long long)f->size);
-        ckp_close(*out);
-        *out = NULL;
-        return EIO;
-    }
-    return 0;
-}
-
-static int get_reader(ckfs_ctx *c, uint32_t i, const ckp_reader **out)
-{
-    mfile *f = &c->files[i];
-    ckp_reader *r = atomic_load_explicit(&f->r, memory_order_acquire);
-    int err = 0;
-    if (!r) {
-        pthread_mutex_lock(&f->lock);
-        r = atomic_load_explicit(&f->r, memory_order_relaxed);
-        err = f->open_err;
-        if (!r && !err) {
-            err = open_reader(c, i, &r);
-            if (err == EIO)
-                f->open_err = err;     /* damage does not heal; other errors may */
-            else if (!err)
-                atomic_store_explicit(&f->r, r, memory_order_release);
-        }
-        pthread_mutex_unlock(&f->lock);
-    }
-    *out = r;
-    return err;
-}
-
-/* Chunk fill for the cache: decode and verify one chunk. */
-static int fill_chunk(void *arg, const ckcache_key *k, void *dst, size_t len)
-{
-    ckfs_ctx *c = arg;
-    const ckp_reader *r = atomic_load_explicit(&c->files[k->file].r, memory_order_acquire);
-    ckp_scratch *s = thread_scratch();
-    if (!r)
-        return EIO;
-    if (!s)
-        return ENOMEM;
-    ckp_status st;
-    int bus = 0;
-    if (ckp_is_mapped(r)) {
-        if (sigsetjmp(bus_jmp, 0) == 0) {
-            bus_armed = 1;
-            st = ckp_read_chunk(r, k->extent, k->chunk, dst, s);
-            bus_armed = 0;
-        } else {
-            st = CKP_ERR_IO;   /* SIGBUS: the packed file shrank under us */
-            bus = 1;
-        }
-    } else {
-        st = ckp_read_chunk(r, k->extent, k->chunk, dst, s);
-    }
-    if (st == CKP_OK) {
-        if (c->o.drop_packed) /* the decoded bytes go to the page cache: not both */
-            ckp_dontneed(r, k->extent, k->chunk, k->chunk + 1);
-        return 0;
-    }
-    const ckp_extent *x = ckp_get_extent(r, k->extent);
-    uint64_t start = x->orig_offset + k->chunk * x->chunk_size;
-    if (bus)
-        ckfs_log("%s: packed file changed size while mounted (SIGBUS reading it)",
-                 c->m->files[k->file].path);
-    ckfs_log("%s: extent %u (%s) chunk %llu (original bytes %llu..%llu) unreadable: %s; "
-             "reads touching it fail with EIO",
-             c->m->files[k->file].path, k->extent, x->name[0] ? x->name : "header",
-             (unsigned long long)k->chunk, (unsigned long long)start,
-             (unsigned long long)(start + len), ckp_status_name(st));
-    return ckp_status_errno(st);
-}
-
-typedef struct {
-    ckcache_key key;
-    uint64_t start, len;           /* original bytes the chunk covers */
-} chunk_ref;
-
-static int chunk_at(const ckp_reader *r, uint32_t file, uint64_t off, chunk_ref *out)
-{
-    uint32_t e;
-    uint64_t ch;
-    if (ckp_locate(r, off, &e, &ch) != CKP_OK)
-        return EIO;
-    const ckp_extent *x = ckp_get_extent(r, e);
-    out->key = (ckcache_key){.file = file, .extent = e, .chunk = ch};
-    out->start = x->orig_offset + ch * x->chunk_size;
-    out->len = ckp_chunk_len(x, ch);
-    return 0;
-}
-
-/* Ask the prefetch workers to decode the chunks holding [from, to). */
-static void queue_chunks(ckfs_ctx *c, const ckp_reader *r, uint32_t file, uint64_t from,
-                         uint64_t to)
-{
-    chunk_ref cr;
-    for (int n = 0; from < to && n < MAX_PREFETCH_CHUNKS; n++) {
-        if (chunk_at(r, file, from, &cr) != 0)
-            break;
-        ckcache_prefetch(c->cache, &cr.key, cr.len);
-        from = cr.start + cr.len;
-    }
-}
-
-/* Ask the kernel to read from disk the packed bytes that original bytes
- * [from, to) decode from (a hint: the planes of an extent are three streams
- * at different places of the file, which defeats the kernel's readahead). */
-static void hint_range(const ckp_reader *r, uint64_t from, uint64_t to)
-{
-    while (from < to) {
-        uint32_t e;
-        uint64_t c0;
-        if (ckp_locate(r, from, &e, &c0) != CKP_OK)
-            return;
-        const ckp_extent *x = ckp_get_extent(r, e);
-        uint64_t xend = x->orig_offset + x->orig_size, stop = to < xend ? to : xend;
-        uint64_t c1 = (stop - x->orig_offset + x->chunk_size - 1) / x->chunk_size;
-        ckp_willneed(r, e, c0, c1);
-        from = stop;
-    }
-}
-
-/* Sequential-read detection: reads near the end of the previous ones (the
- * kernel's readahead sends several at once, in any order) count as
- * sequential; from the third on, queue decode-ahead of the next bytes. */
-static void read_ahead(ckfs_ctx *c, ofile *of, const ckp_reader *r, uint64_t off, uint64_t end,
-                       uint64_t fsize)
-{
-    uint64_t window = c->o.prefetch, from = 0, to = 0, hfrom = 0, hto = 0;
-    if (!window || !c->o.prefetch_threads)
-        return;
-    pthread_mutex_lock(&of->lock);
-    if (off + window >= of->next_off && off <= of->next_off + window) {
-        of->seq++;
-        if (end > of->next_off)
-            of->next_off = end;
-    } else {
-        of->seq = 0;
-        of->next_off = of->ahead_to = of->hint_to = end;
-    }
-    if (of->seq >= 2) {
-        from = of->ahead_to > end ? of->ahead_to : end;
-        to = end + window < fsize ? end + window : fsize;
-        if (to > from)
-            of->ahead_to = to;
-        /* disk readahead HINT_WINDOWS windows ahead, in steps of >= 1 MiB */
-        hfrom = of->hint_to > end ? of->hint_to : end;
-        hto = end + HINT_WINDOWS * window < fsize ? end + HINT_WINDOWS * window : fsize;
-        if (hto > hfrom && (hto - hfrom >= (1u << 20) || hto == fsize))
-            of->hint_to = hto;
-        else
-            hto = hfrom;
-    }
-    pthread_mutex_unlock(&of->lock);
-    if (hto > hfrom)
-        hint_range(r, hfrom, hto);
-    queue_chunks(c, r, of->file, from, to);
-}
 
 /* ---- attributes ---------------------------------------------------------- */
 
@@ -421,152 +134,62 @@ static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         fuse_reply_err(req, EROFS);
         return;
     }
-    const ckp_reader *r;
-    int err = get_reader(c, (uint32_t)n->file, &r);
-    ofile *of = err ? NULL : calloc(1, sizeof *of);
-    if (!err && !of)
-        err = ENOMEM;
+    ckfs_ofile *of;
+    int err = ckfs_file_open(c, (uint32_t)n->file, &of);
     if (err) {
         fuse_reply_err(req, err);
         return;
     }
-    of->file = (uint32_t)n->file;
-    pthread_mutex_init(&of->lock, NULL);
     fi->fh = (uint64_t)(uintptr_t)of;
     fi->keep_cache = 1;
     fi->noflush = 1;
-    if (fuse_reply_open(req, fi) != 0) {  /* interrupted: no release will come */
-        pthread_mutex_destroy(&of->lock);
-        free(of);
-    }
+    if (fuse_reply_open(req, fi) != 0)  /* interrupted: no release will come */
+        ckfs_file_close(of);
 }
 
 static void ll_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-    ofile *of = (ofile *)(uintptr_t)fi->fh;
-    if (of) {
-        pthread_mutex_destroy(&of->lock);
-        free(of);
-    }
+    ckfs_file_close((ckfs_ofile *)(uintptr_t)fi->fh);
     fuse_reply_err(req, 0);
 }
 
 /* Reply with the pieces; copies only when there are too many for one iov.
  * @return 0 if the data went out. */
-static int reply_pieces(fuse_req_t req, const struct iovec *iov, size_t n, size_t total)
+static int reply_pieces(fuse_req_t req, const ckfs_pieces *p)
 {
-    if (n <= MAX_IOV)
-        return fuse_reply_iov(req, iov, (int)n);
-    char *buf = malloc(total);
+    if (p->n <= CKFS_MAX_IOV)
+        return fuse_reply_iov(req, p->iov, (int)p->n);
+    char *buf = ckfs_pieces_copy(p);
     if (!buf) {
         fuse_reply_err(req, ENOMEM);
         return -1;
     }
-    size_t at = 0;
-    for (size_t i = 0; i < n; i++) {
-        memcpy(buf + at, iov[i].iov_base, iov[i].iov_len);
-        at += iov[i].iov_len;
-    }
-    int rc = fuse_reply_buf(req, buf, total);
+    int rc = fuse_reply_buf(req, buf, p->total);
     free(buf);
     return rc;
-}
-
-typedef struct {
-    ckcache_entry *e_small[32], **e;
-    struct iovec iov_small[32], *iov;
-    size_t n, cap;
-} pieces;
-
-static int pieces_push(pieces *p, ckcache_entry *e, const void *base, size_t len)
-{
-    if (p->n == p->cap) {
-        size_t cap = p->cap * 4;
-        ckcache_entry **ne = malloc(cap * sizeof *ne);
-        struct iovec *ni = malloc(cap * sizeof *ni);
-        if (!ne || !ni) {
-            free(ne);
-            free(ni);
-            return ENOMEM;
-        }
-        memcpy(ne, p->e, p->n * sizeof *ne);
-        memcpy(ni, p->iov, p->n * sizeof *ni);
-        if (p->e != p->e_small) {
-            free(p->e);
-            free(p->iov);
-        }
-        p->e = ne;
-        p->iov = ni;
-        p->cap = cap;
-    }
-    p->e[p->n] = e;
-    p->iov[p->n] = (struct iovec){.iov_base = (void *)base, .iov_len = len};
-    p->n++;
-    return 0;
-}
-
-/* served: the reply went out, so each piece's bytes count as served. */
-static void pieces_release(ckcache *cache, pieces *p, int served)
-{
-    for (size_t i = 0; i < p->n; i++)
-        ckcache_put_served(cache, p->e[i], served ? p->iov[i].iov_len : 0);
-    if (p->e != p->e_small) {
-        free(p->e);
-        free(p->iov);
-    }
 }
 
 static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi)
 {
     ckfs_ctx *c = fuse_req_userdata(req);
-    ofile *of = (ofile *)(uintptr_t)fi->fh;
+    ckfs_ofile *of = (ckfs_ofile *)(uintptr_t)fi->fh;
     const cki_node *n = cki_get(c->t, ino);
     if (!n || !of || off < 0) {
         fuse_reply_err(req, n ? EINVAL : ENOENT);
         return;
     }
-    if ((uint64_t)off >= n->size || size == 0) {
+    ckfs_pieces p;
+    int err = ckfs_read(c, of, n->size, (uint64_t)off, size, &p);
+    if (err) {
+        fuse_reply_err(req, err);
+        return;
+    }
+    if (p.total == 0) {
         fuse_reply_buf(req, NULL, 0);
         return;
     }
-    uint64_t end = (uint64_t)off + size < n->size ? (uint64_t)off + size : n->size;
-    const ckp_reader *r = atomic_load_explicit(&c->files[of->file].r, memory_order_acquire);
-    atomic_fetch_add_explicit(&c->reads, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&c->read_bytes, end - (uint64_t)off, memory_order_relaxed);
-    if (size >= (512u << 10))
-        atomic_fetch_add_explicit(&c->big_reads, 1, memory_order_relaxed);
-    read_ahead(c, of, r, (uint64_t)off, end, n->size);
-    /* A request spanning several chunks: workers decode the later ones
-     * while this thread decodes the first (each is decoded once either way). */
-    if (c->o.prefetch_threads && end - (uint64_t)off > CKP_BF16_CHUNK_WEIGHTS * 2u) {
-        chunk_ref first;
-        if (chunk_at(r, of->file, (uint64_t)off, &first) == 0)
-            queue_chunks(c, r, of->file, first.start + first.len, end);
-    }
-
-    pieces p = {.e = NULL, .n = 0, .cap = 32};
-    p.e = p.e_small;
-    p.iov = p.iov_small;
-    int err = 0;
-    for (uint64_t pos = (uint64_t)off; pos < end && !err;) {
-        chunk_ref cr;
-        ckcache_entry *e;
-        if ((err = chunk_at(r, of->file, pos, &cr)) != 0 ||
-            (err = ckcache_get(c->cache, &cr.key, cr.len, &e)) != 0)
-            break;
-        uint64_t stop = cr.start + cr.len < end ? cr.start + cr.len : end;
-        err = pieces_push(&p, e, (const char *)ckcache_data(e) + (pos - cr.start), stop - pos);
-        if (err)
-            ckcache_put(c->cache, e);
-        pos = stop;
-    }
-    int served = 0;
-    if (err)
-        fuse_reply_err(req, err);
-    else
-        served = reply_pieces(req, p.iov, p.n, end - (uint64_t)off) == 0;
-    pieces_release(c->cache, &p, served);
+    ckfs_pieces_release(c, &p, reply_pieces(req, &p) == 0);
 }
 
 /* ---- directories --------------------------------------------------------- */
@@ -723,63 +346,6 @@ static const struct fuse_lowlevel_ops ckfs_ops = {
 
 /* ---- setup and the loop -------------------------------------------------- */
 
-static void ctx_free(ckfs_ctx *c)
-{
-    if (c->files) {
-        for (size_t i = 0; i < c->m->n_files; i++) {
-            ckp_close(atomic_load(&c->files[i].r));
-            pthread_mutex_destroy(&c->files[i].lock);
-        }
-        free(c->files);
-    }
-    cki_free(c->t);
-    ckm_free(c->m);
-    free(c->dst);
-}
-
-/* Load the manifest and build the tree.  @return 0 or -1 (message printed). */
-static int ctx_load(ckfs_ctx *c)
-{
-    char err[1024];
-    c->dst = realpath(c->o.dst, NULL);
-    if (!c->dst) {
-        fprintf(stderr, "ckptfs mount: %s: %s\n", c->o.dst, strerror(errno));
-        return -1;
-    }
-    if (ckm_load(c->dst, &c->m, err, sizeof err) != 0) {
-        fprintf(stderr, "ckptfs mount: %s\n", err);
-        return -1;
-    }
-    char *mpath;
-    struct stat st;
-    int64_t mtime = 0;
-    if (asprintf(&mpath, "%s/%s", c->dst, CKP_MANIFEST_NAME) >= 0) {
-        if (stat(mpath, &st) == 0)
-            mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-        free(mpath);
-    }
-    if (cki_build(c->m, mtime, &c->t, err, sizeof err) != 0) {
-        fprintf(stderr, "ckptfs mount: %s: %s\n", c->dst, err);
-        return -1;
-    }
-    c->files = calloc(c->m->n_files ? c->m->n_files : 1, sizeof *c->files);
-    if (!c->files) {
-        fprintf(stderr, "ckptfs mount: out of memory\n");
-        return -1;
-    }
-    for (size_t i = 0; i < c->m->n_files; i++) {
-        pthread_mutex_init(&c->files[i].lock, NULL);
-        c->total_size += c->m->files[i].size;
-    }
-    if (c->o.drop_packed < 0)
-        c->o.drop_packed = ckfs_drop_packed_auto(c->total_size);
-    if (c->o.drop_packed) /* pages of a mapping that fault-around mapped again */
-        c->o.mmap = 0;    /* cannot be dropped: read with pread instead */
-    c->uid = getuid();
-    c->gid = getgid();
-    return 0;
-}
-
 /* Readers stay open for the whole mount: allow as many descriptors as the
  * hard limit lets us (a model has at most a few thousand shards). */
 static void raise_fd_limit(void)
@@ -811,22 +377,6 @@ static char *fuse_opt_string(const ckfs_ctx *c)
     return s;
 }
 
-static void print_stats(ckfs_ctx *c)
-{
-    ckcache_stats s;
-    ckcache_get_stats(c->cache, &s);
-    fprintf(stderr,
-            "ckptfs: reads %lu (%lu bytes, %lu of >= 512 KiB); cache hits %llu misses %llu "
-            "waits %llu evictions %llu served-out %llu failures %llu; prefetch queued %llu done %llu "
-            "dropped %llu cancelled %llu\n",
-            atomic_load(&c->reads), atomic_load(&c->read_bytes), atomic_load(&c->big_reads),
-            (unsigned long long)s.hits, (unsigned long long)s.misses,
-            (unsigned long long)s.waits, (unsigned long long)s.evictions, (unsigned long long)s.served_out,
-            (unsigned long long)s.failures, (unsigned long long)s.prefetch_queued,
-            (unsigned long long)s.prefetch_done, (unsigned long long)s.prefetch_dropped,
-            (unsigned long long)s.prefetch_cancelled);
-}
-
 /* Mount, serve until unmounted or signalled, unmount.  @return exit status. */
 static int serve(ckfs_ctx *c, const char *mnt)
 {
@@ -851,20 +401,11 @@ static int serve(ckfs_ctx *c, const char *mnt)
         fprintf(stderr, "ckptfs mount: warning: cannot set read_ahead_kb: %s\n", strerror(errno));
     if (fuse_daemonize(c->o.foreground) != 0)
         goto out_unmount;
-    if (!c->o.foreground) {
-        openlog("ckptfs", LOG_PID, LOG_DAEMON);
-        g_syslog = 1;
-    }
-    if (install_sigbus() != 0) {
-        ckfs_log("cannot install the SIGBUS handler: %s", strerror(errno));
-        goto out_unmount;
-    }
+    if (!c->o.foreground)
+        ckfs_log_to_syslog();
     /* Threads start only now: fuse_daemonize forks. */
-    c->cache = ckcache_new(c->o.cache_size, c->o.prefetch_threads, fill_chunk, c);
-    if (!c->cache) {
-        ckfs_log("cannot create the chunk cache");
+    if (ckfs_cache_start(c) != 0)
         goto out_unmount;
-    }
     struct fuse_loop_config *cfg = fuse_loop_cfg_create();
     if (!cfg) {
         ckfs_log("out of memory");
@@ -880,10 +421,9 @@ static int serve(ckfs_ctx *c, const char *mnt)
         ckfs_log("session loop failed: %s", strerror(-rc));
     status = rc < 0 ? 1 : 0;
     if (c->o.stats)
-        print_stats(c);
+        ckfs_print_stats(c);
 out_cache:
-    ckcache_free(c->cache);
-    c->cache = NULL;
+    ckfs_cache_stop(c);
 out_unmount:
     fuse_session_unmount(se);
 out_signals:
@@ -915,13 +455,15 @@ int ckptfs_mount_main(int argc, char **argv)
     }
     char *mnt = realpath(c.o.mnt, NULL);
     int status = 1;
-    if (mnt && ctx_load(&c) == 0) {
+    if (!mnt) {
+        fprintf(stderr, "ckptfs mount: %s: %s\n", c.o.mnt, strerror(errno));
+    } else if (ckfs_ctx_load(&c, err, sizeof err) != 0) {
+        fprintf(stderr, "ckptfs mount: %s\n", err);
+    } else {
         raise_fd_limit();
         status = serve(&c, mnt);
-    } else if (!mnt) {
-        fprintf(stderr, "ckptfs mount: %s: %s\n", c.o.mnt, strerror(errno));
     }
-    ctx_free(&c);
+    ckfs_ctx_free(&c);
     free(mnt);
     return status;
 }

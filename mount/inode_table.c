@@ -192,6 +192,8 @@ int cki_build(const ckm_manifest *m, int64_t dirMtimeNs, cki_table **out, char *
     if (!t || add_node(t, strdup(""), S_IFDIR | 0755, 0, dirMtimeNs, -1) != CKI_ROOT)
         goto nomem;
     t->nodes[CKI_ROOT].parent = CKI_ROOT;
+    if (map_grow(t) != 0) /* also with no directory listed: link_parents looks up files' parents */
+        goto nomem;
     for (size_t i = 0; i < m->n_dirs; i++) {
         uint64_t ino;
         const char *p = m->dirs[i].path;

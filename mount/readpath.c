@@ -1,0 +1,490 @@
+/*
+ * readpath.c — the read path of the mount daemon, without FUSE (readpath.h).
+ *
+ * A read of original bytes [off, end) of a file: the chunks overlapping it
+ * (ckp_locate) -> cache entries (ckcache_get: decoded once, shared, verified
+ * against their hashes by the container reader) -> pieces pointing into the
+ * entries, which fuse_ll.c hands to the kernel without a copy.  Sequential
+ * readers get decode-ahead on the cache's prefetch threads and a disk
+ * readahead hint for the packed planes.  Everything served is immutable while
+ * mounted: no lock is held longer than a cache lookup or the few fields of an
+ * open file's read-ahead state.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include "readpath.h"
+
+#define MAX_PREFETCH_CHUNKS 64     /* chunks queued per read request */
+#define HINT_WINDOWS 4             /* disk readahead: this many prefetch windows ahead */
+
+static int g_syslog;               /* log to syslog once daemonized */
+
+void ckfs_log_to_syslog(void)
+{
+    openlog("ckptfs", LOG_PID, LOG_DAEMON);
+    g_syslog = 1;
+}
+
+void ckfs_log(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (g_syslog) {
+        vsyslog(LOG_ERR, fmt, ap);
+    } else {
+        fputs("ckptfs: ", stderr);
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+    }
+    va_end(ap);
+}
+
+/* ---- per-thread decode scratch ------------------------------------------ */
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_destroy(void *p) { ckp_scratch_free(p); }
+static void scratch_key_init(void) { pthread_key_create(&scratch_key, scratch_destroy); }
+
+static ckp_scratch *thread_scratch(void)
+{
+    pthread_once(&scratch_once, scratch_key_init);
+    ckp_scratch *s = pthread_getspecific(scratch_key);
+    if (!s && (s = ckp_scratch_new()) != NULL)
+        pthread_setspecific(scratch_key, s);
+    return s;
+}
+
+/* ---- SIGBUS from mapped packed files ------------------------------------- */
+
+/* Packed files are mapped (CKP_OPEN_MMAP): if one shrinks while mounted (it
+ * should never change, but it is someone else's file), loading a page past
+ * its new end raises SIGBUS in the thread decoding.  The handler jumps back
+ * out of the decode, which fails with EIO; a SIGBUS anywhere else (not armed)
+ * gets the default action.  The jump leaves only the decode's thread scratch
+ * (a zstd context reset on its next use) and the cache buffer, which the
+ * cache frees on error.  SA_NODEFER: the jump does not restore a mask, so
+ * SIGBUS must not stay blocked after it. */
+static __thread sigjmp_buf bus_jmp;
+static __thread volatile sig_atomic_t bus_armed;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uctx)
+{
+    (void)si;
+    (void)uctx;
+    if (bus_armed) {
+        bus_armed = 0;
+        siglongjmp(bus_jmp, 1);
+    }
+    signal(sig, SIG_DFL);      /* not ours: die as without the handler */
+    raise(sig);
+}
+
+static int install_sigbus(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    return sigaction(SIGBUS, &sa, NULL);
+}
+
+/* ---- readers and chunks -------------------------------------------------- */
+
+static int open_reader(ckfs_ctx *c, uint32_t i, ckp_reader **out)
+{
+    const ckm_file *f = &c->m->files[i];
+    char *path, msg[512];
+    if (asprintf(&path, "%s/%s%s", c->dst, f->path, CKP_SUFFIX) < 0)
+        return ENOMEM;
+    ckp_status st = ckp_open_ex(path, c->o.mmap ? CKP_OPEN_MMAP : 0, out, msg, sizeof msg);
+    free(path);
+    if (st != CKP_OK) {
+        ckfs_log("%s: cannot open packed file: %s", f->path, msg);
+        return ckp_status_errno(st);
+    }
+    if (ckp_get_info(*out)->original_size != f->size) {
+        ckfs_log("%s: packed file holds %llu bytes, manifest says %llu", f->path,
+                 (unsigned long long)ckp_get_info(*out)->original_size,
+                 (unsigned long long)f->size);
+        ckp_close(*out);
+        *out = NULL;
+        return EIO;
+    }
+    return 0;
+}
+
+static int get_reader(ckfs_ctx *c, uint32_t i, const ckp_reader **out)
+{
+    ckfs_mfile *f = &c->files[i];
+    ckp_reader *r = atomic_load_explicit(&f->r, memory_order_acquire);
+    int err = 0;
+    if (!r) {
+        pthread_mutex_lock(&f->lock);
+        r = atomic_load_explicit(&f->r, memory_order_relaxed);
+        err = f->open_err;
+        if (!r && !err) {
+            err = open_reader(c, i, &r);
+            if (err == EIO)
+                f->open_err = err;     /* damage does not heal; other errors may */
+            else if (!err)
+                atomic_store_explicit(&f->r, r, memory_order_release);
+        }
+        pthread_mutex_unlock(&f->lock);
+    }
+    *out = r;
+    return err;
+}
+
+/* Chunk fill for the cache: decode and verify one chunk. */
+static int fill_chunk(void *arg, const ckcache_key *k, void *dst, size_t len)
+{
+    ckfs_ctx *c = arg;
+    const ckp_reader *r = atomic_load_explicit(&c->files[k->file].r, memory_order_acquire);
+    ckp_scratch *s = thread_scratch();
+    if (!r)
+        return EIO;
+    if (!s)
+        return ENOMEM;
+    ckp_status st;
+    int bus = 0;
+    if (ckp_is_mapped(r)) {
+        if (sigsetjmp(bus_jmp, 0) == 0) {
+            bus_armed = 1;
+            st = ckp_read_chunk(r, k->extent, k->chunk, dst, s);
+            bus_armed = 0;
+        } else {
+            st = CKP_ERR_IO;   /* SIGBUS: the packed file shrank under us */
+            bus = 1;
+        }
+    } else {
+        st = ckp_read_chunk(r, k->extent, k->chunk, dst, s);
+    }
+    if (st == CKP_OK) {
+        if (c->o.drop_packed) /* the decoded bytes go to the page cache: not both */
+            ckp_dontneed(r, k->extent, k->chunk, k->chunk + 1);
+        return 0;
+    }
+    const ckp_extent *x = ckp_get_extent(r, k->extent);
+    uint64_t start = x->orig_offset + k->chunk * x->chunk_size;
+    if (bus)
+        ckfs_log("%s: packed file changed size while mounted (SIGBUS reading it)",
+                 c->m->files[k->file].path);
+    ckfs_log("%s: extent %u (%s) chunk %llu (original bytes %llu..%llu) unreadable: %s; "
+             "reads touching it fail with EIO",
+             c->m->files[k->file].path, k->extent, x->name[0] ? x->name : "header",
+             (unsigned long long)k->chunk, (unsigned long long)start,
+             (unsigned long long)(start + len), ckp_status_name(st));
+    return ckp_status_errno(st);
+}
+
+typedef struct {
+    ckcache_key key;
+    uint64_t start, len;           /* original bytes the chunk covers */
+} chunk_ref;
+
+static int chunk_at(const ckp_reader *r, uint32_t file, uint64_t off, chunk_ref *out)
+{
+    uint32_t e;
+    uint64_t ch;
+    if (ckp_locate(r, off, &e, &ch) != CKP_OK)
+        return EIO;
+    const ckp_extent *x = ckp_get_extent(r, e);
+    out->key = (ckcache_key){.file = file, .extent = e, .chunk = ch};
+    out->start = x->orig_offset + ch * x->chunk_size;
+    out->len = ckp_chunk_len(x, ch);
+    return 0;
+}
+
+/* Ask the prefetch workers to decode the chunks holding [from, to). */
+static void queue_chunks(ckfs_ctx *c, const ckp_reader *r, uint32_t file, uint64_t from,
+                         uint64_t to)
+{
+    chunk_ref cr;
+    for (int n = 0; from < to && n < MAX_PREFETCH_CHUNKS; n++) {
+        if (chunk_at(r, file, from, &cr) != 0)
+            break;
+        ckcache_prefetch(c->cache, &cr.key, cr.len);
+        from = cr.start + cr.len;
+    }
+}
+
+/* Ask the kernel to read from disk the packed bytes that original bytes
+ * [from, to) decode from (a hint: the planes of an extent are three streams
+ * at different places of the file, which defeats the kernel's readahead). */
+static void hint_range(const ckp_reader *r, uint64_t from, uint64_t to)
+{
+    while (from < to) {
+        uint32_t e;
+        uint64_t c0;
+        if (ckp_locate(r, from, &e, &c0) != CKP_OK)
+            return;
+        const ckp_extent *x = ckp_get_extent(r, e);
+        uint64_t xend = x->orig_offset + x->orig_size, stop = to < xend ? to : xend;
+        uint64_t c1 = (stop - x->orig_offset + x->chunk_size - 1) / x->chunk_size;
+        ckp_willneed(r, e, c0, c1);
+        from = stop;
+    }
+}
+
+/* Sequential-read detection: reads near the end of the previous ones (the
+ * kernel's readahead sends several at once, in any order) count as
+ * sequential; from the third on, queue decode-ahead of the next bytes. */
+static void read_ahead(ckfs_ctx *c, ckfs_ofile *of, const ckp_reader *r, uint64_t off, uint64_t end,
+                       uint64_t fsize)
+{
+    uint64_t window = c->o.prefetch, from = 0, to = 0, hfrom = 0, hto = 0;
+    if (!window || !c->o.prefetch_threads)
+        return;
+    pthread_mutex_lock(&of->lock);
+    if (off + window >= of->next_off && off <= of->next_off + window) {
+        of->seq++;
+        if (end > of->next_off)
+            of->next_off = end;
+    } else {
+        of->seq = 0;
+        of->next_off = of->ahead_to = of->hint_to = end;
+    }
+    if (of->seq >= 2) {
+        from = of->ahead_to > end ? of->ahead_to : end;
+        to = end + window < fsize ? end + window : fsize;
+        if (to > from)
+            of->ahead_to = to;
+        /* disk readahead HINT_WINDOWS windows ahead, in steps of >= 1 MiB */
+        hfrom = of->hint_to > end ? of->hint_to : end;
+        hto = end + HINT_WINDOWS * window < fsize ? end + HINT_WINDOWS * window : fsize;
+        if (hto > hfrom && (hto - hfrom >= (1u << 20) || hto == fsize))
+            of->hint_to = hto;
+        else
+            hto = hfrom;
+    }
+    pthread_mutex_unlock(&of->lock);
+    if (hto > hfrom)
+        hint_range(r, hfrom, hto);
+    queue_chunks(c, r, of->file, from, to);
+}
+
+/* ---- open files ----------------------------------------------------------- */
+
+int ckfs_file_open(ckfs_ctx *c, uint32_t file, ckfs_ofile **out)
+{
+    const ckp_reader *r;
+    *out = NULL;
+    int err = get_reader(c, file, &r);
+    if (err)
+        return err;
+    ckfs_ofile *of = calloc(1, sizeof *of);
+    if (!of)
+        return ENOMEM;
+    of->file = file;
+    pthread_mutex_init(&of->lock, NULL);
+    *out = of;
+    return 0;
+}
+
+void ckfs_file_close(ckfs_ofile *of)
+{
+    if (of) {
+        pthread_mutex_destroy(&of->lock);
+        free(of);
+    }
+}
+
+/* ---- reads ------------------------------------------------------------------ */
+
+static int pieces_push(ckfs_pieces *p, ckcache_entry *e, const void *base, size_t len)
+{
+    if (p->n == p->cap) {
+        size_t cap = p->cap * 4;
+        ckcache_entry **ne = malloc(cap * sizeof *ne);
+        struct iovec *ni = malloc(cap * sizeof *ni);
+        if (!ne || !ni) {
+            free(ne);
+            free(ni);
+            return ENOMEM;
+        }
+        memcpy(ne, p->e, p->n * sizeof *ne);
+        memcpy(ni, p->iov, p->n * sizeof *ni);
+        if (p->e != p->e_small) {
+            free(p->e);
+            free(p->iov);
+        }
+        p->e = ne;
+        p->iov = ni;
+        p->cap = cap;
+    }
+    p->total += len;
+    p->e[p->n] = e;
+    p->iov[p->n] = (struct iovec){.iov_base = (void *)base, .iov_len = len};
+    p->n++;
+    return 0;
+}
+
+void ckfs_pieces_release(ckfs_ctx *c, ckfs_pieces *p, int served)
+{
+    for (size_t i = 0; i < p->n; i++)
+        ckcache_put_served(c->cache, p->e[i], served ? p->iov[i].iov_len : 0);
+    if (p->e != p->e_small) {
+        free(p->e);
+        free(p->iov);
+    }
+}
+
+char *ckfs_pieces_copy(const ckfs_pieces *p)
+{
+    char *buf = malloc(p->total ? p->total : 1);
+    if (!buf)
+        return NULL;
+    size_t at = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        memcpy(buf + at, p->iov[i].iov_base, p->iov[i].iov_len);
+        at += p->iov[i].iov_len;
+    }
+    return buf;
+}
+
+int ckfs_read(ckfs_ctx *c, ckfs_ofile *of, uint64_t fsize, uint64_t off, size_t size, ckfs_pieces *p)
+{
+    memset(p, 0, sizeof *p);
+    p->e = p->e_small;
+    p->iov = p->iov_small;
+    p->cap = 32;
+    if (off >= fsize || size == 0)
+        return 0;
+    uint64_t end = off + size < fsize ? off + size : fsize;
+    const ckp_reader *r = atomic_load_explicit(&c->files[of->file].r, memory_order_acquire);
+    atomic_fetch_add_explicit(&c->reads, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->read_bytes, end - off, memory_order_relaxed);
+    if (size >= (512u << 10))
+        atomic_fetch_add_explicit(&c->big_reads, 1, memory_order_relaxed);
+    read_ahead(c, of, r, off, end, fsize);
+    /* A request spanning several chunks: workers decode the later ones
+     * while this thread decodes the first (each is decoded once either way). */
+    if (c->o.prefetch_threads && end - off > CKP_BF16_CHUNK_WEIGHTS * 2u) {
+        chunk_ref first;
+        if (chunk_at(r, of->file, off, &first) == 0)
+            queue_chunks(c, r, of->file, first.start + first.len, end);
+    }
+    int err = 0;
+    for (uint64_t pos = off; pos < end && !err;) {
+        chunk_ref cr;
+        ckcache_entry *e;
+        if ((err = chunk_at(r, of->file, pos, &cr)) != 0 ||
+            (err = ckcache_get(c->cache, &cr.key, cr.len, &e)) != 0)
+            break;
+        uint64_t stop = cr.start + cr.len < end ? cr.start + cr.len : end;
+        err = pieces_push(p, e, (const char *)ckcache_data(e) + (pos - cr.start), stop - pos);
+        if (err)
+            ckcache_put(c->cache, e);
+        pos = stop;
+    }
+    if (err) {
+        ckfs_pieces_release(c, p, 0);
+        memset(p, 0, sizeof *p);
+    }
+    return err;
+}
+
+/* ---- setup ------------------------------------------------------------------ */
+
+void ckfs_ctx_free(ckfs_ctx *c)
+{
+    if (c->files) {
+        for (size_t i = 0; i < c->m->n_files; i++) {
+            ckp_close(atomic_load(&c->files[i].r));
+            pthread_mutex_destroy(&c->files[i].lock);
+        }
+        free(c->files);
+    }
+    cki_free(c->t);
+    ckm_free(c->m);
+    free(c->dst);
+}
+
+int ckfs_ctx_load(ckfs_ctx *c, char *err, size_t errCapacity)
+{
+    c->dst = realpath(c->o.dst, NULL);
+    if (!c->dst) {
+        snprintf(err, errCapacity, "%s: %s", c->o.dst, strerror(errno));
+        return -1;
+    }
+    if (ckm_load(c->dst, &c->m, err, errCapacity) != 0)
+        return -1;
+    char *mpath;
+    struct stat st;
+    int64_t mtime = 0;
+    if (asprintf(&mpath, "%s/%s", c->dst, CKP_MANIFEST_NAME) >= 0) {
+        if (stat(mpath, &st) == 0)
+            mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+        free(mpath);
+    }
+    char msg[1024];
+    if (cki_build(c->m, mtime, &c->t, msg, sizeof msg) != 0) {
+        snprintf(err, errCapacity, "%s: %s", c->dst, msg);
+        return -1;
+    }
+    c->files = calloc(c->m->n_files ? c->m->n_files : 1, sizeof *c->files);
+    if (!c->files) {
+        snprintf(err, errCapacity, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < c->m->n_files; i++) {
+        pthread_mutex_init(&c->files[i].lock, NULL);
+        c->total_size += c->m->files[i].size;
+    }
+    if (c->o.drop_packed < 0)
+        c->o.drop_packed = ckfs_drop_packed_auto(c->total_size);
+    if (c->o.drop_packed) /* pages of a mapping that fault-around mapped again */
+        c->o.mmap = 0;    /* cannot be dropped: read with pread instead */
+    c->uid = getuid();
+    c->gid = getgid();
+    return 0;
+}
+
+int ckfs_cache_start(ckfs_ctx *c)
+{
+    if (install_sigbus() != 0) {
+        ckfs_log("cannot install the SIGBUS handler: %s", strerror(errno));
+        return -1;
+    }
+    c->cache = ckcache_new(c->o.cache_size, c->o.prefetch_threads, fill_chunk, c);
+    if (!c->cache) {
+        ckfs_log("cannot create the chunk cache");
+        return -1;
+    }
+    return 0;
+}
+
+void ckfs_cache_stop(ckfs_ctx *c)
+{
+    ckcache_free(c->cache);
+    c->cache = NULL;
+}
+
+void ckfs_print_stats(ckfs_ctx *c)
+{
+    ckcache_stats s;
+    ckcache_get_stats(c->cache, &s);
+    fprintf(stderr,
+            "ckptfs: reads %lu (%lu bytes, %lu of >= 512 KiB); cache hits %llu misses %llu "
+            "waits %llu evictions %llu served-out %llu failures %llu; prefetch queued %llu done %llu "
+            "dropped %llu cancelled %llu\n",
+            atomic_load(&c->reads), atomic_load(&c->read_bytes), atomic_load(&c->big_reads),
+            (unsigned long long)s.hits, (unsigned long long)s.misses,
+            (unsigned long long)s.waits, (unsigned long long)s.evictions, (unsigned long long)s.served_out,
+            (unsigned long long)s.failures, (unsigned long long)s.prefetch_queued,
+            (unsigned long long)s.prefetch_done, (unsigned long long)s.prefetch_dropped,
+            (unsigned long long)s.prefetch_cancelled);
+}

@@ -1,0 +1,106 @@
+/*
+ * readpath.h — the mount daemon's read path without FUSE (DESIGN §2, §7).
+ *
+ * Everything a read(ino, off, len) needs, as plain C over the inode table,
+ * the container reader and the chunk cache: loading the packed directory
+ * (manifest + tree), opening its packed files once, decoding chunks into the
+ * cache (with SIGBUS from a shrunken mapping turned into EIO), sequential-read
+ * detection, decode-ahead and disk-readahead hints, and the pieces of a reply
+ * (cache entries held until the reply is out).  fuse_ll.c only translates
+ * kernel requests into these calls, so all of this is unit-tested without a
+ * mount (tests/unit/test_readpath.c).
+ */
+#ifndef CKFS_READPATH_H
+#define CKFS_READPATH_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "chunk_cache.h"
+#include "container.h"
+#include "inode_table.h"
+#include "manifest.h"
+#include "mount_opts.h"
+
+#define CKFS_MAX_IOV 1000          /* pieces in one reply: below IOV_MAX, leaving room for the header */
+
+/* A packed file, opened on first open(2) and kept open until unmount. */
+typedef struct {
+    pthread_mutex_t lock;          /* serializes the first open */
+    _Atomic(ckp_reader *) r;
+    int open_err;                  /* remembered damage (EIO) after a failed open; by lock */
+} ckfs_mfile;
+
+/* The mounted directory.  Immutable after ckfs_ctx_load but for the readers
+ * of files (opened once, by their lock), the cache and the counters. */
+typedef struct {
+    ckfs_mount_opts o;
+    char *dst;                     /* absolute path of the packed directory */
+    ckm_manifest *m;
+    cki_table *t;
+    ckfs_mfile *files;             /* one per manifest file */
+    ckcache *cache;                /* from ckfs_cache_start */
+    uid_t uid;
+    gid_t gid;
+    uint64_t total_size;
+    atomic_ulong reads, read_bytes, big_reads; /* big: >= 512 KiB */
+} ckfs_ctx;
+
+/* An open file: the state of sequential-read detection (by lock). */
+typedef struct {
+    uint32_t file;                 /* index in the manifest */
+    pthread_mutex_t lock;
+    uint64_t next_off;             /* end of the furthest recent read */
+    unsigned seq;                  /* near-sequential reads in a row */
+    uint64_t ahead_to;             /* decode-ahead requested up to here */
+    uint64_t hint_to;              /* disk readahead hinted up to here */
+} ckfs_ofile;
+
+/* The bytes of one read: n pieces, piece i is iov[i] inside cache entry e[i]
+ * (held until ckfs_pieces_release); total bytes in all. */
+typedef struct {
+    ckcache_entry *e_small[32], **e;
+    struct iovec iov_small[32], *iov;
+    size_t n, cap, total;
+} ckfs_pieces;
+
+/* Messages of the daemon: stderr, or syslog once daemonized. */
+void ckfs_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void ckfs_log_to_syslog(void);
+
+/* Load c->o.dst's manifest and build the tree (c->o set by the caller, the
+ * rest zero).  @return 0, or -1 with a message naming the directory in err. */
+int ckfs_ctx_load(ckfs_ctx *c, char *err, size_t errCapacity);
+/* Free what ckfs_ctx_load and the reads set up (not the cache). */
+void ckfs_ctx_free(ckfs_ctx *c);
+
+/* Start the chunk cache and its prefetch threads (after any fork), with the
+ * SIGBUS handler that mapped reads need.  @return 0, or -1 (logged). */
+int ckfs_cache_start(ckfs_ctx *c);
+void ckfs_cache_stop(ckfs_ctx *c);
+
+/* Open manifest file `file` for reading.  @return 0 or an errno value
+ * (EIO for a damaged packed file, remembered for later opens). */
+int ckfs_file_open(ckfs_ctx *c, uint32_t file, ckfs_ofile **out);
+void ckfs_file_close(ckfs_ofile *of);
+
+/* Gather the bytes [off, off+size) of an open file of size fsize (clipped to
+ * it) into p, decoding the chunks not in the cache, and queue decode-ahead
+ * for sequential readers.  @return 0 (p holds the pieces; release them with
+ * ckfs_pieces_release) or an errno value (EIO for damage; p holds nothing). */
+int ckfs_read(ckfs_ctx *c, ckfs_ofile *of, uint64_t fsize, uint64_t off, size_t size, ckfs_pieces *p);
+/* Copy the pieces into one malloc'ed buffer of p->total bytes (for replies of
+ * more than CKFS_MAX_IOV pieces).  @return NULL when out of memory. */
+char *ckfs_pieces_copy(const ckfs_pieces *p);
+/* Give the pieces back to the cache; served: they were sent, so their bytes
+ * count as served (chunk_cache.h). */
+void ckfs_pieces_release(ckfs_ctx *c, ckfs_pieces *p, int served);
+
+/* Print the read and cache counters (-o stats). */
+void ckfs_print_stats(ckfs_ctx *c);
+
+#endif

@@ -1,0 +1,428 @@
+/*
+ * test_readpath.c — the mount daemon without a mount: the FUSE-free read
+ * path (mount/readpath.h) over a packed directory written here, the inode
+ * table built from manifests made here, and the mount command line.
+ * Truth is the original bytes written into the packed files, the manifest's
+ * entries, and the documented option defaults.
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "container.h"
+#include "inode_table.h"
+#include "manifest.h"
+#include "mount_opts.h"
+#include "readpath.h"
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static char tmpdir[256];
+
+static void setup(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/ckptfs-readpath.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void teardown(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* ---- a packed directory --------------------------------------------------- */
+
+#define W_BYTES (5 * 2 * CKP_BF16_CHUNK_WEIGHTS + 2 * 1234) /* 5 chunks and a part */
+#define RAW_BYTES 70001
+
+/* BF16 weights near N(0, 0.02) (the exponent range K15 codes without escapes
+ * most of the time) with some rare values that become escapes. */
+static uint16_t weight(void)
+{
+    uint64_t r = rnd();
+    if (r % 97 == 0)
+        return (uint16_t)(r >> 16);
+    return (uint16_t)(((r >> 8) & 0x8000) | (0x3C00 + (r >> 20) % 0x180));
+}
+
+typedef struct {
+    uint8_t *orig;        /* the original bytes of "d/w.bin" */
+    uint64_t size;
+    char packed[512];     /* its packed file */
+} model;
+
+/* tmpdir/d/w.bin.ckpt: a K15 extent of W_BYTES then a raw extent; the
+ * manifest lists d/ and d/w.bin. */
+static void write_model(model *md)
+{
+    md->size = W_BYTES + RAW_BYTES;
+    md->orig = malloc(md->size);
+    for (uint64_t i = 0; i < W_BYTES; i += 2) {
+        uint16_t w = weight();
+        memcpy(md->orig + i, &w, 2);
+    }
+    for (uint64_t i = W_BYTES; i < md->size; i++)
+        md->orig[i] = (uint8_t)rnd();
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/d", tmpdir);
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    snprintf(md->packed, sizeof md->packed, "%s/d/w.bin%s", tmpdir, CKP_SUFFIX);
+    int fd = open(md->packed, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    ck_assert_int_ge(fd, 0);
+    ckp_writer_opts o = {.path = "d/w.bin", .kind = CKP_KIND_BLOB, .mode = 0644, .mtime_ns = 42};
+    ckp_writer *w;
+    ck_assert_int_eq(ckp_writer_new(fd, &o, &w), CKP_OK);
+    ck_assert_int_eq(ckp_writer_add(w, CKC_ENC_K15, md->orig, W_BYTES, "w", 0), CKP_OK);
+    ck_assert_int_eq(ckp_writer_add(w, CKC_ENC_RAW, md->orig + W_BYTES, RAW_BYTES, "", 0), CKP_OK);
+    uint8_t sha[32] = {0};
+    ck_assert_int_eq(ckp_writer_finish(w, sha), CKP_OK);
+    ckp_writer_free(w);
+    close(fd);
+    ckm_file f = {.path = "d/w.bin", .size = md->size, .mode = 0644, .mtime_ns = 42, .kind = CKP_KIND_BLOB};
+    ckm_dir d = {.path = "d", .mode = 0755};
+    ckm_manifest m = {.files = &f, .n_files = 1, .dirs = &d, .n_dirs = 1};
+    char err[512];
+    ck_assert_msg(ckm_write(tmpdir, &m, err, sizeof err) == 0, "%s", err);
+}
+
+/* A loaded context with its cache started (prefetch threads as given). */
+static void ctx_open(ckfs_ctx *c, unsigned prefetch_threads, uint64_t prefetch)
+{
+    char err[1024];
+    memset(c, 0, sizeof *c);
+    c->o.dst = tmpdir;
+    c->o.cache_size = 64ull << 20;
+    c->o.prefetch = prefetch;
+    c->o.prefetch_threads = prefetch_threads;
+    c->o.mmap = 1;
+    c->o.drop_packed = 0;
+    ck_assert_msg(ckfs_ctx_load(c, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(ckfs_cache_start(c), 0);
+}
+
+static void ctx_close(ckfs_ctx *c)
+{
+    ckfs_cache_stop(c);
+    ckfs_ctx_free(c);
+}
+
+/* Open d/w.bin through the tree, as the glue does. */
+static ckfs_ofile *open_w(ckfs_ctx *c, uint64_t *size, int *err)
+{
+    uint64_t d = cki_lookup(c->t, CKI_ROOT, "d"), ino = d ? cki_lookup(c->t, d, "w.bin") : 0;
+    ck_assert_uint_ne(ino, 0);
+    const cki_node *n = cki_get(c->t, ino);
+    ckfs_ofile *of = NULL;
+    *size = n->size;
+    *err = ckfs_file_open(c, (uint32_t)n->file, &of);
+    return of;
+}
+
+/* Read [off, off+len) and compare with the original; @return errno or 0. */
+static int read_check(ckfs_ctx *c, ckfs_ofile *of, const model *md, uint64_t off, size_t len)
+{
+    ckfs_pieces p;
+    int err = ckfs_read(c, of, md->size, off, len, &p);
+    if (err) {
+        ck_assert_uint_eq(p.n, 0);
+        return err;
+    }
+    uint64_t want = off >= md->size ? 0 : (off + len < md->size ? len : md->size - off);
+    ck_assert_uint_eq(p.total, want);
+    uint64_t at = off, sum = 0;
+    for (size_t i = 0; i < p.n; i++) {
+        ck_assert_msg(memcmp(p.iov[i].iov_base, md->orig + at, p.iov[i].iov_len) == 0,
+                      "piece %zu of read %llu+%zu differs", i, (unsigned long long)off, len);
+        at += p.iov[i].iov_len;
+        sum += p.iov[i].iov_len;
+    }
+    ck_assert_uint_eq(sum, want);
+    char *flat = ckfs_pieces_copy(&p);
+    ck_assert_ptr_nonnull(flat);
+    ck_assert(want == 0 || memcmp(flat, md->orig + off, want) == 0);
+    free(flat);
+    ckfs_pieces_release(c, &p, 1);
+    return 0;
+}
+
+START_TEST(reads_return_the_original_bytes)
+{
+    model md;
+    ckfs_ctx c;
+    uint64_t size;
+    int err;
+    write_model(&md);
+    ctx_open(&c, _i, 1u << 20);  /* without and with prefetch workers */
+    ckfs_ofile *of = open_w(&c, &size, &err);
+    ck_assert_int_eq(err, 0);
+    ck_assert_uint_eq(size, md.size);
+    /* whole file in one read, chunk edges, the extent boundary, the end */
+    ck_assert_int_eq(read_check(&c, of, &md, 0, md.size + 100), 0);
+    static const uint64_t edges[] = {0, 2 * CKP_BF16_CHUNK_WEIGHTS, W_BYTES, W_BYTES + CKP_BLOB_CHUNK};
+    for (size_t i = 0; i < sizeof edges / sizeof *edges; i++)
+        for (int d = -3; d <= 3; d++)
+            if ((int64_t)edges[i] + d >= 0)
+                ck_assert_int_eq(read_check(&c, of, &md, edges[i] + d, 7), 0);
+    ck_assert_int_eq(read_check(&c, of, &md, md.size - 5, 4096), 0);  /* clipped */
+    ck_assert_int_eq(read_check(&c, of, &md, md.size, 4096), 0);      /* past the end: nothing */
+    ck_assert_int_eq(read_check(&c, of, &md, 10, 0), 0);
+    for (int it = 0; it < 300; it++)
+        ck_assert_int_eq(read_check(&c, of, &md, rnd() % md.size, 1 + rnd() % (1u << 20)), 0);
+    /* sequential 128 KiB reads, as the kernel sends them */
+    for (uint64_t off = 0; off < md.size; off += 128 << 10)
+        ck_assert_int_eq(read_check(&c, of, &md, off, 128 << 10), 0);
+    ckfs_file_close(of);
+    ctx_close(&c);
+    free(md.orig);
+}
+END_TEST
+
+/* Sequential readers get decode-ahead; one random read does not. */
+START_TEST(sequential_reads_prefetch)
+{
+    model md;
+    ckfs_ctx c;
+    uint64_t size;
+    int err;
+    ckcache_stats s;
+    write_model(&md);
+    ctx_open(&c, 1, 4u << 20);
+    ckfs_ofile *of = open_w(&c, &size, &err);
+    ck_assert_int_eq(read_check(&c, of, &md, 300000, 4096), 0);
+    ckcache_get_stats(c.cache, &s);
+    ck_assert_uint_eq(s.prefetch_queued, 0);
+    for (uint64_t off = 0; off < 3 * 4096; off += 4096)
+        ck_assert_int_eq(read_check(&c, of, &md, off, 4096), 0);
+    ckcache_get_stats(c.cache, &s);
+    ck_assert_uint_gt(s.prefetch_queued, 0);
+    ck_assert_uint_eq(atomic_load(&c.reads), 4);
+    ck_assert_uint_eq(atomic_load(&c.read_bytes), 4 * 4096);
+    ckfs_file_close(of);
+    ctx_close(&c);
+    free(md.orig);
+}
+END_TEST
+
+/* Damage in one chunk: reads touching it fail with EIO, every time; the
+ * other chunks still read back exactly. */
+START_TEST(damaged_chunk_is_eio)
+{
+    model md;
+    ckfs_ctx c;
+    uint64_t size;
+    int err;
+    write_model(&md);
+    ckp_reader *r;
+    char msg[512];
+    ck_assert_int_eq(ckp_open(md.packed, &r, msg, sizeof msg), CKP_OK);
+    const ckp_extent *x = ckp_get_extent(r, 0);
+    ckp_span sp;
+    ckp_chunk_span(x, 2, 3, &sp);
+    uint64_t at = x->plane_offset[1] + sp.off[1] + 1000; /* a low byte of chunk 2 */
+    ckp_close(r);
+    int fd = open(md.packed, O_RDWR);
+    uint8_t b;
+    ck_assert_int_eq(pread(fd, &b, 1, (off_t)at), 1);
+    b ^= 0x10;
+    ck_assert_int_eq(pwrite(fd, &b, 1, (off_t)at), 1);
+    close(fd);
+    ctx_open(&c, 0, 0);
+    ckfs_ofile *of = open_w(&c, &size, &err);
+    ck_assert_int_eq(err, 0);
+    uint64_t c2 = 2 * 2 * CKP_BF16_CHUNK_WEIGHTS;
+    ck_assert_int_eq(read_check(&c, of, &md, c2 + 10, 10), EIO);
+    ck_assert_int_eq(read_check(&c, of, &md, c2 - 10, 20), EIO); /* spans chunks 1 and 2 */
+    ck_assert_int_eq(read_check(&c, of, &md, c2 + 10, 10), EIO); /* still */
+    ck_assert_int_eq(read_check(&c, of, &md, 0, c2), 0);
+    ck_assert_int_eq(read_check(&c, of, &md, c2 + 2 * CKP_BF16_CHUNK_WEIGHTS, md.size), 0);
+    ckfs_file_close(of);
+    ctx_close(&c);
+    free(md.orig);
+}
+END_TEST
+
+/* A packed file that is gone or not a packed file: open fails (EIO for
+ * damage, remembered), and loading a directory without a manifest names it. */
+START_TEST(bad_packed_files)
+{
+    model md;
+    ckfs_ctx c;
+    uint64_t size;
+    int err;
+    char msg[1024];
+    write_model(&md);
+    int fd = open(md.packed, O_WRONLY | O_TRUNC);
+    ck_assert_int_eq(write(fd, "not a packed file", 17), 17);
+    close(fd);
+    ctx_open(&c, 0, 0);
+    ck_assert_ptr_null(open_w(&c, &size, &err));
+    ck_assert_int_eq(err, EIO);
+    ck_assert_int_eq(unlink(md.packed), 0);
+    ck_assert_ptr_null(open_w(&c, &size, &err));
+    ck_assert_int_eq(err, EIO); /* damage does not heal */
+    ctx_close(&c);
+    char sub[300];
+    snprintf(sub, sizeof sub, "%s/d", tmpdir);
+    memset(&c, 0, sizeof c);
+    c.o.dst = sub;
+    ck_assert_int_eq(ckfs_ctx_load(&c, msg, sizeof msg), -1);
+    ck_assert_msg(strstr(msg, sub) != NULL, "message does not name the directory: %s", msg);
+    ckfs_ctx_free(&c);
+    free(md.orig);
+}
+END_TEST
+
+/* ---- the inode table ------------------------------------------------------- */
+
+START_TEST(inode_table_tree)
+{
+    ckm_file f[] = {{.path = "a/b/c.bin", .size = 5, .mode = 0100600, .mtime_ns = 7},
+                    {.path = "a/x", .size = 9, .mode = 0100644},
+                    {.path = "z", .size = 0, .mode = 0100444}};
+    ckm_dir d[] = {{.path = "a", .mode = 040700}, {.path = "e", .mode = 040755}};
+    ckm_manifest m = {.files = f, .n_files = 3, .dirs = d, .n_dirs = 2};
+    cki_table *t;
+    char err[256];
+    ck_assert_msg(cki_build(&m, 99, &t, err, sizeof err) == 0, "%s", err);
+    /* 1 root, 2-3 the listed dirs, 4-6 the files, then the unlisted a/b */
+    ck_assert_uint_eq(cki_count(t), 7);
+    ck_assert_uint_eq(cki_file_ino(t, 0), 4);
+    ck_assert_uint_eq(cki_file_ino(t, 2), 6);
+    const cki_node *root = cki_get(t, CKI_ROOT);
+    ck_assert_uint_eq(root->n_children, 3);
+    ck_assert_uint_eq(root->n_subdirs, 2);
+    ck_assert_uint_eq(root->parent, CKI_ROOT);
+    static const char *names[] = {"a", "e", "z"}; /* sorted */
+    for (int i = 0; i < 3; i++)
+        ck_assert_str_eq(cki_get(t, root->children[i])->name, names[i]);
+    uint64_t a = cki_lookup(t, CKI_ROOT, "a"), b = cki_lookup(t, a, "b"), cb = cki_lookup(t, b, "c.bin");
+    ck_assert_uint_eq(a, 2);
+    ck_assert_uint_eq(b, 7);
+    ck_assert_uint_eq(cb, 4);
+    ck_assert_int_eq(cki_get(t, a)->mode, 040700);
+    ck_assert_int_eq(cki_get(t, b)->mode, 040755);  /* unlisted: 0755 */
+    ck_assert_int_eq(cki_get(t, b)->mtime_ns, 99);
+    ck_assert_uint_eq(cki_get(t, b)->parent, a);
+    const cki_node *n = cki_get(t, cb);
+    ck_assert_str_eq(n->path, "a/b/c.bin");
+    ck_assert_uint_eq(n->size, 5);
+    ck_assert_int_eq(n->mtime_ns, 7);
+    ck_assert_int_eq(n->file, 0);
+    ck_assert_uint_eq(cki_lookup(t, CKI_ROOT, "nope"), 0);
+    ck_assert_uint_eq(cki_lookup(t, CKI_ROOT, "a/x"), 0);
+    ck_assert_ptr_null(cki_get(t, 0));
+    ck_assert_ptr_null(cki_get(t, 8));
+    cki_free(t);
+}
+END_TEST
+
+START_TEST(inode_table_rejects)
+{
+    ckm_file f[] = {{.path = "a", .size = 1, .mode = 0100644}, {.path = "a/b", .size = 1, .mode = 0100644}};
+    ckm_dir d[] = {{.path = "x", .mode = 040755}, {.path = "x", .mode = 040755}};
+    ckm_manifest file_as_dir = {.files = f, .n_files = 2};
+    ckm_manifest dir_twice = {.dirs = d, .n_dirs = 2};
+    cki_table *t = NULL;
+    char err[256] = "";
+    ck_assert_int_eq(cki_build(&file_as_dir, 0, &t, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "'a'") != NULL, "%s", err);
+    err[0] = 0;
+    ck_assert_int_eq(cki_build(&dir_twice, 0, &t, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "'x'") != NULL, "%s", err);
+}
+END_TEST
+
+/* ---- mount options ----------------------------------------------------------- */
+
+static int parse(ckfs_mount_opts *o, char *err, const char *a1, const char *a2, const char *a3,
+                 const char *a4)
+{
+    char *argv[] = {"mount", (char *)a1, (char *)a2, (char *)a3, (char *)a4, NULL};
+    int argc = 1;
+    while (argv[argc])
+        argc++;
+    err[0] = 0;
+    return ckfs_parse_mount_args(argc, argv, o, err, 512);
+}
+
+START_TEST(mount_options)
+{
+    ckfs_mount_opts o;
+    char err[512];
+    ck_assert_int_eq(parse(&o, err, "P", "M", NULL, NULL), 0);
+    ck_assert_str_eq(o.dst, "P");
+    ck_assert_str_eq(o.mnt, "M");
+    ck_assert_uint_eq(o.cache_size, 256ull << 20);
+    ck_assert_uint_eq(o.threads, 16);
+    ck_assert_uint_eq(o.prefetch, 4ull << 20);
+    ck_assert_uint_eq(o.read_ahead_kb, 1024);
+    ck_assert_int_eq(o.mmap, 1);
+    ck_assert_int_eq(o.drop_packed, -1);
+    ck_assert_int_eq(o.foreground, 0);
+    ck_assert_int_eq(parse(&o, err, "-o", "cache_size=1G,threads=3,prefetch=0,nommap", "P", "M"), 0);
+    ck_assert_uint_eq(o.cache_size, 1ull << 30);
+    ck_assert_uint_eq(o.threads, 3);
+    ck_assert_uint_eq(o.prefetch, 0);
+    ck_assert_int_eq(o.mmap, 0);
+    ck_assert_int_eq(parse(&o, err, "-ocache_size=3MiB,keep_packed,ro", "-d", "P", "M"), 0);
+    ck_assert_uint_eq(o.cache_size, 3ull << 20);
+    ck_assert_int_eq(o.drop_packed, 0);
+    ck_assert_int_eq(o.debug, 1);
+    ck_assert_int_eq(o.foreground, 1);
+    ck_assert_int_eq(parse(&o, err, "--", "-P", "M", NULL), 0);
+    ck_assert_str_eq(o.dst, "-P");
+    ck_assert_int_eq(parse(&o, err, "-h", NULL, NULL, NULL), 0);
+    ck_assert_int_eq(o.help, 1);
+    /* rejected, with a message naming what is wrong */
+    ck_assert_int_eq(parse(&o, err, "-o", "threads=0", "P", "M"), -1);
+    ck_assert_msg(strstr(err, "threads=0") != NULL, "%s", err);
+    ck_assert_int_eq(parse(&o, err, "-o", "cache_size=12Q", "P", "M"), -1);
+    ck_assert_msg(strstr(err, "cache_size=12Q") != NULL, "%s", err);
+    ck_assert_int_eq(parse(&o, err, "-o", "colour=blue", "P", "M"), -1);
+    ck_assert_msg(strstr(err, "colour=blue") != NULL, "%s", err);
+    ck_assert_int_eq(parse(&o, err, "-o", "rw", "P", "M"), -1);
+    ck_assert_msg(strstr(err, "read-only") != NULL, "%s", err);
+    ck_assert_int_eq(parse(&o, err, "-x", "P", "M", NULL), -1);
+    ck_assert_msg(strstr(err, "-x") != NULL, "%s", err);
+    ck_assert_int_eq(parse(&o, err, "P", NULL, NULL, NULL), -1);
+    ck_assert_int_eq(parse(&o, err, "P", "M", "N", NULL), -1);
+    ck_assert_msg(strstr(err, "'N'") != NULL, "%s", err);
+    ck_assert_int_eq(parse(&o, err, "P", "M", "-o", NULL), -1);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("readpath");
+    TCase *t = tcase_create("readpath");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_set_timeout(t, 120);
+    tcase_add_loop_test(t, reads_return_the_original_bytes, 0, 2);
+    tcase_add_test(t, sequential_reads_prefetch);
+    tcase_add_test(t, damaged_chunk_is_eio);
+    tcase_add_test(t, bad_packed_files);
+    tcase_add_test(t, inode_table_tree);
+    tcase_add_test(t, inode_table_rejects);
+    tcase_add_test(t, mount_options);
+    suite_add_tcase(s, t);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
