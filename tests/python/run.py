@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""run.py --ckptfs PATH [pytest args...] — run the Python loader tests.
+"""run.py --ckptfs PATH [--tests FILE] [pytest args...] — run the Python
+loader tests (this folder), or the test file FILE (which needs no mount of
+its own: the serving test, gpu/python/test_ckptfs_gpu_hf.py).
 
-Exits 77 (skipped) without root, /dev/fuse, fusermount3 or the Python
-packages the tests need, unless CKPTFS_REQUIRE_PYTHON_TESTS=1 makes a missing
+Exits 77 (skipped) without root, /dev/fuse, fusermount3 (this folder's tests
+only) or the Python packages the tests need, unless CKPTFS_REQUIRE_PYTHON_TESTS=1 makes a missing
 package a failure (CI sets it where the packages are installed)."""
 import importlib.util
 import os
@@ -23,16 +25,17 @@ def main(argv):
         print("usage: run.py --ckptfs PATH [pytest args...]", file=sys.stderr)
         return 2
     os.environ["CKPTFS"] = os.path.abspath(argv[1])
-    if os.geteuid() != 0 or not os.path.exists("/dev/fuse") or not shutil.which("fusermount3"):
+    tests, rest, needs = os.path.dirname(os.path.abspath(__file__)), argv[2:], ["pytest", "numpy", "torch", "safetensors"]
+    if rest[:1] == ["--tests"] and len(rest) >= 2:
+        tests, rest, needs = rest[1], rest[2:], needs + ["transformers"]
+    elif os.geteuid() != 0 or not os.path.exists("/dev/fuse") or not shutil.which("fusermount3"):
         print("SKIP: needs root, /dev/fuse and fusermount3")
         return SKIP
-    missing = [m for m in ("pytest", "numpy", "torch", "safetensors")
-               if importlib.util.find_spec(m) is None]
+    missing = [m for m in needs if importlib.util.find_spec(m) is None]
     if missing:
         skip("python packages missing: " + " ".join(missing))
     import pytest
-    here = os.path.dirname(os.path.abspath(__file__))
-    return pytest.main(["-q", "-p", "no:cacheprovider", "--durations=0", here] + argv[2:])
+    return pytest.main(["-q", "-p", "no:cacheprovider", "--durations=0", tests] + rest)
 
 
 if __name__ == "__main__":

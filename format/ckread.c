@@ -1,0 +1,307 @@
+/*
+ * ckread.c — a packed directory read from host code (ckread.h).
+ *
+ * A model holds the manifest, one open container reader per safetensors
+ * file, and the tensor table built from each file's safetensors header
+ * (extent 0, decoded and parsed by safetensors.h) matched against the TOC:
+ * non-empty tensors are extents 1.. in data-offset order.  Tensor rows are
+ * read with ckp_pread (decodes only the chunks they touch, checks their
+ * hashes); other files are opened on demand and read whole.
+ *
+ * Invariants: info[i].file points into readers[t_file[i]]'s info; scratch is
+ * used only under lock.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckread.h"
+#include "container.h"
+#include "manifest.h"
+#include "safetensors.h"
+#include "util.h"
+
+struct ckr_model {
+    char *dir;
+    ckm_manifest *man;
+    ckp_reader **readers;       /* one per safetensors file */
+    size_t n_files;
+    ckr_tensor_info *info;      /* names owned here */
+    uint32_t *t_file;           /* per tensor: index into readers */
+    uint64_t *t_offset;         /* per tensor: offset of its bytes in the original file */
+    size_t n;
+    pthread_mutex_t lock;       /* protects scratch */
+    ckp_scratch *scratch;
+};
+
+const char *ckr_status_name(ckr_status s)
+{
+    static const char *const names[] = {"ok", "bad argument", "I/O error", "not a packed model",
+                                        "corrupt data", "out of memory", "not found"};
+    return (unsigned)s < sizeof names / sizeof *names ? names[s] : "unknown status";
+}
+
+static ckr_status from_ckp(ckp_status s)
+{
+    switch (s) {
+    case CKP_OK: return CKR_OK;
+    case CKP_ERR_IO: return CKR_ERR_IO;
+    case CKP_ERR_NOMEM: return CKR_ERR_NOMEM;
+    case CKP_ERR_CHUNK: return CKR_ERR_CORRUPT;
+    case CKP_ERR_ARG: case CKP_ERR_RANGE: return CKR_ERR_ARG;
+    default: return CKR_ERR_FORMAT;
+    }
+}
+
+/* Open dir/rel.ckpt. */
+static ckr_status open_packed(const ckr_model *m, const char *rel, ckp_reader **r, char *err, size_t cap)
+{
+    size_t plen = strlen(m->dir) + strlen(rel) + strlen(CKP_SUFFIX) + 2;
+    char *path = malloc(plen);
+    if (!path)
+        return CKR_ERR_NOMEM;
+    snprintf(path, plen, "%s/%s%s", m->dir, rel, CKP_SUFFIX);
+    ckp_status ps = ckp_open(path, r, err, cap);
+    free(path);
+    return from_ckp(ps);
+}
+
+static ckr_status grow_table(ckr_model *m, size_t cap_n)
+{
+    ckr_tensor_info *ni = realloc(m->info, cap_n * sizeof *ni);
+    if (!ni)
+        return CKR_ERR_NOMEM;
+    m->info = ni;
+    uint32_t *nf = realloc(m->t_file, cap_n * sizeof *nf);
+    if (!nf)
+        return CKR_ERR_NOMEM;
+    m->t_file = nf;
+    uint64_t *no = realloc(m->t_offset, cap_n * sizeof *no);
+    if (!no)
+        return CKR_ERR_NOMEM;
+    m->t_offset = no;
+    return CKR_OK;
+}
+
+/* Add the tensors of header h of reader r (the last one opened). */
+static ckr_status add_tensors(ckr_model *m, const ckp_reader *r, const st_header *h, char *err, size_t cap)
+{
+    const ckp_info *fi = ckp_get_info(r);
+    if (grow_table(m, m->n + h->n_tensors) != CKR_OK)
+        return CKR_ERR_NOMEM;
+    uint32_t e = 1;
+    for (size_t k = 0; k < h->n_tensors; k++) {
+        const st_tensor *t = &h->tensors[k];
+        ckr_tensor_info *ti = &m->info[m->n];
+        memset(ti, 0, sizeof *ti);
+        ti->encoding = CKC_ENC_RAW;
+        if (t->end > t->begin) {
+            const ckp_extent *x = e < fi->n_extents ? ckp_get_extent(r, e) : NULL;
+            if (!x || strcmp(x->name, t->name) != 0 || x->orig_offset != h->data_start + t->begin ||
+                x->orig_size != t->end - t->begin) {
+                cku_errf(err, cap, "%s: tensor %s does not match the packed extents", fi->path, t->name);
+                return CKR_ERR_FORMAT;
+            }
+            e++;
+            ti->encoding = x->encoding;
+            ti->packed_bytes = x->plane_size[0] + x->plane_size[1] + x->plane_size[2];
+        }
+        if (!(ti->name = strdup(t->name)))
+            return CKR_ERR_NOMEM;
+        ti->file = fi->path;
+        ti->dtype = t->dtype;
+        ti->ndim = t->ndim < CKR_MAX_DIMS ? t->ndim : CKR_MAX_DIMS;
+        for (uint32_t d = 0; d < ti->ndim; d++)
+            ti->shape[d] = t->shape[d];
+        ti->nbytes = t->end - t->begin;
+        m->t_file[m->n] = (uint32_t)(m->n_files - 1);
+        m->t_offset[m->n] = h->data_start + t->begin;
+        m->n++;
+    }
+    return CKR_OK;
+}
+
+/* Open one safetensors file's packed copy and list its tensors. */
+static ckr_status add_file(ckr_model *m, const char *rel, char *err, size_t cap)
+{
+    ckp_reader *r = NULL;
+    ckr_status st = open_packed(m, rel, &r, err, cap);
+    if (st != CKR_OK)
+        return st;
+    m->readers[m->n_files++] = r;
+    const ckp_info *fi = ckp_get_info(r);
+    if (fi->n_extents == 0) {
+        cku_errf(err, cap, "%s: empty safetensors file", rel);
+        return CKR_ERR_FORMAT;
+    }
+    const ckp_extent *x0 = ckp_get_extent(r, 0);
+    uint8_t *hdr = malloc(x0->orig_size ? x0->orig_size : 1);
+    if (!hdr)
+        return CKR_ERR_NOMEM;
+    size_t got = 0;
+    st_header *h = NULL;
+    char sterr[256];
+    if (ckp_pread(r, hdr, x0->orig_size, 0, &got, m->scratch) != CKP_OK || got != x0->orig_size) {
+        cku_errf(err, cap, "%s: cannot read the safetensors header", rel);
+        st = CKR_ERR_CORRUPT;
+    } else if (st_parse(hdr, got, fi->original_size, &h, sterr, sizeof sterr) != 0) {
+        cku_errf(err, cap, "%s: %s", rel, sterr);
+        st = CKR_ERR_FORMAT;
+    } else {
+        st = add_tensors(m, r, h, err, cap);
+    }
+    st_free(h);
+    free(hdr);
+    return st;
+}
+
+ckr_status ckr_open(const char *dir, ckr_model **out, char *err, size_t cap)
+{
+    if (!out)
+        return CKR_ERR_ARG;
+    *out = NULL;
+    if (!dir)
+        return CKR_ERR_ARG;
+    ckr_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return CKR_ERR_NOMEM;
+    pthread_mutex_init(&m->lock, NULL);
+    ckr_status st = CKR_ERR_NOMEM;
+    if (!(m->dir = strdup(dir)) || !(m->scratch = ckp_scratch_new()))
+        goto fail;
+    if (ckm_load(dir, &m->man, err, cap) != 0) {
+        st = CKR_ERR_FORMAT;
+        goto fail;
+    }
+    if (!(m->readers = calloc(m->man->n_files ? m->man->n_files : 1, sizeof *m->readers)))
+        goto fail;
+    st = CKR_OK;
+    for (size_t i = 0; i < m->man->n_files && st == CKR_OK; i++)
+        if (m->man->files[i].kind == CKP_KIND_SAFETENSORS)
+            st = add_file(m, m->man->files[i].path, err, cap);
+    if (st != CKR_OK)
+        goto fail;
+    *out = m;
+    return CKR_OK;
+fail:
+    ckr_close(m);
+    return st;
+}
+
+void ckr_close(ckr_model *m)
+{
+    if (!m)
+        return;
+    for (size_t i = 0; i < m->n; i++)
+        free((char *)m->info[i].name);
+    for (size_t i = 0; i < m->n_files; i++)
+        ckp_close(m->readers[i]);
+    ckm_free(m->man);
+    ckp_scratch_free(m->scratch);
+    pthread_mutex_destroy(&m->lock);
+    free(m->readers);
+    free(m->info);
+    free(m->t_file);
+    free(m->t_offset);
+    free(m->dir);
+    free(m);
+}
+
+size_t ckr_count(const ckr_model *m) { return m ? m->n : 0; }
+
+const ckr_tensor_info *ckr_info(const ckr_model *m, size_t i) { return m && i < m->n ? &m->info[i] : NULL; }
+
+ckr_status ckr_find(const ckr_model *m, const char *name, size_t *index)
+{
+    if (!m || !name || !index)
+        return CKR_ERR_ARG;
+    for (size_t i = 0; i < m->n; i++)
+        if (strcmp(m->info[i].name, name) == 0) {
+            *index = i;
+            return CKR_OK;
+        }
+    return CKR_ERR_NOTFOUND;
+}
+
+/* ckp_pread of [off, off+len) of reader r into dst under the model's lock. */
+static ckr_status read_locked(ckr_model *m, const ckp_reader *r, void *dst, uint64_t len, uint64_t off,
+                              char *err, size_t cap)
+{
+    size_t got = 0;
+    pthread_mutex_lock(&m->lock);
+    ckp_status ps = ckp_pread(r, dst, (size_t)len, off, &got, m->scratch);
+    pthread_mutex_unlock(&m->lock);
+    if (ps == CKP_OK && got != len)
+        ps = CKP_ERR_CORRUPT;
+    if (ps != CKP_OK)
+        cku_errf(err, cap, "%s: bytes [%llu, %llu): %s", ckp_file_name(r), (unsigned long long)off,
+                 (unsigned long long)(off + len), ckp_status_name(ps));
+    return from_ckp(ps);
+}
+
+ckr_status ckr_read_rows(ckr_model *m, size_t i, uint64_t row_begin, uint64_t row_end, void *dst,
+                         size_t cap, char *err, size_t errCapacity)
+{
+    if (!m || i >= m->n) {
+        cku_errf(err, errCapacity, "no tensor %zu", i);
+        return CKR_ERR_ARG;
+    }
+    const ckr_tensor_info *ti = &m->info[i];
+    uint64_t rows = ti->ndim ? ti->shape[0] : 1, row_bytes = rows ? ti->nbytes / rows : 0;
+    if (row_begin > row_end || row_end > rows) {
+        cku_errf(err, errCapacity, "%s: rows [%llu, %llu) outside [0, %llu)", ti->name,
+                 (unsigned long long)row_begin, (unsigned long long)row_end, (unsigned long long)rows);
+        return CKR_ERR_ARG;
+    }
+    uint64_t len = (row_end - row_begin) * row_bytes;
+    if (len > cap || (len && !dst)) {
+        cku_errf(err, errCapacity, "%s: %llu bytes do not fit in %zu", ti->name, (unsigned long long)len, cap);
+        return CKR_ERR_ARG;
+    }
+    if (len == 0)
+        return CKR_OK;
+    return read_locked(m, m->readers[m->t_file[i]], dst, len, m->t_offset[i] + row_begin * row_bytes, err,
+                       errCapacity);
+}
+
+size_t ckr_file_count(const ckr_model *m) { return m ? m->man->n_files : 0; }
+
+const char *ckr_file_path(const ckr_model *m, size_t i)
+{
+    return m && i < m->man->n_files ? m->man->files[i].path : NULL;
+}
+
+uint64_t ckr_file_size(const ckr_model *m, size_t i) { return m && i < m->man->n_files ? m->man->files[i].size : 0; }
+
+ckr_status ckr_file_read(ckr_model *m, const char *path, void *dst, size_t cap, uint64_t *size, char *err,
+                         size_t errCapacity)
+{
+    if (!m || !path || !size)
+        return CKR_ERR_ARG;
+    const ckm_file *f = NULL;
+    for (size_t i = 0; i < m->man->n_files && !f; i++)
+        if (strcmp(m->man->files[i].path, path) == 0)
+            f = &m->man->files[i];
+    if (!f) {
+        cku_errf(err, errCapacity, "%s: no file %s in the manifest", m->dir, path);
+        return CKR_ERR_NOTFOUND;
+    }
+    *size = f->size;
+    if (f->size > cap || (f->size && !dst)) {
+        cku_errf(err, errCapacity, "%s: %llu bytes do not fit in %zu", path, (unsigned long long)f->size, cap);
+        return CKR_ERR_ARG;
+    }
+    ckp_reader *r = NULL;
+    ckr_status st = open_packed(m, path, &r, err, errCapacity);
+    if (st != CKR_OK)
+        return st;
+    if (ckp_get_info(r)->original_size != f->size) {
+        cku_errf(err, errCapacity, "%s: size differs from the manifest", path);
+        st = CKR_ERR_FORMAT;
+    } else if (f->size) {
+        st = read_locked(m, r, dst, f->size, 0, err, errCapacity);
+    }
+    ckp_close(r);
+    return st;
+}

@@ -1,0 +1,81 @@
+/*
+ * ckread.h — a packed directory read from host code: its tensors (listed
+ * from each safetensors file's header, read decoded by rows) and its other
+ * files (config.json, tokenizer files), with no CUDA and no FUSE.  Built as
+ * the shared library libckread.so so that Python (ctypes) can use it: the
+ * CPU path of the serving integration (gpu/python/ckptfs_gpu_hf.py) decodes
+ * each layer's weight through it.
+ *
+ * Every read decodes through the container reader (container.h) and checks
+ * the hashes of the chunks it touches: the caller gets the original bytes or
+ * an error (DESIGN invariant 1).  A model is safe to share between threads
+ * (reads serialize on one lock around its scratch memory).  The library never
+ * prints; errors fill err (if given) with the file and the problem.
+ */
+#ifndef CKREAD_H
+#define CKREAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Pinned status codes: values never change once released. */
+typedef enum {
+    CKR_OK = 0,
+    CKR_ERR_ARG = 1,      /* bad argument (NULL, row range, capacity) */
+    CKR_ERR_IO = 2,       /* reading a packed file failed */
+    CKR_ERR_FORMAT = 3,   /* not a packed directory, or a header is invalid */
+    CKR_ERR_CORRUPT = 4,  /* a chunk is damaged (hash differs) */
+    CKR_ERR_NOMEM = 5,
+    CKR_ERR_NOTFOUND = 6  /* no tensor or file of that name */
+} ckr_status;
+
+const char *ckr_status_name(ckr_status s);
+
+#define CKR_MAX_DIMS 16
+
+typedef struct {
+    const char *name;        /* tensor name (owned by the model) */
+    const char *file;        /* relative path of its safetensors file */
+    uint32_t dtype;          /* format.md §4.3 code (7 = BF16) */
+    uint32_t encoding;       /* ckc_encoding of its extent (RAW for empty tensors) */
+    uint32_t ndim;
+    uint64_t shape[CKR_MAX_DIMS];
+    uint64_t nbytes;         /* bytes in the original file */
+    uint64_t packed_bytes;   /* bytes of its planes in the packed file */
+} ckr_tensor_info;
+
+typedef struct ckr_model ckr_model;
+
+/* Open the packed directory dir: its ckptfs.manifest and every safetensors
+ * file's .ckpt.  On failure *out is NULL and err says why. */
+ckr_status ckr_open(const char *dir, ckr_model **out, char *err, size_t errCapacity);
+void ckr_close(ckr_model *m);
+
+size_t ckr_count(const ckr_model *m);
+/* @return info of tensor i (< count), valid until close; NULL if out of range. */
+const ckr_tensor_info *ckr_info(const ckr_model *m, size_t i);
+ckr_status ckr_find(const ckr_model *m, const char *name, size_t *index);
+
+/* Decode rows [row_begin, row_end) of tensor i (rows: its first dimension;
+ * a 0-d tensor has one row) into dst: (row_end - row_begin) * (nbytes /
+ * rows) bytes, which dstCapacity must hold. */
+ckr_status ckr_read_rows(ckr_model *m, size_t i, uint64_t row_begin, uint64_t row_end, void *dst,
+                         size_t dstCapacity, char *err, size_t errCapacity);
+
+/* Files of the directory (every file of the manifest, sorted by path). */
+size_t ckr_file_count(const ckr_model *m);
+const char *ckr_file_path(const ckr_model *m, size_t i);   /* NULL if out of range */
+uint64_t ckr_file_size(const ckr_model *m, size_t i);      /* original size */
+/* Read the whole original file at relative path into dst (dstCapacity >= its
+ * size; *size = its size).  CKR_ERR_NOTFOUND if the manifest lacks it. */
+ckr_status ckr_file_read(ckr_model *m, const char *path, void *dst, size_t dstCapacity, uint64_t *size,
+                         char *err, size_t errCapacity);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CKREAD_H */

@@ -1,0 +1,290 @@
+"""Serving from a packed directory on the CPU (ckptfs_gpu_hf, libckread): a
+tiny Llama-style model with random BF16 weights, saved by transformers in
+several shards with a tokenizer, packed by the `ckptfs` CLI (K15 and
+byte-split), then loaded with ckptfs_gpu_hf.from_pretrained(device="cpu").
+Truth is independent: the same model loaded by transformers from the
+original directory, and the original safetensors read by the safetensors
+library.  Checks: logits bit for bit, greedy generate, tied weights,
+tensor-parallel row slices reassembling each weight bit for bit, config and
+tokenizer read through the format library (and through the mount when root
+and /dev/fuse allow), and the errors of bad use.
+
+Run by ctest (python_serving) with $CKPTFS (the CLI) and $CKPTFS_READ_LIB.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+safetensors = pytest.importorskip("safetensors")
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ckptfs_gpu_hf as ckhf  # noqa: E402
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+VOCAB = 512
+
+
+def ckptfs_bin():
+    b = os.environ.get("CKPTFS")
+    if not b or not os.access(b, os.X_OK):
+        pytest.skip("set CKPTFS to the ckptfs binary")
+    return b
+
+
+def tiny_llama(tied=False, layers=2):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=176, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                      tie_word_embeddings=tied, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    torch.manual_seed(1201 + tied)
+    m = LlamaForCausalLM(cfg)
+    with torch.no_grad():   # norms away from 1.0 so they carry information too
+        for n, p in m.named_parameters():
+            if "norm" in n:
+                p.add_(torch.randn_like(p) * 0.1)
+    return m.to(torch.bfloat16)
+
+
+def save_tokenizer(d):
+    """A word-level tokenizer of VOCAB words, made offline."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3}
+    vocab.update({f"w{i}": i for i in range(4, VOCAB)})
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                            pad_token="<pad>").save_pretrained(d)
+
+
+def pack(src, dst, fmt):
+    r = subprocess.run([ckptfs_bin(), "pack", "--format", fmt, src, dst], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT)
+    assert r.returncode == 0, r.stdout.decode(errors="replace")[-2000:]
+    return dst
+
+
+def hf_load(path):
+    from transformers import LlamaForCausalLM
+    try:
+        m = LlamaForCausalLM.from_pretrained(path, dtype=torch.bfloat16)
+    except TypeError:       # transformers < 4.56 knows only torch_dtype
+        m = LlamaForCausalLM.from_pretrained(path, torch_dtype=torch.bfloat16)
+    return m.eval()
+
+
+def bits(t):
+    return t.contiguous().view(torch.int16)
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("serving"))
+
+
+@pytest.fixture(scope="module")
+def src(work):
+    d = os.path.join(work, "src")
+    tiny_llama().save_pretrained(d, max_shard_size="100KB", safe_serialization=True)
+    save_tokenizer(d)
+    return d
+
+
+@pytest.fixture(scope="module", params=["k15", "bytesplit"])
+def packed(request, work, src):
+    return pack(src, os.path.join(work, "packed-" + request.param), request.param)
+
+
+@pytest.fixture(scope="module")
+def original(src):
+    return hf_load(src)
+
+
+def original_tensors(src):
+    from safetensors import safe_open
+    out = {}
+    for f in sorted(os.listdir(src)):
+        if f.endswith(".safetensors"):
+            with safe_open(os.path.join(src, f), "pt") as s:
+                out.update({k: s.get_tensor(k) for k in s.keys()})
+    return out
+
+
+def test_model_is_sharded(src):
+    with open(os.path.join(src, "model.safetensors.index.json")) as f:
+        assert len(set(json.load(f)["weight_map"].values())) >= 3
+
+
+def test_logits_bit_exact(src, packed, original):
+    m = ckhf.from_pretrained(packed, device="cpu")
+    lin = {n: mod for n, mod in m.named_modules() if isinstance(mod, ckhf.PackedLinear)}
+    all_lin = [n for n, mod in original.named_modules() if isinstance(mod, torch.nn.Linear)]
+    assert sorted(lin) == sorted(all_lin) and len(lin) == 2 * 7 + 1, sorted(lin)
+    # one scratch buffer for the model, the size of its largest Linear weight
+    sizes = [mod.out_features * mod.in_features for mod in lin.values()]
+    assert len({id(mod.scratch) for mod in lin.values()}) == 1
+    assert m.ckptfs_scratch.buf.numel() == max(sizes)
+    # non-Linear tensors are ordinary tensors, equal to the originals
+    ref = original_tensors(src)
+    for n, p in m.named_parameters():
+        if not n.endswith(".bias") and n.rpartition(".")[0] not in lin:
+            assert p.dtype == torch.bfloat16 and torch.equal(bits(p), bits(ref[n])), n
+    # and each packed weight decodes to the original
+    for n, mod in lin.items():
+        assert torch.equal(bits(mod.decoded_weight()), bits(ref[n + ".weight"])), n
+    g = torch.Generator().manual_seed(7)
+    for shape in [(2, 24), (1, 5), (1, 1)]:   # prefill and rows <= 8
+        ids = torch.randint(0, VOCAB, shape, generator=g)
+        with torch.no_grad():
+            la, lb = original(ids).logits, m(ids).logits
+        assert torch.isfinite(la.float()).all()
+        assert torch.equal(bits(la), bits(lb)), shape
+
+
+def test_generate_same_tokens(packed, original):
+    m = ckhf.from_pretrained(packed, device="cpu")
+    ids = torch.randint(4, VOCAB, (2, 6), generator=torch.Generator().manual_seed(3))
+    kw = dict(max_new_tokens=8, do_sample=False, attention_mask=torch.ones_like(ids))
+    with torch.no_grad():
+        a, b = original.generate(ids, **kw), m.generate(ids, **kw)
+    assert a.shape == (2, 14) and torch.equal(a, b)
+
+
+def test_tied_weights_stay_tied(work):
+    d = os.path.join(work, "tied-src")
+    tiny_llama(tied=True).save_pretrained(d, max_shard_size="100KB", safe_serialization=True)
+    p = pack(d, os.path.join(work, "tied-packed"), "k15")
+    m, ref = ckhf.from_pretrained(p, device="cpu"), hf_load(d)
+    assert m.lm_head.weight is m.model.embed_tokens.weight
+    assert type(m.lm_head) is torch.nn.Linear
+    assert isinstance(m.model.layers[0].mlp.up_proj, ckhf.PackedLinear)
+    ids = torch.randint(0, VOCAB, (1, 12), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        assert torch.equal(bits(ref(ids).logits), bits(m(ids).logits))
+
+
+def test_tensor_parallel_slices_reassemble(src, packed):
+    ref = original_tensors(src)
+    names = [n for n, t in ref.items() if t.dim() == 2 and "embed" not in n]
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(9)).to(torch.bfloat16)
+    for name in names:
+        full = ref[name]
+        for ws in (2, 3):
+            parts = [ckhf.load_linear(packed, name, "cpu", rank=r, world_size=ws) for r in range(ws)]
+            assert sum(p.out_features for p in parts) == full.shape[0]
+            w = torch.cat([p.decoded_weight(out=torch.empty(p.out_features, p.in_features, dtype=torch.bfloat16))
+                           for p in parts])
+            assert torch.equal(bits(w), bits(full)), (name, ws)
+        part = ckhf.load_linear(packed, name, "cpu", rows=(5, 29))
+        assert torch.equal(bits(part.decoded_weight()), bits(full[5:29]))
+        if full.shape[1] == 64:
+            with torch.no_grad():
+                assert torch.equal(bits(part(x)), bits(torch.nn.functional.linear(x, full[5:29])))
+    assert ckhf.row_slice(10, 0, 3) == (0, 4) and ckhf.row_slice(10, 2, 3) == (7, 10)
+    with pytest.raises(ValueError):
+        ckhf.row_slice(10, 3, 3)
+
+
+def test_config_and_tokenizer_through_the_format_library(src, packed):
+    from transformers import AutoTokenizer
+    a, b = AutoTokenizer.from_pretrained(src), ckhf.load_tokenizer(packed)
+    text = "w5 w17 w300 nothing w511"
+    assert a(text)["input_ids"] == b(text)["input_ids"] and len(b(text)["input_ids"]) == 5
+    m = ckhf.from_pretrained(packed, device="cpu")
+    a, b = m.config.to_dict(), hf_load(src).config.to_dict()
+    assert a.pop("_name_or_path") == packed and b.pop("_name_or_path") == src
+    assert a == b
+
+
+def test_config_through_the_mount(src, packed, original):
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse") or not shutil.which("fusermount3"):
+        pytest.skip("needs root, /dev/fuse and fusermount3")
+    mnt = packed + ".mnt"
+    os.makedirs(mnt, exist_ok=True)
+    proc = subprocess.Popen([ckptfs_bin(), "mount", "-f", packed, mnt], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while not os.path.exists(os.path.join(mnt, "config.json")):
+            assert proc.poll() is None and time.monotonic() < deadline, "mount failed"
+            time.sleep(0.05)
+        m = ckhf.from_pretrained(packed, device="cpu", config_from=mnt)
+        tok = ckhf.load_tokenizer(packed, config_from=mnt)
+        ids = torch.tensor([tok("w9 w10 w11")["input_ids"]])
+        with torch.no_grad():
+            assert torch.equal(bits(original(ids).logits), bits(m(ids).logits))
+    finally:
+        subprocess.call(["fusermount3", "-u", mnt]) == 0 or subprocess.call(["umount", "-l", mnt])
+        proc.wait(timeout=15)
+
+
+# ---- bad use ---------------------------------------------------------------------------------
+
+def test_error_not_a_packed_directory(src):
+    with pytest.raises(ckhf.ServingError, match="not a readable packed directory.*manifest"):
+        ckhf.from_pretrained(src, device="cpu")
+
+
+def test_error_not_a_model(work):
+    d = os.path.join(work, "tensors-only")
+    os.makedirs(d)
+    from safetensors.torch import save_file
+    save_file({"w": torch.zeros(4, 4, dtype=torch.bfloat16)}, os.path.join(d, "w.safetensors"))
+    p = pack(d, os.path.join(work, "tensors-only-packed"), "k15")
+    with pytest.raises(ckhf.NotAModelError, match="no config.json: not a Hugging Face model.*w.safetensors"):
+        ckhf.from_pretrained(p, device="cpu")
+
+
+def test_error_missing_tensor(work, src):
+    d = os.path.join(work, "three-layers")
+    shutil.copytree(src, d)
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["num_hidden_layers"] = 3     # the shards hold layers 0 and 1 only
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    p = pack(d, os.path.join(work, "three-layers-packed"), "k15")
+    with pytest.raises(ckhf.MissingTensorError, match=r"needs tensor model\.layers\.2\.[a-z_.]+weight"):
+        ckhf.from_pretrained(p, device="cpu")
+    with pytest.raises(ckhf.MissingTensorError, match="no tensor nope"):
+        ckhf.load_linear(p, "nope", "cpu")
+
+
+def test_error_wrong_device(packed):
+    for dev, msg in [("tpu", "not a device name"), ("meta", "'cpu' or 'cuda"), ("cuda:0", None)]:
+        if dev == "cuda:0" and torch.cuda.is_available():
+            dev, msg = f"cuda:{torch.cuda.device_count()}", "this machine has"
+        elif dev == "cuda:0":
+            msg = "torch sees no CUDA device"
+        with pytest.raises(ckhf.DeviceError, match=msg):
+            ckhf.from_pretrained(packed, device=dev)
+
+
+def test_error_out_of_vram_message():
+    # The check from_pretrained runs before it uploads anything (the free
+    # figure is torch.cuda.mem_get_info's on a GPU).
+    with pytest.raises(ckhf.OutOfVRAMError, match=r"needs 3\.00 GiB \(3221225472 bytes\).*cuda:0, 1\.00 GiB free") as e:
+        ckhf.check_fits(3 << 30, 1 << 30, "cuda:0", "load /x")
+    assert e.value.needed == 3 << 30 and e.value.free == 1 << 30
+    ckhf.check_fits(1 << 30, 1 << 30, "cuda:0", "load /x")
+
+
+def test_needed_bytes_estimate(packed, original):
+    # what the OOM check compares: packed planes + ordinary tensors + one scratch
+    p = ckhf.PackedDir(packed)
+    with ckhf._meta_files(p, None) as d:
+        model, _ = ckhf._skeleton(d, torch.bfloat16, {})
+    linears, needed = ckhf._plan(p, model, torch.device("cpu"))
+    bf16 = sum(t.numel() * 2 for t in original.state_dict().values() if t.dtype == torch.bfloat16)
+    planes = sum(p.tensors[w].packed_bytes for w in linears.values())
+    assert len(linears) == 15 and planes < 0.8 * sum(p.tensors[w].nbytes for w in linears.values())
+    biggest = max(p.tensors[w].nbytes for w in linears.values())
+    assert planes < needed - biggest < bf16
