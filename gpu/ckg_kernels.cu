@@ -14,9 +14,9 @@
  * through a per-warp cp.async ring in shared memory, 128 columns per step,
  * turns them into BF16 pairs in registers and feeds mma.m16n8k16 with
  * A = x^T (batch in M, padded to 16) and B = W^T (8 rows in N), FP32
- * accumulators.  Escapes decode to their low part alone (a zero exponent,
- * |value| < 2^-126, i.e. a contribution far below FP32 rounding of the sum);
- * the lane holding an escape adds its exact product in FP32.
+ * accumulators.  Escapes are zeroed in the MMA operand and the lane holding
+ * one adds its exact product in FP32, so an escape contributes exactly its
+ * own product.
  */
 #include "ckg_arch.h"
 #include "ckg_tile.h"
@@ -34,10 +34,31 @@ constexpr int kXRowBytes = 288;                 /* swizzled x row in a stage (se
 
 /* ---- small device helpers ------------------------------------------------ */
 
+/* A little-endian u32 at p, any alignment (planes may start anywhere). */
+__device__ __forceinline__ uint32_t ld4_any(const uint8_t *p)
+{
+    if (((uintptr_t)p & 3) == 0)
+        return *reinterpret_cast<const uint32_t *>(p);
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* 16 bytes at p as 4 words: one 16-byte load when p is aligned (always, for
+ * planes the loader allocates; the branch is uniform), else 4 word reads. */
+__device__ __forceinline__ void ld16_any(const uint8_t *p, uint32_t w[4])
+{
+    if (((uintptr_t)p & 15) == 0) {
+        uint4 v = ckg_ld16(p);
+        w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        w[i] = ld4_any(p + 4 * i);
+}
+
 __device__ __forceinline__ void load_codes(const uint8_t *codes, uint64_t q, uint32_t c[4])
 {
-    uint4 v = ckg_ld16(codes + q / 2);
-    c[0] = v.x; c[1] = v.y; c[2] = v.z; c[3] = v.w;
+    ld16_any(codes + q / 2, c);
 }
 
 __device__ __forceinline__ unsigned esc_sym(const ckg_planes &P, uint64_t k)
@@ -125,15 +146,14 @@ __global__ void escape_index_kernel(ckg_planes P, uint64_t chunk_w, const uint32
 __device__ __forceinline__ void load_low(const ckg_planes &P, bool k15, uint64_t q, uint32_t l[8])
 {
     if (k15) {
-        const uint32_t *m = reinterpret_cast<const uint32_t *>(P.low + q / 8 * 7);
+        const uint8_t *m = P.low + q / 8 * 7;
 #pragma unroll
         for (int i = 0; i < 7; i++)
-            l[i] = m[i];
+            l[i] = ld4_any(m + 4 * i);
         l[7] = 0;
     } else {
-        uint4 u = ckg_ld16(P.low + q), v = ckg_ld16(P.low + q + 16);
-        l[0] = u.x; l[1] = u.y; l[2] = u.z; l[3] = u.w;
-        l[4] = v.x; l[5] = v.y; l[6] = v.z; l[7] = v.w;
+        ld16_any(P.low + q, l);
+        ld16_any(P.low + q + 16, l + 4);
     }
 }
 
@@ -357,12 +377,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32) gemv_mma_kernel(GemvArgs A)
                 v = *reinterpret_cast<const uint4 *>(st + L::kCodes + L::kLow + x_slot(g, t, q));
             xw[4 * q] = v.x; xw[4 * q + 1] = v.y; xw[4 * q + 2] = v.z; xw[4 * q + 3] = v.w;
         }
+        /* escapes leave the MMA (their exact products are added below) */
+        unsigned cnt = ckg_esc_count32(c), incl = cnt;
+        if (cnt)
+            ckg_zero_escapes(c, pr);
 #pragma unroll
         for (int j = 0; j < 8; j++)
             mma_bf16(acc, xw[2 * j], xw[2 * j + 1], pr[2 * j], pr[2 * j + 1]);
 
         /* escapes: ranks by a scan over the row's 4 lanes, exact products in FP32 */
-        unsigned cnt = ckg_esc_count32(c), incl = cnt;
 #pragma unroll
         for (int d = 1; d < 4; d <<= 1) {
             unsigned v = ckg_shfl_up_sync(kFull, incl, d, 4);

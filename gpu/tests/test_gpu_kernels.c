@@ -3,7 +3,8 @@
  * original weights and the codec's ckc_decode_chunk, then, when a CUDA
  * device is present, every kernel against those references: escape index
  * and decode bit for bit, GEMV within ckg_gemv_tolerance, every output
- * written (outputs are poisoned with NaN first).  Without a device the
+ * written (outputs are poisoned with NaN first), escapes exact, planes at
+ * unaligned addresses handled.  Without a device the
  * device part prints "SKIP device part: no CUDA device" and the test passes.
  */
 #include <cuda_runtime_api.h>
@@ -202,6 +203,79 @@ static void device_checks(const tu_packed *p, const uint16_t *w, const uint32_t 
     free(out);
 }
 
+/* Escapes are exact: a column of escaped weights in [2^-126, 2^-125) (a
+ * sign/exponent no other weight has) and x = 1 there, 0 elsewhere; every
+ * y[r] must be exactly that row's escaped weight, by both kernels.  An
+ * escape's low part alone entering the product (a subnormal of the same
+ * mantissa) shows as y != w.  Then the same planes at odd addresses: the
+ * generic path (taken because of the alignment) and decode must not assume
+ * 16-byte aligned planes. */
+static void exact_and_unaligned_checks(uint32_t enc)
+{
+    const uint64_t rows = 40, cols = 1024, n = rows * cols, cstar = 517;
+    uint16_t *w = malloc(n * 2), x[1024] = {0};
+    CHECK(w, "alloc");
+    for (uint64_t i = 0; i < n; i++)   /* exponents 2^-40..2^10: ~50 symbols, each far more frequent than column cstar's */
+        w[i] = (uint16_t)((tu_rand() & 1) << 15 | (87 + tu_rand() % 51) << 7 | (tu_rand() & 0x7F));
+    for (uint64_t r = 0; r < rows; r++)
+        w[r * cols + cstar] = (uint16_t)(0x0080u | (r & 1) << 15 | (tu_rand() & 0x7Fu));
+    x[cstar] = 0x3F80;   /* 1.0 */
+    tu_packed p;
+    tu_pack(enc, w, n, 1024, &p);
+    CHECK(p.n_esc >= rows, "the test column is not escaped (%llu escapes)", (unsigned long long)p.n_esc);
+    uint32_t *idx = cpu_index(&p);
+    uint64_t n_idx = (n + CKG_ESC_BLOCK - 1) / CKG_ESC_BLOCK;
+    ckg_planes v = tu_planes(&p);
+    v.codes = dev_copy(p.codes, p.codes_size, 64);
+    v.low = dev_copy(p.low, p.low_size, 64);
+    v.esc = dev_copy(p.esc, p.esc_size, 64);
+    v.esc_index = dev_copy(idx, n_idx * 4, 0);
+    uint16_t *d_x = dev_copy(x, sizeof x, 0), *d_out = NULL, *out = malloc(n * 2);
+    float *d_y = NULL, y[40];
+    CU(cudaMalloc((void **)&d_y, sizeof y));
+    CU(cudaMalloc((void **)&d_out, n * 2));
+    for (int generic = 0; generic < 2; generic++) {
+        CU(cudaMemset(d_y, 0xFF, sizeof y));
+        CHECK((generic ? ckg_gemv_generic : ckg_gemv)(&v, 0, rows, cols, d_x, 1, d_y, CKG_OUT_F32, NULL) == CKG_OK, "gemv");
+        CU(cudaMemcpy(y, d_y, sizeof y, cudaMemcpyDeviceToHost));
+        for (uint64_t r = 0; r < rows; r++)
+            CHECK(y[r] == ckg_bf16_to_float(w[r * cols + cstar]), "%s %s: escape not exact: y[%llu] = %a, w = %a",
+                  ckc_encoding_name(enc), generic ? "generic" : "fast", (unsigned long long)r, y[r],
+                  ckg_bf16_to_float(w[r * cols + cstar]));
+    }
+    /* the same planes one byte past an aligned address */
+    ckg_planes u = v;
+    uint8_t *ucodes = dev_copy(NULL, 0, p.codes_size + 80), *ulow = dev_copy(NULL, 0, p.low_size + 80);
+    CU(cudaMemcpy(ucodes + 1, p.codes, p.codes_size, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(ulow + 1, p.low, p.low_size, cudaMemcpyHostToDevice));
+    u.codes = ucodes + 1;
+    u.low = ulow + 1;
+    CU(cudaMemset(d_y, 0xFF, sizeof y));   /* from weight 24: escape ranks counted from code words */
+    CHECK(ckg_gemv(&u, 24, rows - 1, cols, d_x, 1, d_y, CKG_OUT_F32, NULL) == CKG_OK, "gemv, unaligned planes");
+    CU(cudaMemcpy(y, d_y, sizeof y, cudaMemcpyDeviceToHost));
+    for (uint64_t r = 0; r + 1 < rows; r++)
+        CHECK(y[r] == ckg_bf16_to_float(w[24 + r * cols + cstar]), "unaligned planes: y[%llu] = %a",
+              (unsigned long long)r, y[r]);
+    CHECK(ckg_decode(&u, 5, n - 5, d_out, NULL) == CKG_OK, "decode, unaligned planes");
+    CU(cudaMemcpy(out, d_out, (n - 5) * 2, cudaMemcpyDeviceToHost));
+    CHECK(memcmp(out, w + 5, (n - 5) * 2) == 0, "decode of unaligned planes differs");
+    printf("gpu_kernels: %s escapes exact (fast and generic GEMV), unaligned planes decode and multiply\n",
+           ckc_encoding_name(enc));
+    CU(cudaFree(ucodes));
+    CU(cudaFree(ulow));
+    CU(cudaFree((void *)v.codes));
+    CU(cudaFree((void *)v.low));
+    CU(cudaFree((void *)v.esc));
+    CU(cudaFree((void *)v.esc_index));
+    CU(cudaFree(d_x));
+    CU(cudaFree(d_y));
+    CU(cudaFree(d_out));
+    free(out);
+    free(idx);
+    free(w);
+    tu_free(&p);
+}
+
 int main(void)
 {
     const tcase cases[] = {
@@ -238,6 +312,10 @@ int main(void)
         tu_free(&p);
         free(idx);
         free(w);
+    }
+    if (have_dev) {
+        exact_and_unaligned_checks(CKC_ENC_K15);
+        exact_and_unaligned_checks(CKC_ENC_BSPLIT);
     }
     if (!have_dev)
         printf("SKIP device part: no CUDA device\n");
