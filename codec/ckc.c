@@ -4,7 +4,7 @@
  *
  * The bit layouts are those of docs/format.md §5 (see also ckc_decode.h).
  * Every function works on caller-owned memory, keeps no state between calls
- * and never prints.  The AVX-512 loops live in ckc_x86.c; this file validates
+ * and never prints.  The AVX-512 and AVX2 loops live in ckc_x86.c; this file validates
  * arguments, prepares tables, dispatches, and runs the portable path and the
  * tails of chunks that the vector loops leave over.
  *

@@ -1,6 +1,7 @@
 /*
- * ckc_x86.c — AVX-512 (F, BW, VL, VBMI, VBMI2) loops for K15 / byte-split
- * chunks (Ice Lake, Sapphire Rapids, Zen 4 and later).
+ * ckc_x86.c — x86-64 vector loops for K15 / byte-split chunks: AVX-512 (F,
+ * BW, VL, VBMI, VBMI2: Ice Lake, Sapphire Rapids, Zen 4 and later) encode and
+ * decode, and an AVX2 decode for the CPUs without them (see the AVX2 section).
  *
  * Compiled for any x86-64 target: the vector functions carry
  * __attribute__((target)) and ckc.c calls them only when the running CPU

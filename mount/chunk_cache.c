@@ -9,19 +9,23 @@
  * broadcast whenever any decode finishes (decodes are ~100 µs; a shared
  * condition variable is simpler than one per entry and cheap enough).
  *
- * Invariants (checked with assert):
- *   - an entry is in the LRU list iff it is in the table and not LOADING;
- *   - c->bytes is the sum of len over entries in the table that are not
- *     LOADING;
- *   - an entry not in the table is freed when refs reaches 0;
- *   - there are at most MAX_SPARE spare buffers, oldest first (by c->lock).
+ * Invariants (ckcache_check verifies 1-5 and 7; asserts check 6 where it applies):
+ *   1. an entry is in the LRU list iff it is in the table and not LOADING;
+ *   2. c->bytes is the cost (len, or FAILED_ENTRY_BYTES for a remembered
+ *      failure) summed over entries in the table that are not LOADING;
+ *   3. c->n_entries counts the entries in the table, each in the bucket of
+ *      its key and marked in_table;
+ *   4. the LRU list is a well-formed ring through the sentinel c->lru;
+ *   5. there are at most MAX_SPARE spare buffers, each of MIN_SPARE bytes or
+ *      more (by c->lock);
+ *   6. an entry not in the table is freed when refs reaches 0;
+ *   7. the prefetch queue holds at most PREFETCH_QUEUE jobs.
  *
  * A chunk whose every byte has been served leaves the cache at once
  * (ckcache_put_served): the kernel's page cache has those bytes now.  A
  * sequential reader then cycles a prefetch window's worth of buffers, warm
  * in the CPU caches, instead of filling the whole limit with chunks nobody
- * reads again (measured: 0.62 -> 0.5 s of daemon CPU per GiB of a first
- * read, the difference being page faults on fresh memory).  Prefetch jobs
+ * reads again (and takes no page faults on fresh memory).  Prefetch jobs
  * for a chunk served out are cancelled, and recently served chunks are not
  * prefetched again (a table of their keys), or they would be decoded twice.
  *
@@ -29,9 +33,8 @@
  * and reused for new entries of the same length (nearly all chunks have one
  * of two lengths) instead of free() and malloc(): a chunk-sized malloc may be
  * a fresh mmap whose pages fault and get zeroed on first write, and chunks
- * freed all over glibc's per-thread arenas let the resident size drift above
- * the cache limit (peak RSS 300-380 MiB at the default 256 MiB; ~262 MiB
- * with reuse).
+ * freed all over glibc's per-thread arenas let the resident size drift well
+ * above the cache limit.
  */
 #include "chunk_cache.h"
 
@@ -438,10 +441,47 @@ fail_buckets:
     return NULL;
 }
 
+/* Invariants 1-5 and 7 of the top comment, under the lock. */
+const char *ckcache_check(ckcache *c)
+{
+    const char *bad = NULL;
+    size_t n = 0, linked = 0, bytes = 0;
+    pthread_mutex_lock(&c->lock);
+    for (size_t b = 0; b < c->n_buckets && !bad; b++)
+        for (ckcache_entry *e = c->buckets[b]; e && !bad; e = e->hnext, n++) {
+            if (!e->in_table || key_hash(c, &e->key) != b || e->refs < 0)
+                bad = "3: an entry of the table is not marked in_table, in the wrong bucket, "
+                      "or has negative refs";
+            else if ((e->state == ST_LOADING) != (e->lprev == NULL))
+                bad = "1: an entry of the table is in the LRU list iff it is not LOADING";
+            if (e->state != ST_LOADING)
+                bytes += entry_cost(e), linked++;
+        }
+    if (!bad && n != c->n_entries)
+        bad = "3: n_entries differs from the entries in the table";
+    if (!bad && bytes != c->bytes)
+        bad = "2: bytes differs from the cost of the table's entries not LOADING";
+    size_t in_lru = 0;
+    for (ckcache_entry *e = c->lru.lnext; !bad && e != &c->lru; e = e->lnext, in_lru++)
+        if (!e->lnext || e->lnext->lprev != e || !e->in_table || e->state == ST_LOADING ||
+            in_lru > linked)
+            bad = "4/1: the LRU ring is broken or holds an entry out of the table or LOADING";
+    if (!bad && in_lru != linked)
+        bad = "1: the LRU list misses entries of the table";
+    for (unsigned i = 0; !bad && i < c->n_spare; i++)
+        if (c->n_spare > MAX_SPARE || !c->spare[i].p || c->spare[i].len < MIN_SPARE)
+            bad = "5: too many spare buffers or a spare below MIN_SPARE";
+    if (!bad && c->q_len > PREFETCH_QUEUE)
+        bad = "7: the prefetch queue is over PREFETCH_QUEUE";
+    pthread_mutex_unlock(&c->lock);
+    return bad;
+}
+
 void ckcache_free(ckcache *c)
 {
     if (!c)
         return;
+    assert(ckcache_check(c) == NULL);
     pthread_mutex_lock(&c->lock);
     c->stopping = 1;
     pthread_cond_broadcast(&c->work);

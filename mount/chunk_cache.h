@@ -80,4 +80,9 @@ void ckcache_prefetch(ckcache *c, const ckcache_key *k, size_t len);
 
 void ckcache_get_stats(ckcache *c, ckcache_stats *st);
 
+/* Check the cache's invariants (listed at the top of chunk_cache.c); for
+ * tests and debug builds, O(entries) under the lock.
+ * @return NULL if they hold, else which one is broken. */
+const char *ckcache_check(ckcache *c);
+
 #endif

@@ -52,6 +52,12 @@ static filler new_filler(void)
     return (filler){.eio_chunk = UINT64_MAX, .eagain_chunk = UINT64_MAX, .slow_chunk = UINT64_MAX};
 }
 
+static void check_invariants(ckcache *c)
+{
+    const char *bad = ckcache_check(c);
+    ck_assert_msg(bad == NULL, "cache invariant %s", bad ? bad : "");
+}
+
 static int data_ok(const ckcache_entry *e, const ckcache_key *k)
 {
     const uint8_t *d = ckcache_data(e);
@@ -82,6 +88,7 @@ START_TEST(test_hit_after_miss)
     ck_assert_uint_eq(st.misses, 1);
     ck_assert_uint_eq(st.hits, 1);
     ck_assert_uint_eq(st.bytes, LEN);
+    check_invariants(c);
     ckcache_free(c);
 }
 END_TEST
@@ -99,6 +106,7 @@ START_TEST(test_limit_evicts_lru)
         ckcache_stats st;
         ckcache_get_stats(c, &st);
         ck_assert_uint_le(st.bytes, 4 * LEN);
+        check_invariants(c);
     }
     /* the 4 most recent are cached, the oldest is not */
     int before = atomic_load(&f.calls);
@@ -113,6 +121,7 @@ START_TEST(test_limit_evicts_lru)
     ck_assert(data_ok(e, &k0));
     ckcache_put(c, e);
     ck_assert_int_eq(atomic_load(&f.calls), before + 1);
+    check_invariants(c);
     ckcache_free(c);
 }
 END_TEST
@@ -132,6 +141,7 @@ START_TEST(test_evicted_while_referenced)
     }
     ck_assert(data_ok(held, &k0));
     ckcache_put(c, held);
+    check_invariants(c);
     ckcache_free(c);
 }
 END_TEST
@@ -170,6 +180,7 @@ START_TEST(test_served_out)
     ckcache_put_served(c, b, LEN);
     ckcache_get_stats(c, &st);
     ck_assert_uint_eq(st.served_out, 2);
+    check_invariants(c);
     ckcache_free(c);
 }
 END_TEST
@@ -214,6 +225,7 @@ START_TEST(test_concurrent_single_decode)
     ckcache_get_stats(c, &st);
     ck_assert_uint_eq(st.misses, 1);
     ck_assert_uint_eq(st.hits + st.waits, 5);
+    check_invariants(c);
     ckcache_free(c);
 }
 END_TEST
@@ -236,6 +248,7 @@ START_TEST(test_failures)
     ckcache_stats st;
     ckcache_get_stats(c, &st);
     ck_assert_uint_eq(st.failures, 3);
+    check_invariants(c);
     ckcache_free(c);
 }
 END_TEST
@@ -266,6 +279,7 @@ START_TEST(test_prefetch)
         ckcache_put(c, e);
     }
     ck_assert_int_eq(atomic_load(&f.calls), calls); /* all hits */
+    check_invariants(c);
     ckcache_free(c);
 }
 END_TEST
@@ -299,6 +313,7 @@ START_TEST(test_no_prefetch_after_served_out)
     ck_assert(data_ok(e, &k2));
     ckcache_put(c, e);
     ck_assert_int_eq(atomic_load(&f.calls), 3);
+    check_invariants(c);
     ckcache_free(c);
 }
 END_TEST
