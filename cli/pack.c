@@ -116,6 +116,11 @@ static int walk(pack_ctx *c, const char *rel)
     while (rc == 0 && (e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
             continue;
+        if (!cku_utf8_ok(e->d_name)) { /* the manifest is JSON and the spec's names are UTF-8 */
+            fprintf(stderr, "ckptfs pack: %s/%s: name is not valid UTF-8; rename it to pack it\n", dir, e->d_name);
+            rc = -1;
+            break;
+        }
         char r[PATH_MAX], full[PATH_MAX];
         if (strlen(c->src_root) + strlen(rel) + strlen(e->d_name) + 64 > PATH_MAX) {
             fprintf(stderr, "ckptfs pack: %s/%s: path too long\n", dir, e->d_name);

@@ -163,8 +163,9 @@ ckp_status ckp_read_chunk(const ckp_reader *r, uint32_t e, uint64_t c, void *dst
 ckp_status ckp_pread(const ckp_reader *r, void *buf, size_t len, uint64_t off, size_t *got,
                      ckp_scratch *s);
 
-/* 1 if rel is a safe relative path: not empty, not absolute, no empty, "."
- * or ".." component, no trailing slash (NUL cannot occur in a C string). */
+/* 1 if rel is a safe relative path: well-formed UTF-8, not empty, not
+ * absolute, no empty, "." or ".." component, no trailing slash (NUL cannot
+ * occur in a C string). */
 int ckp_path_ok(const char *rel);
 
 /* ---- writer ------------------------------------------------------------- */

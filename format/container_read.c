@@ -641,7 +641,7 @@ ckp_status ckp_pread(const ckp_reader *r, void *buf, size_t len, uint64_t off, s
 
 int ckp_path_ok(const char *rel)
 {
-    if (!rel || !*rel || *rel == '/')
+    if (!rel || !*rel || *rel == '/' || !cku_utf8_ok(rel))
         return 0;
     const char *p = rel;
     while (*p) {

@@ -202,6 +202,14 @@ static ckp_status add_zstd(ckp_writer *w, uint8_t *rec, const uint8_t *src, uint
         used += z;
     }
     if (used * 100 >= size * 97) {
+        /* The discarded frames may reach past the raw bytes written over
+         * them (by less than the last frame, so buf holds the zeros): format
+         * §3 wants every byte between payloads zero. */
+        if (used > size) {
+            memset(buf, 0, (size_t)(used - size));
+            if ((s = write_at(w, buf, (size_t)(used - size), at + size)) != CKP_OK)
+                goto out;
+        }
         s = add_raw(w, rec, src, size, at);
         goto out;
     }

@@ -146,3 +146,29 @@ void cku_run_threads(int n, void *(*fn)(void *), void *arg)
     for (int i = 0; i < started; i++)
         pthread_join(th[i], NULL);
 }
+
+int cku_utf8_ok(const char *str)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    while (*s) {
+        unsigned c = *s++, n, min, cp;
+        if (c < 0x80)
+            continue;
+        if (c >= 0xC2 && c <= 0xDF)
+            n = 1, min = 0x80, cp = c & 0x1F;
+        else if (c >= 0xE0 && c <= 0xEF)
+            n = 2, min = 0x800, cp = c & 0x0F;
+        else if (c >= 0xF0 && c <= 0xF4)
+            n = 3, min = 0x10000, cp = c & 0x07;
+        else
+            return 0; /* a continuation byte first, or a lead byte never used */
+        for (unsigned k = 0; k < n; k++, s++) {
+            if ((*s & 0xC0) != 0x80)
+                return 0; /* also stops at the NUL */
+            cp = cp << 6 | (*s & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            return 0;
+    }
+    return 1;
+}

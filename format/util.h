@@ -26,6 +26,9 @@ int cku_mkdirs(const char *path, mode_t mode);
 
 void cku_hex(const uint8_t *p, size_t n, char *out);     /* out: 2n+1 chars */
 int cku_unhex(const char *s, uint8_t *out, size_t n);    /* 0 on success */
+/* 1 if s is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates,
+ * nothing above U+10FFFF), as format §2 requires of names. */
+int cku_utf8_ok(const char *s);
 
 static inline uint64_t cku_le64(const uint8_t *p)
 {

@@ -8,6 +8,7 @@ project's writer) and the verdict a conforming reader must reach:
 `rule` names the spec rule (§ and the MUST) that the case exercises; the
 spec's §8 table lists the same rule ids.
 """
+import json
 import random
 import struct
 
@@ -204,7 +205,7 @@ def cases():
     rej("minor-1", "R3 minor", "version", blob(edit=edit("hdr", minor=1)))
     rej("flags", "R4 flags", "flag", blob(edit=edit("hdr", flags=4)))
     rej("header-hash", "R5 header hash", "header", blob(edit=edit("hdr", header_hash=1)))
-    rej("file-size", "R6 file_size", "size", blob(edit=edit("hdr", file_size=10 ** 6)))
+    rej("file-size", "R6 file_size", "header says", blob(edit=edit("hdr", file_size=10 ** 6)))
     rej("file-truncated", "R6 file_size", "header says", blob(damage=lambda b, c: b[:-1]))
     rej("toc-offset-odd", "R7 toc_offset multiple of 8", "table of contents",
         blob(edit=shift_toc(4)))
@@ -214,33 +215,36 @@ def cases():
     rej("toc-reserved", "R9 TOC reserved", "table of contents", blob(edit=edit("toc", reserved=b"\1" + bytes(23))))
     rej("toc-sizes", "R10 toc_size = 96+192n+strtab", "table of contents",
         blob(edit=edit("toc", strtab_size=3)))
-    rej("toc-original-size", "R11 TOC original_size", "invalid fields", blob(edit=edit("toc", original_size=1)))
-    rej("kind-2", "R12 kind", "invalid fields", blob(edit=edit("toc", kind=2)))
-    rej("path-len-0", "R13 path_len", "invalid fields", blob(edit=edit("toc", path_len=0)))
-    rej("path-nul", "R13 NUL in path", "path", blob(edit=path_is(b"con\0fig.json")))
-    rej("path-dotdot", "R13 path", "path", blob(edit=path_is(b"../config.json")))
-    rej("path-absolute", "R13 path", "path", blob(edit=path_is(b"/config.json")))
-    rej("path-vs-manifest", "R30 TOC path = manifest path", "manifest", blob(edit=path_is(b"other.json")))
-    rej("extent-gap", "R14 tiling", "tile", st_file(edit=edit_rec(2, orig_offset=6000 + 256 + 1)))
+    rej("toc-original-size", "R11 TOC original_size", "table of contents has invalid fields", blob(edit=edit("toc", original_size=1)))
+    rej("kind-2", "R12 kind", "table of contents has invalid fields", blob(edit=edit("toc", kind=2)))
+    rej("path-len-0", "R13 path_len", "table of contents has invalid fields", blob(edit=edit("toc", path_len=0)))
+    rej("path-nul", "R13 NUL in path", "safe relative path", blob(edit=path_is(b"con\0fig.json")))
+    rej("path-dotdot", "R13 path", "safe relative path", blob(edit=path_is(b"../config.json")))
+    rej("path-absolute", "R13 path", "safe relative path", blob(edit=path_is(b"/config.json")))
+    rej("path-not-utf8", "R13 path is UTF-8", "file entry 0 is invalid", blob(b"caf\xe9.json"), manifest_edit=raw_json)
+    rej("path-overlong-utf8", "R13 path is UTF-8", "file entry 0 is invalid", blob(b"\xc0\xafetc"), manifest_edit=raw_json)
+    rej("toc-path-not-utf8", "R13 path is UTF-8", "safe relative path", blob(edit=path_is(b"caf\xe9.json")))
+    rej("path-vs-manifest", "R30 TOC path = manifest path", "does not match its manifest entry", blob(edit=path_is(b"other.json")))
+    rej("extent-gap", "R14 tiling", "does not tile", st_file(edit=edit_rec(2, orig_offset=6000 + 256 + 1)))
     rej("extent-short", "R14 tiling", "cover", st_file(edit=drop_last_rec))
-    rej("extent-empty", "R14 orig_size > 0", "tile", File("b.bin", [Extent(RAW, b"")]))
+    rej("extent-empty", "R14 orig_size > 0", "does not tile", File("b.bin", [Extent(RAW, b"")]))
     rej("encoding-4", "R15 encoding", "encoding", blob(edit=edit_rec(0, encoding=4)))
     rej("chunk-size-0", "R16 chunk_size", "chunk size", blob(edit=edit_rec(0, chunk_size=0)))
     rej("chunk-size-over", "R16 chunk_size", "chunk size", blob(edit=edit_rec(0, chunk_size=(16 << 20) + 1)))
     rej("chunk-size-bf16-8", "R16 BF16 chunk multiple of 16", "chunk size",
         File("w.bin", [Extent(K15, W, chunk_size=CS)], edit=edit_rec(0, chunk_size=520)))
     rej("n-chunks", "R17 n_chunks", "chunk count", blob(edit=edit_rec(0, n_chunks=4)))
-    rej("extent-reserved", "R18 reserved", "invalid fields", blob(edit=edit_rec(0, reserved=b"\1" + bytes(43))))
-    rej("name-outside", "R19 name in string table", "invalid fields",
+    rej("extent-reserved", "R18 reserved", "extent 0 has invalid fields", blob(edit=edit_rec(0, reserved=b"\1" + bytes(43))))
+    rej("name-outside", "R19 name in string table", "extent 0 has invalid fields",
         blob(edit=edit_rec(0, name_off=5, name_len=100)))
-    rej("name-too-long", "R19 name_len", "invalid fields", blob(edit=edit_rec(0, name_len=70000)))
+    rej("name-too-long", "R19 name_len", "extent 0 has invalid fields", blob(edit=edit_rec(0, name_len=70000)))
     rej("unused-plane-set", "R20 unused planes 0/0", "unused plane",
         blob(edit=edit_rec(0, plane1_offset=64)))
     rej("plane-in-header", "R21 payload in [64, toc_offset]", "outside",
         File("b.bin", [Extent(RAW, T)], edit=edit_rec(0, plane0_offset=0)))
     rej("plane-past-toc", "R21 payload in [64, toc_offset]", "outside",
         File("b.bin", [Extent(RAW, T)], edit=edit_rec(0, plane0_offset=1 << 40)))
-    rej("index-outside", "R22 index in [64, toc_offset]", "index", blob(edit=edit_rec(0, index_offset=8)))
+    rej("index-outside", "R22 index in [64, toc_offset]", "chunk index lies outside", blob(edit=edit_rec(0, index_offset=8)))
     rej("bf16-odd-size", "R23 BF16 orig_size even", "plane sizes",
         File("w.bin", [Extent(K15, W, chunk_size=CS), Extent(RAW, b"x")], edit=odd_bf16))
     rej("plane-size", "R23 plane sizes", "plane sizes",
@@ -253,20 +257,20 @@ def cases():
         File("w.bin", [Extent(BSPLIT, W, chunk_size=CS)], edit=cb_entry(3, 256)))
     rej("codebook-15", "R24 entry 15 is 0", "codebook",
         File("w.bin", [Extent(K15, W, chunk_size=CS)], edit=cb_entry(15, 1)))
-    rej("raw-codebook", "R25 RAW/ZSTD fields", "invalid fields", blob(edit=cb_entry(0, 1)))
-    rej("raw-escapes", "R25 RAW/ZSTD fields", "invalid fields", blob(edit=edit_rec(0, n_escapes=1)))
-    rej("raw-plane-size", "R25 RAW plane0_size", "invalid fields",
+    rej("raw-codebook", "R25 RAW/ZSTD fields", "extent 0 has invalid fields", blob(edit=cb_entry(0, 1)))
+    rej("raw-escapes", "R25 RAW/ZSTD fields", "extent 0 has invalid fields", blob(edit=edit_rec(0, n_escapes=1)))
+    rej("raw-plane-size", "R25 RAW plane0_size", "extent 0 has invalid fields",
         File("b.bin", [Extent(RAW, T)], edit=grow_plane(0, -1)))
-    rej("index-hash", "R26 index hash", "index", blob(damage=flip_index(0)))
-    rej("raw-datum", "R27 RAW datum 0", "index",
+    rej("index-hash", "R26 index hash", "chunk index of extent 0 (header) is damaged", blob(damage=flip_index(0)))
+    rej("raw-datum", "R27 RAW datum 0", "chunk index of extent 0 is inconsistent",
         File("b.bin", [Extent(RAW, T, chunk_size=1000)], damage=set_datum(0, 1, 5)))
-    rej("zstd-datum-first", "R27 ZSTD datums", "index", blob(damage=set_datum(0, 0, 1)))
-    rej("zstd-datum-order", "R27 ZSTD datums", "index", blob(damage=set_datum(0, 2, 1)))
-    rej("k15-datum-order", "R27 BF16 datums", "index",
+    rej("zstd-datum-first", "R27 ZSTD datums", "chunk index of extent 0 is inconsistent", blob(damage=set_datum(0, 0, 1)))
+    rej("zstd-datum-order", "R27 ZSTD datums", "chunk index of extent 0 is inconsistent", blob(damage=set_datum(0, 2, 1)))
+    rej("k15-datum-order", "R27 BF16 datums", "chunk index of extent 0 is inconsistent",
         File("w.bin", [Extent(K15, W, chunk_size=CS)], damage=set_datum(0, 3, 0)))
-    rej("k15-datum-over", "R27 BF16 datums", "index",
+    rej("k15-datum-over", "R27 BF16 datums", "chunk index of extent 0 is inconsistent",
         File("w.bin", [Extent(K15, W, chunk_size=CS)], damage=set_datum(0, 11, 10 ** 6)))
-    rej("index-outside-file", "R22 index in [64, toc_offset]", "chunk index",
+    rej("index-outside-file", "R22 index in [64, toc_offset]", "chunk index lies outside",
         File("b.bin", [Extent(RAW, T)], edit=amplify))
     rej("index-amplified", "R28 indexes fit in the file", "chunk index",
         File("b.bin", [Extent(RAW, T, chunk_size=1), Extent(RAW, T, chunk_size=1, share=0),
@@ -274,51 +278,56 @@ def cases():
     rej("names-amplified", "R19 names fit in the string table", "names",
         File("b.bin", [Extent(RAW, T[i:i + 1], name=b"n" * 40) for i in range(4)], edit=names_overlap))
     # per chunk (R40-R43): the file opens, the damaged chunk is an error
-    rej("chunk-hash", "R43 chunk hash", "damaged", File("b.bin", [Extent(RAW, T, chunk_size=1000)],
+    rej("chunk-hash", "R43 chunk hash", "damaged chunk", File("b.bin", [Extent(RAW, T, chunk_size=1000)],
                                                         damage=flip_plane(0, 0, 1500)))
-    rej("k15-low-damaged", "R43 chunk hash", "damaged",
+    rej("k15-low-damaged", "R43 chunk hash", "damaged chunk",
         File("w.bin", [Extent(K15, W, chunk_size=CS)], damage=flip_plane(0, 1, 100)))
-    rej("k15-escape-damaged", "R43 chunk hash", "damaged",
+    rej("k15-escape-damaged", "R43 chunk hash", "damaged chunk",
         File("w.bin", [Extent(K15, W, chunk_size=CS)], damage=flip_plane(0, 2, 3)))
-    rej("code-15-count", "R42 code-15 count = escape count", "damaged",
+    rej("code-15-count", "R42 code-15 count = escape count", "damaged chunk",
         File("w.bin", [Extent(K15, W, chunk_size=CS)], damage=set_code(0, 0, 15)))
-    rej("zstd-damaged", "R40 frame fails", "damaged", blob(damage=flip_plane(0, 0, 30)))
-    rej("zstd-short", "R41 frame decodes to the chunk length", "damaged",
+    rej("zstd-damaged", "R40 frame fails", "damaged chunk", blob(damage=flip_plane(0, 0, 30)))
+    rej("zstd-short", "R41 frame decodes to the chunk length", "damaged chunk",
         File("b.bin", [Extent(ZSTD, T, chunk_size=1000, frame=lambda b: zframe(b[:-1]))]))
-    rej("zstd-skippable", "R44 zstd profile: no skippable frame", "damaged",
+    rej("zstd-skippable", "R44 zstd profile: no skippable frame", "damaged chunk",
         File("b.bin", [Extent(ZSTD, T, chunk_size=1000, frame=skippable)]))
-    rej("zstd-two-frames", "R44 zstd profile: one frame", "damaged",
+    rej("zstd-two-frames", "R44 zstd profile: one frame", "damaged chunk",
         File("b.bin", [Extent(ZSTD, T, chunk_size=1000, frame=two_frames)]))
-    rej("zstd-trailing", "R44 zstd profile: no trailing bytes", "damaged",
+    rej("zstd-trailing", "R44 zstd profile: no trailing bytes", "damaged chunk",
         File("b.bin", [Extent(ZSTD, T, chunk_size=1000, frame=trailing)]))
-    rej("zstd-dictionary", "R44 zstd profile: no dictionary", "damaged",
+    rej("zstd-dictionary", "R44 zstd profile: no dictionary", "damaged chunk",
         File("b.bin", [Extent(ZSTD, T, chunk_size=1000, frame=dict_id_frame)]))
-    rej("zstd-window", "R44 zstd profile: window <= 16 MiB", "damaged",
+    rej("zstd-window", "R44 zstd profile: window <= 16 MiB", "damaged chunk",
         File("b.bin", [Extent(ZSTD, T, chunk_size=1000, frame=big_window)]))
     rej("sha256", "R45 whole-file SHA-256", "SHA-256",
         File("b.bin", [Extent(RAW, T)], edit=edit("toc", sha256=bytes(32))),
         manifest_edit=lambda d: set_file(d, sha256="00" * 32))
     # ---- manifest (§7) ------------------------------------------------------------------
-    rej("manifest-hash", "R50 manifest hash", "manifest", manifest_damage=lambda t: t[:-2] + b" }")
+    rej("manifest-hash", "R50 manifest hash", "manifest is damaged (checksum mismatch)", manifest_damage=lambda t: t[:-2] + b" }")
     rej("manifest-missing-file", "R51 listed file present", "ghost.bin", blob(),
         manifest_edit=lambda d: add_file(d, "ghost.bin"))
-    rej("manifest-size", "R52 manifest = TOC", "manifest", manifest_edit=lambda d: set_file(d, size=1))
-    rej("manifest-sha", "R52 manifest = TOC", "manifest", manifest_edit=lambda d: set_file(d, sha256="ab" * 32))
+    rej("manifest-size", "R52 manifest = TOC", "does not match its manifest entry", manifest_edit=lambda d: set_file(d, size=1))
+    rej("manifest-sha", "R52 manifest = TOC", "does not match its manifest entry", manifest_edit=lambda d: set_file(d, sha256="ab" * 32))
     rej("manifest-format-2", "R53 format 1", "manifest format 2", manifest_edit=lambda d: dict(d, format=2))
-    rej("manifest-kind", "R54 kind", "invalid", manifest_edit=lambda d: set_file(d, kind="tensor"))
-    rej("manifest-mode", "R54 mode <= 07777", "invalid", manifest_edit=lambda d: set_file(d, mode=0o100644))
-    rej("manifest-mtime", "R54 mtime_ns grammar", "invalid", manifest_edit=lambda d: set_file(d, mtime_ns="1e9"))
-    rej("manifest-sha-upper", "R54 sha256 lowercase", "invalid",
+    rej("manifest-kind", "R54 kind", "file entry 0 is invalid", manifest_edit=lambda d: set_file(d, kind="tensor"))
+    rej("manifest-mode", "R54 mode <= 07777", "file entry 0 is invalid", manifest_edit=lambda d: set_file(d, mode=0o100644))
+    rej("manifest-mtime", "R54 mtime_ns grammar", "file entry 0 is invalid", manifest_edit=lambda d: set_file(d, mtime_ns="1e9"))
+    rej("manifest-sha-upper", "R54 sha256 lowercase", "file entry 0 is invalid",
         manifest_edit=lambda d: set_file(d, sha256=d["files"][0]["sha256"].upper()))
     rej("manifest-parent", "R55 parents listed", "parent", blob("d/x.json"), dirs=[("d", 0o755)],
         manifest_edit=lambda d: dict(d, dirs=[]))
     rej("manifest-dup", "R55 unique names", "duplicate",
         manifest_edit=lambda d: dict(d, files=d["files"] * 2))
-    rej("manifest-json", "R56 valid JSON", "invalid", manifest_edit=lambda d: b'{"format": 1, "files": [}')
+    rej("manifest-json", "R56 valid JSON", "invalid manifest JSON", manifest_edit=lambda d: b'{"format": 1, "files": [}')
     return [x for x in c if x]
 
 
 # ---- helpers for the edits above --------------------------------------------------------
+
+def raw_json(d):
+    """The manifest with its names as raw bytes (not UTF-8 if they are not)."""
+    return json.dumps(d, ensure_ascii=False).encode("utf-8", "surrogateescape")
+
 
 def reorder(d):
     d["files"].reverse()

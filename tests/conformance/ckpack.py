@@ -249,7 +249,7 @@ def manifest_bytes(files, dirs, edit=None, damage=None):
                       "mtime_ns": str(f.mtime_ns), "kind": "safetensors" if f.kind else "blob"}
                      for f in files],
            "dirs": [{"path": p, "mode": m} for p, m in dirs]}
-    doc["files"].sort(key=lambda e: e["path"].encode())
+    doc["files"].sort(key=lambda e: e["path"].encode("utf-8", "surrogateescape"))
     doc["dirs"].sort(key=lambda e: e["path"].encode())
     if edit:
         doc = edit(doc)

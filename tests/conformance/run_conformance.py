@@ -56,6 +56,7 @@ def check_accept(ck, c, dst, out):
 def check_reject(ck, c, dst, out):
     for cmd in (["verify", dst], ["unpack", dst, out]):
         rc, err = run([ck] + cmd)
+        err = err.replace(dst, "DST").replace(out, "OUT")  # the case's name is no evidence
         if rc == 0:
             return "%s accepted it" % cmd[0]
         if c["expect"].lower() not in err.lower():
