@@ -38,7 +38,7 @@ static void fill_stat(const ckfs_ctx *c, uint64_t ino, const cki_node *n, struct
 {
     memset(st, 0, sizeof *st);
     st->st_ino = ino;
-    st->st_mode = n->mode;
+    st->st_mode = ckfs_apply_mask(&c->o, n->mode);
     st->st_nlink = S_ISDIR(n->mode) ? 2 + n->n_subdirs : 1;
     st->st_uid = c->uid;
     st->st_gid = c->gid;
@@ -378,6 +378,34 @@ static char *fuse_opt_string(const ckfs_ctx *c)
 }
 
 /* Mount, serve until unmounted or signalled, unmount.  @return exit status. */
+/* bytes for a person, in the units of the options (K/M/G, powers of 1024). */
+static char *human(uint64_t b, char *out)
+{
+    static const char u[] = "BKMGTP";
+    int i = 0;
+    double v = (double)b;
+    while (v >= 1024 && i < 5) {
+        v /= 1024;
+        i++;
+    }
+    snprintf(out, 32, i ? "%.1f%c" : "%.0f%c", v, u[i]);
+    return out;
+}
+
+/* -o log=: "stderr" (a copy survives daemonizing) or a file, appended to.
+ * @return 0, or -1 with a message. */
+static int open_log(const char *where)
+{
+    int fd = !strcmp(where, "stderr") ? fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3)
+                                      : open(where, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+    if (fd < 0) {
+        fprintf(stderr, "ckptfs mount: log=%s: %s\n", where, strerror(errno));
+        return -1;
+    }
+    ckfs_log_to_fd(fd);
+    return 0;
+}
+
 static int serve(ckfs_ctx *c, const char *mnt)
 {
     int status = 1;
@@ -413,6 +441,11 @@ static int serve(ckfs_ctx *c, const char *mnt)
     }
     fuse_loop_cfg_set_max_threads(cfg, c->o.threads);
     fuse_loop_cfg_set_clone_fd(cfg, 0);
+    char size_s[32], cache_s[32];
+    ckfs_info("serving %s at %s: %zu files, %s; cache %s, %u threads, prefetch %llu KiB on %u workers, %s%s",
+              c->dst, mnt, c->m->n_files, human(c->total_size, size_s), human(c->o.cache_size, cache_s),
+              c->o.threads, (unsigned long long)(c->o.prefetch >> 10), c->o.prefetch_threads,
+              c->o.mmap ? "mapped" : "pread", c->o.drop_packed ? ", drop_packed" : "");
     int rc = fuse_session_loop_mt(se, cfg);
     fuse_loop_cfg_destroy(cfg);
     /* 0: unmounted (fusermount3 -u); > 0: the signal that stopped us
@@ -455,12 +488,15 @@ int ckptfs_mount_main(int argc, char **argv)
     }
     char *mnt = realpath(c.o.mnt, NULL);
     int status = 1;
+    raise_fd_limit(); /* before ckfs_open_all opens every packed file */
+    /* complaints until the log opens go to stderr */
     if (!mnt) {
         fprintf(stderr, "ckptfs mount: %s: %s\n", c.o.mnt, strerror(errno));
-    } else if (ckfs_ctx_load(&c, err, sizeof err) != 0) {
+    } else if (ckfs_check_mountpoint_free(mnt, c.o.nonempty, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+    } else if (ckfs_ctx_load(&c, err, sizeof err) != 0 || ckfs_open_all(&c, err, sizeof err) != 0) {
         fprintf(stderr, "ckptfs mount: %s\n", err);
-    } else {
-        raise_fd_limit();
+    } else if (!c.o.log[0] || open_log(c.o.log) == 0) {
         status = serve(&c, mnt);
     }
     ckfs_ctx_free(&c);

@@ -6,7 +6,10 @@
 #define _GNU_SOURCE
 #include "mount_opts.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +42,14 @@ const char *ckfs_mount_usage(void)
            "  read_ahead_kb=N    kernel readahead of the mount (default 1024; 0 = kernel's)\n"
            "  allow_other        let other users read (adds default_permissions)\n"
            "  stats              print cache statistics at unmount (with -f)\n"
+           "  uid=USER, gid=GROUP  owner and group every file shows (names or numbers;\n"
+           "                     default: whoever mounted)\n"
+           "  umask=M            take permission bits M (octal) away from every file and\n"
+           "                     directory: files 0666 (0777 if stored executable), dirs 0777\n"
+           "  fmask=M, dmask=M   the same for files only / directories only\n"
+           "  log=FILE|stderr    log (start-up line, damaged chunks) to FILE or to stderr\n"
+           "                     instead of syslog once detached\n"
+           "  nonempty           allow a mount point that is not empty\n"
            "  nommap             read packed files with pread instead of mapping them\n"
            "  drop_packed        drop a packed file's pages from the page cache once\n"
            "                     decoded (default when the model is over half of RAM;\n"
@@ -96,6 +107,45 @@ static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
     return 0;
 }
 
+/* uid=/gid=: a number or a user / group name. */
+static int parse_id(const char *s, int group, long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (*s && !*end && !errno && *s != '-' && v < 0xffffffffUL) {
+        *out = (long)v;
+        return 0;
+    }
+    if (group) {
+        struct group *g = getgrnam(s);
+        return g ? (*out = (long)g->gr_gid, 0) : -1;
+    }
+    struct passwd *pw = getpwnam(s);
+    return pw ? (*out = (long)pw->pw_uid, 0) : -1;
+}
+
+/* umask=/fmask=/dmask=: octal, at most 0777. */
+static int parse_mask(const char *s, int *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 8);
+    if (errno || end == s || *end || *s == '-' || v > 0777)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+unsigned ckfs_apply_mask(const ckfs_mount_opts *o, unsigned mode)
+{
+    int dir = S_ISDIR(mode), mask = dir ? o->dmask : o->fmask;
+    if (mask < 0)
+        return mode;
+    unsigned perm = dir || (mode & 0111) ? 0777 : 0666;
+    return (mode & ~07777u) | (perm & ~(unsigned)mask);
+}
+
 /* One option of -o.  @return 0 or -1 with err set. */
 static int parse_one(ckfs_mount_opts *o, const char *opt, char *err, size_t cap)
 {
@@ -114,6 +164,8 @@ static int parse_one(ckfs_mount_opts *o, const char *opt, char *err, size_t cap)
             return o->noatime = 1, 0;
         if (KEY("stats"))
             return o->stats = 1, 0;
+        if (KEY("nonempty"))
+            return o->nonempty = 1, 0;
         if (KEY("mmap"))
             return o->mmap = 1, 0;
         if (KEY("nommap"))
@@ -137,8 +189,23 @@ static int parse_one(ckfs_mount_opts *o, const char *opt, char *err, size_t cap)
             return 0;
         if (KEY("read_ahead_kb") && parse_uint(val, 0, 1u << 20, &o->read_ahead_kb) == 0)
             return 0;
+        if (KEY("uid") && parse_id(val, 0, &o->uid) == 0)
+            return 0;
+        if (KEY("gid") && parse_id(val, 1, &o->gid) == 0)
+            return 0;
+        if ((KEY("umask") || KEY("fmask")) && parse_mask(val, &o->fmask) == 0 &&
+            (!KEY("umask") || parse_mask(val, &o->dmask) == 0))
+            return 0;
+        if (KEY("dmask") && parse_mask(val, &o->dmask) == 0)
+            return 0;
+        if (KEY("log") && *val && strlen(val) < sizeof o->log)
+            return snprintf(o->log, sizeof o->log, "%s", val), 0; /* val is freed after parsing */
+        if (KEY("uid") || KEY("gid")) {
+            set_err(err, cap, "ckptfs mount: option '%s': no such %s", opt, KEY("uid") ? "user" : "group");
+            return -1;
+        }
         if (KEY("cache_size") || KEY("prefetch") || KEY("threads") || KEY("prefetch_threads") ||
-            KEY("read_ahead_kb")) {
+            KEY("read_ahead_kb") || KEY("umask") || KEY("fmask") || KEY("dmask") || KEY("log")) {
             set_err(err, cap, "ckptfs mount: bad value in option '%s'", opt);
             return -1;
         }
@@ -172,6 +239,8 @@ int ckfs_parse_mount_args(int argc, char **argv, ckfs_mount_opts *o, char *err, 
     o->read_ahead_kb = CKFS_DEFAULT_READ_AHEAD_KB;
     o->mmap = 1;
     o->drop_packed = -1;
+    o->uid = o->gid = -1;
+    o->fmask = o->dmask = -1;
     const char *pos[2];
     int npos = 0, only_pos = 0;
     for (int i = 1; i < argc; i++) {
@@ -235,6 +304,58 @@ int ckfs_check_mountpoint(const char *mnt, char *err, size_t cap)
 }
 
 /* mountinfo escapes space, tab, newline and backslash as \ooo. */
+static void unescape_mountinfo(char *s);
+
+/* The file system type of the topmost mount whose mount point is mnt, in
+ * type (empty if mnt is not a mount point). */
+static void mount_type_at(const char *mnt, char *type, size_t cap)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    *type = 0;
+    if (!f)
+        return;
+    char line[8192];
+    while (fgets(line, sizeof line, f)) {
+        char point[4096], fstype[256];
+        const char *sep = strstr(line, " - ");
+        if (!sep || sscanf(line, "%*s %*s %*s %*s %4095s", point) != 1 || sscanf(sep + 3, "%255s", fstype) != 1)
+            continue;
+        unescape_mountinfo(point);
+        if (!strcmp(point, mnt))
+            snprintf(type, cap, "%s", fstype); /* the last one wins: it is on top */
+    }
+    fclose(f);
+}
+
+int ckfs_check_mountpoint_free(const char *mnt, int nonempty, char *err, size_t cap)
+{
+    char type[256];
+    mount_type_at(mnt, type, sizeof type);
+    if (!strncmp(type, "fuse", 4)) {
+        set_err(err, cap,
+                "ckptfs mount: %s is already mounted (%s): another daemon serves it.\n"
+                "Unmount it first (fusermount3 -u %s), or choose another mount point.",
+                mnt, type, mnt);
+        return -1;
+    }
+    DIR *d = opendir(mnt);
+    struct dirent *e;
+    int empty = 1;
+    while (d && empty && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            empty = 0;
+    if (d)
+        closedir(d);
+    if (!empty && !nonempty) {
+        set_err(err, cap,
+                "ckptfs mount: %s is not empty: mounting would hide what it holds.\n"
+                "Choose an empty directory, or add -o nonempty to mount over it anyway.",
+                mnt);
+        return -1;
+    }
+    return 0;
+}
+
 static void unescape_mountinfo(char *s)
 {
     char *w = s;

@@ -29,6 +29,10 @@ typedef struct {
     unsigned prefetch_threads;
     unsigned read_ahead_kb;    /* kernel readahead of the mount; 0 = leave as is */
     int stats;                 /* print cache statistics at unmount */
+    int nonempty;              /* allow a non-empty mount point */
+    char log[4096];            /* log=: "" syslog (or stderr with -f), "stderr", or a file */
+    long uid, gid;             /* owner shown for every file; -1: whoever mounted */
+    int fmask, dmask;          /* permission bits taken away from files / dirs; -1: stored modes */
     int mmap;                  /* decode from mappings of the packed files (default 1) */
     int drop_packed;           /* drop packed pages once decoded: 1 on, 0 off,
                                 * -1 auto (on when the files served exceed half
@@ -54,6 +58,16 @@ const char *ckfs_mount_usage(void);
  * mount.  @return 0, or -1 with a message in err (for a stale mount it tells
  * the user to run `fusermount3 -u`). */
 int ckfs_check_mountpoint(const char *mnt, char *err, size_t errCapacity);
+
+/* Check that the mount point mnt (absolute, resolved) is free: not already
+ * the root of a FUSE mount (a second daemon would silently stack on the
+ * first), and empty unless nonempty is set.  @return 0, or -1 with a
+ * message in err that says what to do. */
+int ckfs_check_mountpoint_free(const char *mnt, int nonempty, char *err, size_t errCapacity);
+
+/* The permission bits of a node with stored mode `mode` under the fmask and
+ * dmask options (o->fmask/dmask < 0: the stored bits). */
+unsigned ckfs_apply_mask(const ckfs_mount_opts *o, unsigned mode);
 
 /* Set read_ahead_kb of the bdi behind the file system mounted at mnt (found
  * in /proc/self/mountinfo, without touching the mount itself).

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <syslog.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "readpath.h"
@@ -27,7 +28,11 @@
 #define MAX_PREFETCH_CHUNKS 64     /* chunks queued per read request */
 #define HINT_WINDOWS 4             /* disk readahead: this many prefetch windows ahead */
 
+/* Where the daemon logs: stderr until it detaches (and with -f); then
+ * syslog, or g_log_fd with -o log=FILE / log=stderr (hosts and containers
+ * without syslog).  Each line is one write(2), with time and pid, there. */
 static int g_syslog;               /* log to syslog once daemonized */
+static int g_log_fd = -1;          /* -o log=: a file or a copy of stderr */
 
 void ckfs_log_to_syslog(void)
 {
@@ -35,17 +40,44 @@ void ckfs_log_to_syslog(void)
     g_syslog = 1;
 }
 
-void ckfs_log(const char *fmt, ...)
+void ckfs_log_to_fd(int fd) { g_log_fd = fd; }
+
+static void ckfs_vlog(int prio, const char *fmt, va_list ap)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    if (g_syslog) {
-        vsyslog(LOG_ERR, fmt, ap);
+    if (g_log_fd >= 0) {
+        char line[2048];
+        time_t now = time(NULL);
+        struct tm tm;
+        size_t n = strftime(line, sizeof line, "%Y-%m-%d %H:%M:%S", localtime_r(&now, &tm));
+        n += (size_t)snprintf(line + n, sizeof line - n, " ckptfs[%d]: ", (int)getpid());
+        int k = vsnprintf(line + n, sizeof line - n - 1, fmt, ap);
+        n = k < 0 ? n : n + (size_t)k < sizeof line - 1 ? n + (size_t)k : sizeof line - 2;
+        line[n++] = '\n';
+        if (write(g_log_fd, line, n) < 0) {
+            /* nowhere left to say it */
+        }
+    } else if (g_syslog) {
+        vsyslog(prio, fmt, ap);
     } else {
         fputs("ckptfs: ", stderr);
         vfprintf(stderr, fmt, ap);
         fputc('\n', stderr);
     }
+}
+
+void ckfs_log(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ckfs_vlog(LOG_ERR, fmt, ap);
+    va_end(ap);
+}
+
+void ckfs_info(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ckfs_vlog(LOG_INFO, fmt, ap);
     va_end(ap);
 }
 
@@ -448,9 +480,23 @@ int ckfs_ctx_load(ckfs_ctx *c, char *err, size_t errCapacity)
         c->o.drop_packed = ckfs_drop_packed_auto(c->total_size);
     if (c->o.drop_packed) /* pages of a mapping that fault-around mapped again */
         c->o.mmap = 0;    /* cannot be dropped: read with pread instead */
-    c->uid = getuid();
-    c->gid = getgid();
+    c->uid = c->o.uid >= 0 ? (uid_t)c->o.uid : getuid();
+    c->gid = c->o.gid >= 0 ? (gid_t)c->o.gid : getgid();
     return 0;
+}
+
+int ckfs_open_all(ckfs_ctx *c, char *err, size_t errCapacity)
+{
+    size_t bad = 0;
+    for (uint32_t i = 0; i < c->m->n_files; i++) {
+        const ckp_reader *r;
+        if (get_reader(c, i, &r) != 0)
+            bad++; /* open_reader logged why */
+    }
+    if (bad)
+        snprintf(err, errCapacity, "%s: %zu of %zu packed files cannot be read (see above); not mounted", c->dst,
+                 bad, c->m->n_files);
+    return bad ? -1 : 0;
 }
 
 int ckfs_cache_start(ckfs_ctx *c)

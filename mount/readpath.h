@@ -68,13 +68,21 @@ typedef struct {
     size_t n, cap, total;
 } ckfs_pieces;
 
-/* Messages of the daemon: stderr, or syslog once daemonized. */
+/* Messages of the daemon: stderr, or syslog once daemonized, or the file
+ * descriptor of -o log= (ckfs_log_to_fd).  ckfs_info: at LOG_INFO. */
 void ckfs_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void ckfs_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void ckfs_log_to_syslog(void);
+void ckfs_log_to_fd(int fd);
 
 /* Load c->o.dst's manifest and build the tree (c->o set by the caller, the
  * rest zero).  @return 0, or -1 with a message naming the directory in err. */
 int ckfs_ctx_load(ckfs_ctx *c, char *err, size_t errCapacity);
+/* Open every packed file now (header, table of contents, format version),
+ * so that a pack that cannot be served fails the mount command instead of
+ * every later read.  @return 0, or -1 (each failure logged, a summary
+ * naming the directory in err). */
+int ckfs_open_all(ckfs_ctx *c, char *err, size_t errCapacity);
 /* Free what ckfs_ctx_load and the reads set up (not the cache). */
 void ckfs_ctx_free(ckfs_ctx *c);
 

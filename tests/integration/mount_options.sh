@@ -1,0 +1,95 @@
+#!/bin/sh
+# mount_options: what `ckptfs mount` promises before and around serving.
+#  - uid=, gid=, umask= (fmask=, dmask=) through a real mount: a 0600 shard
+#    is readable by the uid given (and only then) and reads back exactly;
+#  - a mount point that is already a live mount, or not empty, is refused
+#    (-o nonempty allows the latter);
+#  - a pack with an unreadable packed file (a newer format version, a
+#    damaged header) fails the mount command itself with the reason;
+#  - -o log=FILE gets the start-up line of a detached daemon.
+. "$(dirname "$0")/lib.sh"
+"$PY" "$HERE/gen_model.py" "$T/src"
+SHARD=model-00002-of-00003.safetensors
+chmod 0600 "$T/src/$SHARD"
+"$CKPTFS" pack "$T/src" "$T/dst" >"$T/log.pack" 2>&1 || fail "ckptfs pack failed"
+chmod 0755 "$T"            # nobody must reach the mount points under $T
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+
+# without uid=: the shard belongs to root, 0600: nobody is refused
+mount_fg m -o allow_other
+as_nobody cat "$T/m/$SHARD" >/dev/null 2>&1 && fail "nobody read a 0600 shard owned by root"
+stop_daemon TERM "$PID"
+# uid=/gid= by name and number: nobody owns every file and reads the shard
+mount_fg m -o allow_other,uid=nobody,gid=65534
+[ "$(stat -c '%u %g %a' "$T/m/$SHARD")" = "65534 65534 600" ] ||
+    fail "uid/gid: $(stat -c '%u %g %a' "$T/m/$SHARD")"
+as_nobody cat "$T/m/$SHARD" > "$T/read" || fail "uid=nobody: nobody cannot read the 0600 shard"
+cmp "$T/read" "$T/src/$SHARD" || fail "uid=nobody: the shard read back differs"
+stop_daemon TERM "$PID"
+# umask=0022: files 0644 (executable ones 0755), directories 0755: anyone reads
+mount_fg m -o allow_other,umask=0022
+[ "$(stat -c %a "$T/m/$SHARD")" = 644 ] || fail "umask=0022: shard mode $(stat -c %a "$T/m/$SHARD")"
+[ "$(stat -c %a "$T/m/sub")" = 755 ] || fail "umask=0022: directory mode $(stat -c %a "$T/m/sub")"
+as_nobody cat "$T/m/$SHARD" > "$T/read" || fail "umask=0022: nobody cannot read the shard"
+cmp "$T/read" "$T/src/$SHARD" || fail "umask=0022: the shard read back differs"
+stop_daemon TERM "$PID"
+mount_fg m -o fmask=0077,dmask=0022
+[ "$(stat -c %a "$T/m/config.json") $(stat -c %a "$T/m/sub")" = "600 755" ] ||
+    fail "fmask/dmask: $(stat -c %a "$T/m/config.json") $(stat -c %a "$T/m/sub")"
+stop_daemon TERM "$PID"
+if "$CKPTFS" mount -o umask=999 "$T/dst" "$T/m" 2>"$T/err"; then fail "umask=999 accepted"; fi
+if "$CKPTFS" mount -o uid=no-such-user-here "$T/dst" "$T/m" 2>"$T/err"; then fail "unknown user accepted"; fi
+grep -q "no such user" "$T/err" || fail "unknown user: $(cat "$T/err")"
+
+# a live mount point is refused: one daemon, still serving
+mount_fg m
+if "$CKPTFS" mount "$T/dst" "$T/m" 2>"$T/err"; then fail "mounted over a live mount"; fi
+grep -q "$T/m is already mounted (fuse.ckptfs).*fusermount3 -u $T/m" "$T/err" || grep -q "fusermount3 -u $T/m" "$T/err" ||
+    fail "live mount message: $(cat "$T/err")"
+[ "$(grep -c " $T/m fuse.ckptfs " /proc/mounts)" = 1 ] || fail "a second mount stacked on the first"
+cmp "$T/m/config.json" "$T/src/config.json" || fail "the first mount stopped serving"
+stop_daemon TERM "$PID"
+
+# a non-empty mount point is refused unless -o nonempty
+new_mnt full
+echo keep > "$T/full/file"
+if "$CKPTFS" mount "$T/dst" "$T/full" 2>"$T/err"; then fail "mounted over a non-empty directory"; fi
+grep -q "$T/full is not empty.*" "$T/err" && grep -q "nonempty" "$T/err" || fail "non-empty message: $(cat "$T/err")"
+is_mounted "$T/full" && fail "mounted despite the refusal"
+"$CKPTFS" mount -o nonempty "$T/dst" "$T/full" || fail "-o nonempty refused"
+cmp "$T/full/config.json" "$T/src/config.json" || fail "-o nonempty: content"
+fusermount3 -u "$T/full" && wait_unmounted "$T/full"
+
+# -o log=FILE: a detached daemon logs its start-up line there
+new_mnt lg
+"$CKPTFS" mount -o log="$T/daemon.log",cache_size=64M,threads=4 "$T/dst" "$T/lg" || fail "mount with log="
+for _ in $(seq 100); do grep -q serving "$T/daemon.log" && break; sleep 0.05; done # written once detached
+grep -q "ckptfs\[[0-9]*\]: serving $T/dst at $T/lg: 9 files, .*; cache 64.0M, 4 threads" "$T/daemon.log" ||
+    fail "no start-up line in the log file: $(cat "$T/daemon.log")"
+fusermount3 -u "$T/lg" && wait_unmounted "$T/lg"
+
+# unreadable packs: the mount command fails with the reason, nothing mounted
+cp -a "$T/dst" "$T/newer"
+"$PY" - "$T/newer/config.json.ckpt" <<'PYEOF'
+import struct, sys, xxhash
+p = sys.argv[1]; b = bytearray(open(p, "rb").read())
+b[10:12] = struct.pack("<H", 9)
+b[56:64] = struct.pack("<Q", xxhash.xxh3_64_intdigest(bytes(b[:56])))
+open(p, "wb").write(b)
+PYEOF
+cp -a "$T/dst" "$T/badhdr"
+printf '\377' | dd of="$T/badhdr/$SHARD.ckpt" bs=1 seek=20 conv=notrunc status=none
+for pack in newer badhdr; do
+    new_mnt "u$pack"
+    rc=0
+    "$CKPTFS" mount "$T/$pack" "$T/u$pack" 2>"$T/err" || rc=$?
+    [ $rc = 1 ] || fail "$pack: mount exit status $rc, expected 1"
+    is_mounted "$T/u$pack" && fail "$pack: mounted anyway"
+    grep -q "1 of 9 packed files cannot be read" "$T/err" || fail "$pack: no summary: $(cat "$T/err")"
+done
+"$CKPTFS" mount "$T/newer" "$T/unewer" 2>"$T/err" || true
+grep -q "config.json.ckpt: format version 1.9 .*written by a newer ckptfs; upgrade" "$T/err" ||
+    fail "newer: reason not given: $(cat "$T/err")"
+"$CKPTFS" mount "$T/badhdr" "$T/ubadhdr" 2>"$T/err" || true
+grep -q "$SHARD.ckpt: file header is damaged" "$T/err" || fail "badhdr: reason not given: $(cat "$T/err")"
+echo "mount_options: ok"
