@@ -1,32 +1,39 @@
 #!/usr/bin/env bash
-# gpu/check.sh — one-shot GPU check of ckgpu: build the GPU targets, run the
-# gpu-labelled tests on the device, run bench_gpu, print a table.  Meant for
-# one call on a machine with one GPU, under 5 minutes.  Installs nothing.
+# gpu/check.sh — one-shot GPU check of ckgpu: build the GPU targets (or take
+# a prebuilt bundle), run the gpu-labelled tests on the device, the kernel
+# test under compute-sanitizer memcheck and racecheck, then ALWAYS the
+# benchmark (a failed test does not lose the figures), and end with one table
+# (tests and benchmark reported apart).  Meant for one call on a machine with
+# one GPU, under 5 minutes.  Installs nothing.
 #
-#   gpu/check.sh                 build in $BUILD (default build-gpu-check) and run
+#   gpu/check.sh                 build in $BUILD (default /tmp/ckgpu-build) and run
 #   gpu/check.sh --quick         smaller benchmark (batches 1 and 8, 256 MiB load test)
-#   gpu/check.sh --sanitize      also run test_gpu_kernels under compute-sanitizer memcheck
+#   gpu/check.sh --no-sanitize   skip the compute-sanitizer runs
 #   gpu/check.sh --bundle DIR    (on a build machine, no GPU needed) build and copy the
 #                                binaries and the non-CUDA shared libraries they need to DIR
 #   gpu/check.sh --prebuilt DIR  run from such a bundle instead of building
 #
 # A bare CUDA machine may lack the -dev packages the project needs (fuse3,
 # zstd, cjson, openssl, xxhash); then, without --prebuilt, the script says so
-# and looks for a bundle in ./gpu-bundle.  Typical use from a session:
+# and looks for a bundle in ./gpu-bundle (ignored by git).  The CUDA libraries
+# (libcudart, libcublas: too big to carry) are found at run time in the CUDA
+# folders or in PyTorch's wheels (site-packages/nvidia/cu13/lib, nvidia/*/lib)
+# and put on LD_LIBRARY_PATH.  Typical use from a session:
 #   here:   gpu/check.sh --bundle gpu-bundle
 #   device: gpu/check.sh --prebuilt gpu-bundle      (carry gpu-bundle)
 # Logs go to ${OUT:-$BUILD}/ckgpu_check.log.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-${TMPDIR:-/tmp}/ckgpu-build}
-MODE=build QUICK= SANITIZE= DIR=
+MODE=build QUICK= SANITIZE=1 DIR=
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=--quick ;;
-    --sanitize) SANITIZE=1 ;;
+    --sanitize) SANITIZE=1 ;;   # the default; kept for old command lines
+    --no-sanitize) SANITIZE= ;;
     --bundle) MODE=bundle; DIR=${2:?--bundle DIR}; shift ;;
     --prebuilt) MODE=prebuilt; DIR=${2:?--prebuilt DIR}; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "check.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -42,6 +49,9 @@ T0=$(date +%s)
 # ---- tools -----------------------------------------------------------------
 have() { command -v "$1" >/dev/null 2>&1; }
 if ! have nvcc && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
+for d in /usr/local/cuda/bin /usr/local/cuda/compute-sanitizer /opt/nvidia/compute-sanitizer; do
+    have compute-sanitizer || { [ -x "$d/compute-sanitizer" ] && export PATH=$PATH:$d; }
+done
 for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
     [ -d "$d" ] && export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d
 done
@@ -121,52 +131,127 @@ else
 fi
 say "-- ready after $(( $(date +%s) - T0 )) s"
 
-# ---- tests (label gpu) ------------------------------------------------------------
+# ---- CUDA libraries: the CUDA folders, else PyTorch's wheels --------------------------
+# Each library a binary needs and the loader cannot find is looked for in the
+# candidate folders; the first folder holding it goes on LD_LIBRARY_PATH.
+lib_dirs() {
+    ls -d /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64 \
+        /usr/local/cuda-*/targets/x86_64-linux/lib 2>/dev/null
+    local py
+    for py in python3 /opt/torch/.venv/bin/python3; do
+        have "$py" || [ -x "$py" ] || continue
+        "$py" - <<'PY' 2>/dev/null
+import glob, site, sys, sysconfig
+roots = set(site.getsitepackages() + [sysconfig.get_paths()["purelib"]])
+for r in sorted(roots):
+    for d in sorted(glob.glob(r + "/nvidia/cu1*/lib")) + sorted(glob.glob(r + "/nvidia/*/lib")):
+        print(d)
+PY
+    done
+}
+resolve_libs() {
+    local so d missing
+    missing=$(for f in "$BIN/test_gpu_kernels" "$BIN/bench_gpu" "$LIB"; do ldd "$f" 2>/dev/null; done |
+        awk '/=> not found/{print $1}' | sort -u)
+    for so in $missing; do
+        for d in $(lib_dirs); do
+            if [ -e "$d/$so" ]; then
+                export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d
+                say "-- $so from $d"
+                continue 2
+            fi
+        done
+        say "check.sh: $so not found in the CUDA folders or PyTorch's (bench_gpu/tests will not start)"
+    done
+}
+resolve_libs
+
+# ---- results: one row per test and per benchmark figure, printed as one table ----------
 WORK=$(mktemp -d /tmp/ckgpu_check.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
+ROWS=$WORK/rows
+: >"$ROWS"
 FAILED=
-runt() {  # name, command...
-    local name=$1; shift
-    local t=$(date +%s)
-    if timeout 300 "$@" >>"$LOG" 2>&1; then
-        say "| test $name | PASS | $(( $(date +%s) - t )) s |"
+row() { printf '| %s | %s | %s |\n' "$1" "$2" "$3" >>"$ROWS"; say "| $1 | $2 | $3 |"; }
+runt() {  # name, timeout, command...
+    local name=$1 lim=$2; shift 2
+    local t=$(date +%s) rc
+    echo "== $name: $*" >>"$LOG"
+    timeout "$lim" "$@" >>"$LOG" 2>&1
+    rc=$?
+    if [ $rc = 0 ]; then
+        row "test $name" PASS "$(( $(date +%s) - t )) s"
+    elif [ $rc = 124 ]; then
+        row "test $name" "FAIL (timeout ${lim} s)" "see $LOG"; FAILED="$FAILED $name"
     else
-        say "| test $name | FAIL (rc $?) | see $LOG |"; FAILED="$FAILED $name"
+        row "test $name" "FAIL (rc $rc)" "see $LOG"; FAILED="$FAILED $name"
     fi
 }
-runt gpu_tile "$BIN/test_gpu_tile"
-runt gpu_kernels "$BIN/test_gpu_kernels"
-runt gpu_loader "$BIN/test_gpu_loader" "$WORK/loader"
+
+# ---- tests (label gpu) ------------------------------------------------------------
+runt gpu_tile 60 "$BIN/test_gpu_tile"
+runt gpu_kernels 120 "$BIN/test_gpu_kernels"
+runt gpu_loader 120 "$BIN/test_gpu_loader" "$WORK/loader"
 if have python3; then
-    runt gpu_python python3 "$PY/test_ckptfs_gpu.py" "$LIB" "$CKPTFS" "$WORK/python"
+    runt gpu_python 120 python3 "$PY/test_ckptfs_gpu.py" "$LIB" "$CKPTFS" "$WORK/python"
 fi
-grep -q "SKIP device part" "$LOG" && say "NOTE: some test skipped its device part (no CUDA device visible?)"
+grep -q "SKIP device part" "$LOG" && row "note" "SKIP" "a test skipped its device part (no CUDA device visible?)"
+
+# ---- the kernel test under compute-sanitizer (memcheck, racecheck) ------------------------
+sanitize() {  # tool
+    local tool=$1 t=$(date +%s) rc out=$WORK/san_$1.log
+    timeout 90 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN/test_gpu_kernels" >"$out" 2>&1
+    rc=$?
+    cat "$out" >>"$LOG"
+    if [ $rc = 0 ]; then
+        row "sanitizer $tool" PASS "$(( $(date +%s) - t )) s, $(grep -m1 'ERROR SUMMARY' "$out" | sed 's/.*ERROR SUMMARY: //')"
+    elif grep -qE 'Device not supported|Unable to find injection|Target application terminated before first instrumented API call' "$out" &&
+         ! grep -q 'ERROR SUMMARY: [1-9]' "$out"; then
+        row "sanitizer $tool" "UNAVAILABLE" "$(grep -m1 -E 'not supported|Unable|terminated' "$out" | cut -c1-80)"
+    else
+        row "sanitizer $tool" "FAIL (rc $rc)" "$(grep -m1 'ERROR SUMMARY' "$out" | sed 's/.*ERROR SUMMARY: //') see $LOG"
+        FAILED="$FAILED sanitize_$tool"
+    fi
+}
 if [ -n "$SANITIZE" ]; then
     if have compute-sanitizer; then
-        runt sanitize_kernels compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/test_gpu_kernels"
+        sanitize memcheck
+        sanitize racecheck
     else
-        say "| test sanitize_kernels | SKIP: compute-sanitizer not found |"
+        row "sanitizer" SKIP "compute-sanitizer not found"
     fi
 fi
 
-# ---- benchmark ------------------------------------------------------------------------
-say "-- bench_gpu $QUICK"
-if [ -z "$FAILED" ]; then
-    timeout 400 "$BIN/bench_gpu" $QUICK --workdir "$WORK/bench" 2>&1 | tee -a "$LOG" >"$WORK/bench.out"
-    rc=${PIPESTATUS[0]}
-    [ -f "$WORK/bench.log" ] && cp "$WORK/bench.log" "$LOGDIR/bench_gpu_raw.log"
-    [ "$rc" = 0 ] || FAILED="$FAILED bench_gpu(rc=$rc)"
+# ---- benchmark: always, whatever the tests said, within what is left of 5 minutes ------
+left=$(( 290 - ($(date +%s) - T0) ))
+[ $left -lt 60 ] && left=60
+say "-- bench_gpu $QUICK (limit $left s)"
+t=$(date +%s)
+timeout "$left" "$BIN/bench_gpu" $QUICK --workdir "$WORK/bench" >"$WORK/bench.out" 2>"$WORK/bench.err"
+rc=$?
+cat "$WORK/bench.out" "$WORK/bench.err" >>"$LOG"
+[ -f "$WORK/bench.log" ] && cp "$WORK/bench.log" "$LOGDIR/bench_gpu_raw.log"
+if [ $rc = 0 ]; then
+    row "bench bench_gpu" PASS "$(( $(date +%s) - t )) s"
 else
-    say "bench skipped: tests failed:$FAILED"
+    row "bench bench_gpu" "FAIL (rc $rc$([ $rc = 124 ] && echo ", timeout ${left} s"))" "$(tail -1 "$WORK/bench.err" | cut -c1-100)"
+    FAILED="$FAILED bench_gpu"
 fi
+grep -m1 '^##' "$WORK/bench.out" | sed 's/^## *//' | while read -r l; do row "bench device" "" "$l"; done
+# each figure row "| a | b | c ... |" of the benchmark becomes "| bench a | b | c; ... |"
+grep -E '^\|' "$WORK/bench.out" | sed -E 's/^\| *//; s/ *\|$//' | while IFS= read -r l; do
+    a=${l%% |*}; r=${l#* | }; b=${r%% |*}; c=${r#* | }; [ "$r" = "$l" ] && b= c=
+    [ "$c" = "$r" ] && c=
+    row "bench $a" "$b" "${c// | /; }"
+done
 
-say ""
-say "== summary ($(( $(date +%s) - T0 )) s, GPU: ${GPU:-none}) =="
-grep -E '^\| test ' "$LOG" | sort -u
-[ -f "$WORK/bench.out" ] && grep -E '^(##|\|)' "$WORK/bench.out"
-[ -f "$WORK/bench.out" ] && grep -vE '^(##|\|)' "$WORK/bench.out" | tail -5
-if [ -n "$FAILED" ]; then
-    say "RESULT: FAIL:$FAILED"
-    exit 1
-fi
-say "RESULT: PASS"
+# ---- the table (the last lines of the output) ---------------------------------------------
+RESULT=PASS
+[ -n "$FAILED" ] && RESULT="FAIL:$FAILED"
+echo
+echo "| ckgpu check $(date -u +%F) | GPU: ${GPU:-none} | $(( $(date +%s) - T0 )) s |"
+echo "| --- | --- | --- |"
+cat "$ROWS"
+echo "| result | $RESULT | log: $LOG |"
+{ echo "| result | $RESULT | $(( $(date +%s) - T0 )) s |"; } >>"$LOG"
+[ -z "$FAILED" ]
