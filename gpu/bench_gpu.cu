@@ -420,8 +420,11 @@ int main(int argc, char **argv)
     FILE *log = fopen((work + ".log").c_str(), "w");
     if (!log)
         log = stderr;
+    /* a blocking stream: the legacy-stream cudaMemcpy/cudaMemset of the checks
+     * and uploads wait for the kernels on s (a non-blocking one let the
+     * cuBLAS comparison read y while the GEMV still ran) */
     cudaStream_t s;
-    CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CU(cudaStreamCreate(&s));
 
     /* memcpy ceiling: 1 GiB device to device */
     size_t cb = (size_t)1 << 30;
