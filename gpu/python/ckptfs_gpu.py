@@ -136,14 +136,20 @@ class _Handle:
 
 
 class DeviceTensor(_Handle):
-    """Rows [row_begin, row_end) of a tensor on the current CUDA device."""
+    """Rows [row_begin, row_end) of a tensor on the CUDA device that was
+    current at upload (self.device); every later call runs on that device,
+    whichever is current then."""
     _free = "ckg_tensor_free"
 
-    def __init__(self, model, info, handle, row_begin, row_end):
+    def __init__(self, model, info, handle, row_begin, row_end, device=None):
         self._lib, self._model, self._h = model._lib, model, handle  # the model outlives us
         self.info = info
+        self.device = device
         self.rows = row_end - row_begin
         self.shape = (self.rows,) + info.shape[1:] if info.shape else ()
+        self.cols = 1
+        for d in info.shape[1:]:
+            self.cols *= d
         self.packed = bool(self._lib.ckg_tensor_is_packed(handle))
         self.nbytes = int(self._lib.ckg_tensor_nbytes(handle))
         self.device_bytes = int(self._lib.ckg_tensor_device_bytes(handle))
@@ -159,10 +165,15 @@ class DeviceTensor(_Handle):
         return {"shape": tuple(shape), "typestr": typestr, "data": (self._lib.ckg_tensor_data(self._h) or 0, False),
                 "version": 3, "strides": None}
 
+    def _on_device(self, torch):
+        """A context making self.device current (a no-op without one)."""
+        import contextlib
+        return torch.cuda.device(self.device) if self.device is not None else contextlib.nullcontext()
+
     def to_torch(self):
         """A torch view of a raw tensor's device buffer (zero copy; keeps self alive)."""
         import torch
-        t = torch.as_tensor(self, device="cuda")
+        t = torch.as_tensor(self, device=self.device or "cuda")
         view = _CAI.get(self.info.dtype_code, (None, None))[1]
         if view and hasattr(torch, view):
             t = t.view(getattr(torch, view))
@@ -172,15 +183,19 @@ class DeviceTensor(_Handle):
     def decode(self, out=None, stream=None):
         """Decode to a new (or the given) torch tensor on the GPU, enqueued on the stream."""
         import torch
+        dev = self.device or "cuda"
         if out is None:
             if self.info.dtype == "BF16":
-                out = torch.empty(self.shape, dtype=torch.bfloat16, device="cuda")
+                out = torch.empty(self.shape, dtype=torch.bfloat16, device=dev)
             else:
-                out = torch.empty(self.nbytes, dtype=torch.uint8, device="cuda")
+                out = torch.empty(self.nbytes, dtype=torch.uint8, device=dev)
         if out.numel() * out.element_size() < self.nbytes or not out.is_contiguous():
             raise ValueError("out too small or not contiguous")
-        st = self._lib.ckg_tensor_decode(self._h, out.data_ptr(), out.numel() * out.element_size(),
-                                         _stream(torch, stream))
+        if self.device is not None and out.device != self.device:
+            raise ValueError(f"out is on {out.device}, {self.info.name} on {self.device}")
+        with self._on_device(torch):
+            st = self._lib.ckg_tensor_decode(self._h, out.data_ptr(), out.numel() * out.element_size(),
+                                             _stream(torch, stream))
         if st:
             raise CkgError(st, f"decode {self.info.name}", self._lib)
         return out
@@ -189,14 +204,22 @@ class DeviceTensor(_Handle):
         """y = x @ W.T for x [batch <= 8, cols] (or [cols]) BF16 on the GPU; returns [batch, rows]."""
         import torch
         out_dtype = out_dtype or torch.float32
+        if out_dtype not in (torch.bfloat16, torch.float32):
+            raise ValueError("out_dtype must be float32 or bfloat16")
+        if not isinstance(x, torch.Tensor):
+            raise TypeError("x must be a torch tensor")
+        if self.device is not None and x.device != self.device:
+            raise ValueError(f"x is on {x.device}, {self.info.name} on {self.device}")
+        if x.dim() not in (1, 2) or x.shape[-1] != self.cols or (x.dim() == 2 and not 1 <= x.shape[0] <= 8):
+            raise ValueError(f"x must be [cols] or [batch 1..8, cols] with cols = {self.cols}, got {list(x.shape)}")
         squeeze = x.dim() == 1
         x = x.reshape(1, -1) if squeeze else x
         x = x.to(torch.bfloat16).contiguous()
         y = torch.empty((x.shape[0], self.rows), dtype=out_dtype, device=x.device)
         ot = OUT_BF16 if out_dtype == torch.bfloat16 else OUT_F32
-        if out_dtype not in (torch.bfloat16, torch.float32):
-            raise ValueError("out_dtype must be float32 or bfloat16")
-        st = self._lib.ckg_tensor_gemv(self._h, x.data_ptr(), x.shape[0], y.data_ptr(), ot, _stream(torch, stream))
+        with self._on_device(torch):
+            st = self._lib.ckg_tensor_gemv(self._h, x.data_ptr(), x.shape[0], y.data_ptr(), ot,
+                                           _stream(torch, stream))
         if st:
             raise CkgError(st, f"gemv {self.info.name}", self._lib)
         return y[0] if squeeze else y
@@ -238,17 +261,20 @@ class Model(_Handle):
         info = self.info(name)
         nrows = info.shape[0] if info.shape else 1
         r0, r1 = rows if rows is not None else (0, nrows)
-        if stream is None:
-            try:
-                import torch
-                stream = torch.cuda.current_stream().cuda_stream
-            except ImportError:
-                stream = None
+        device = None
+        try:
+            import torch
+            if torch.cuda.is_available():
+                device = torch.device("cuda", torch.cuda.current_device())
+                if stream is None:
+                    stream = torch.cuda.current_stream(device).cuda_stream
+        except ImportError:
+            pass
         out = C.c_void_p()
         st = self._lib.ckg_tensor_upload(self._h, info.index, r0, r1, flags, stream, C.byref(out))
         if st:
             raise CkgError(st, f"upload {name}", self._lib)
-        return DeviceTensor(self, info, out, r0, r1)
+        return DeviceTensor(self, info, out, r0, r1, device)
 
     def to_torch(self, name, rows=None):
         """Decoded torch tensor of a tensor (or rows of it) on the GPU."""

@@ -21,6 +21,31 @@ def bf16(f):
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
 
 
+class _NoCalls:
+    """A library whose every function fails the test: argument checks must
+    reject before anything reaches the C side."""
+    def __getattr__(self, name):
+        raise AssertionError(f"{name} called with arguments the binding should have rejected")
+
+
+def check_gemv_arguments(torch, model, info):
+    """gemv() rejects x of the wrong shape or on another device than the
+    tensor's (no device needed: a DeviceTensor without a handle, on cuda:0
+    or the meta device, whose tensors have shapes but no data)."""
+    for dev, x, what in ((torch.device("cuda", 0), torch.zeros(1024, dtype=torch.bfloat16), "a CPU x"),
+                         (torch.device("meta"), torch.empty(1000, device="meta"), "x of 1000 columns"),
+                         (torch.device("meta"), torch.empty(9, 1024, device="meta"), "a batch of 9"),
+                         (torch.device("meta"), torch.empty(2, 2, 1024, device="meta"), "a 3-d x")):
+        t = object.__new__(cg.DeviceTensor)
+        t._lib, t._h, t.info, t.rows, t.cols, t.device = _NoCalls(), None, info, 24, 1024, dev
+        try:
+            t.gemv(x)
+        except ValueError:
+            continue
+        raise AssertionError(f"gemv accepted {what}")
+    print("gpu_python: gemv rejects x of the wrong shape or device")
+
+
 def main():
     lib, ckptfs, work = sys.argv[1:4]
     shutil.rmtree(work, ignore_errors=True)
@@ -55,6 +80,8 @@ def main():
             import torch
         except ImportError:
             torch = None
+        if torch is not None:
+            check_gemv_arguments(torch, m, infos["w"])
         if cg.device_count() == 0 or torch is None or not torch.cuda.is_available():
             print("SKIP device part: no CUDA device" + ("" if torch else " (or no torch)"))
             return 0
