@@ -163,6 +163,19 @@ static inline uint4 ckg_ld16(const void *p)
     return v;
 }
 static inline unsigned ckg_atomic_add(unsigned *p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+static inline float ckg_atomic_add_f32(float *p, float v)   /* compare-and-swap on the bits, like the GPU's */
+{
+    uint32_t *u = (uint32_t *)p, old = __atomic_load_n(u, __ATOMIC_RELAXED), nu;
+    do {
+        float f;
+        memcpy(&f, &old, 4);
+        f += v;
+        memcpy(&nu, &f, 4);
+    } while (!__atomic_compare_exchange_n(u, &old, nu, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    float o;
+    memcpy(&o, &old, 4);
+    return o;
+}
 
 static inline void ckg_cp_async16(void *smem, const void *gmem, bool valid) { ckg_emu_cp_async(smem, gmem, 16, valid ? 16 : 0); }
 static inline void ckg_cp_async_commit() { ckg_emu_cp_commit(); }
