@@ -10,13 +10,9 @@
  * escape_index_kernel) plus an in-group count: a warp scan of per-lane
  * code-15 counts (32 weights per lane), or a ballot in the generic kernel.
  *
- * The fused GEMV streams each 8-row tile's code and low planes (and x)
- * through a per-warp cp.async ring in shared memory, 128 columns per step,
- * turns them into BF16 pairs in registers and feeds mma.m16n8k16 with
- * A = x^T (batch in M, padded to 16) and B = W^T (8 rows in N), FP32
- * accumulators.  Escapes are zeroed in the MMA operand and the lane holding
- * one adds its exact product in FP32, so an escape contributes exactly its
- * own product.
+ * The fused GEMV (ckg_gemv.cuh) streams 8-row tiles through per-warp
+ * cp.async rings, decodes BF16 pairs with a per-lane shared table, feeds
+ * mma.m16n8k16 and adds escapes exactly from an upload-time patch list.
  */
 #include "ckg_arch.h"
 #include "ckg_tile.h"
@@ -26,11 +22,6 @@ namespace {
 
 constexpr unsigned kFull = 0xFFFFFFFFu;
 constexpr int kGroup = 32;                      /* weights per lane group */
-constexpr int kStepCols = 128;                  /* GEMV columns per warp step */
-constexpr int kRowsPerTile = 8;                 /* GEMV rows per block (MMA N) */
-constexpr int kGemvWarps = 4;
-constexpr int kStages = 4;
-constexpr int kXRowBytes = 288;                 /* swizzled x row in a stage (see x_slot) */
 
 /* ---- small device helpers ------------------------------------------------ */
 
@@ -244,21 +235,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(ckg_planes P, ui
     }
 }
 
-/* ---- fused GEMV (tensor cores) ------------------------------------------------ */
-
-/* D += A*B with A = x^T (rows 8..15 zero) and B = W^T. */
-__device__ __forceinline__ void mma_bf16(float d[4], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1)
-{
-    if (CKG_PLANT(3))   /* planted fault: B's two k-halves swapped */
-        ckg_mma_bf16_16816(d, a0, 0u, a2, 0u, b1, b0);
-    else
-        ckg_mma_bf16_16816(d, a0, 0u, a2, 0u, b0, b1);
-}
-
-/* Offset of x piece q (8 columns) of lane group t, batch row g, in a stage:
- * rows 288 bytes apart and groups 2,3 shifted by 16 so that the 8 lanes of a
- * quarter warp read 8 different 16-byte bank groups. */
-__device__ __forceinline__ int x_slot(int g, int t, int q) { return g * kXRowBytes + t * 64 + (t >> 1) * 16 + q * 16; }
+/* ---- fused GEMV ------------------------------------------------------------------ */
 
 struct GemvArgs {
     ckg_planes P;
@@ -270,177 +247,7 @@ struct GemvArgs {
     int out_bf16;
 };
 
-template <bool K15>
-struct StageLayout {
-    static constexpr int kLowRow = K15 ? 112 : 128;        /* low bytes of 128 weights */
-    static constexpr int kCodes = kRowsPerTile * 64;
-    static constexpr int kLow = kRowsPerTile * kLowRow;
-    static __host__ __device__ int bytes(int batch) { return kCodes + kLow + batch * kXRowBytes; }
-};
-
-/* Issue the copies of step s (128 columns of the 8 rows, and of x) into a stage. */
-template <bool K15>
-__device__ void gemv_issue(const GemvArgs &A, uint32_t row0, uint32_t s, uint8_t *st, int lane)
-{
-    using L = StageLayout<K15>;
-    const uint64_t col = (uint64_t)s * kStepCols;
-    {   /* codes: lane = row g * 4 + piece */
-        int g = lane >> 2, t = lane & 3;
-        bool ok = row0 + g < A.rows;
-        uint64_t w = A.elem_off + (uint64_t)(ok ? row0 + g : 0) * A.cols + col;
-        ckg_cp_async16(st + g * 64 + t * 16, A.P.codes + w / 2 + t * 16, ok);
-    }
-    constexpr int kPieces = K15 ? 7 : 8;                   /* 16-byte pieces per row */
-    for (int i = lane; i < kRowsPerTile * kPieces; i += 32) {
-        int g = i / kPieces, t = i % kPieces;
-        bool ok = row0 + g < A.rows;
-        uint64_t w = A.elem_off + (uint64_t)(ok ? row0 + g : 0) * A.cols + col;
-        const uint8_t *src = A.P.low + (K15 ? w / 8 * 7 : w) + t * 16;
-        ckg_cp_async16(st + L::kCodes + g * L::kLowRow + t * 16, src, ok);
-    }
-    for (int i = lane; i < A.batch * 16; i += 32) {
-        int b = i >> 4, t = (i >> 2) & 3, q = i & 3;
-        const uint16_t *src = A.x + (uint64_t)b * A.cols + col + t * 32 + q * 8;
-        ckg_cp_async16(st + L::kCodes + L::kLow + x_slot(b, t, q), src, true);
-    }
-}
-
-template <bool K15>
-__global__ void __launch_bounds__(kGemvWarps * 32) gemv_mma_kernel(GemvArgs A)
-{
-    using L = StageLayout<K15>;
-    CKG_DYN_SMEM(uint8_t, ring);
-    __shared__ uint32_t lut[32];
-    __shared__ float red[kGemvWarps][2][CKG_MAX_BATCH][kRowsPerTile];
-
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int stage_bytes = L::bytes(A.batch);
-    uint8_t *my_ring = ring + warp * kStages * stage_bytes;
-    if (threadIdx.x == 0)
-        ckg_make_lut(K15, &A.P.codebook, lut);
-    ckg_syncthreads();
-
-    const uint32_t row0 = blockIdx.x * kRowsPerTile;
-    const uint32_t steps = A.cols / kStepCols;
-    const uint32_t s0 = (uint32_t)((uint64_t)steps * warp / kGemvWarps);
-    const uint32_t s1 = (uint32_t)((uint64_t)steps * (warp + 1) / kGemvWarps);
-    const int n = (int)(s1 - s0);
-    const bool row_ok = row0 + g < A.rows;
-    const uint64_t row_w = A.elem_off + (uint64_t)(row_ok ? row0 + g : 0) * A.cols;
-
-    for (int i = 0; i < kStages - 1; i++) {
-        if (i < n)
-            gemv_issue<K15>(A, row0, s0 + i, my_ring + i * stage_bytes, lane);
-        ckg_cp_async_commit();
-    }
-    /* escape rank at this warp's first column of row g (4 lanes per row) */
-    uint32_t run = rank_at<4>(A.P, row_w + (uint64_t)s0 * kStepCols, t, row_ok && n > 0);
-
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    float corr[CKG_MAX_BATCH];
-#pragma unroll
-    for (int b = 0; b < CKG_MAX_BATCH; b++)
-        corr[b] = 0.f;
-
-    for (int i = 0; i < n; i++) {
-        if (i + kStages - 1 < n)
-            gemv_issue<K15>(A, row0, s0 + i + kStages - 1, my_ring + ((i + kStages - 1) % kStages) * stage_bytes, lane);
-        ckg_cp_async_commit();
-        ckg_cp_async_wait<kStages - 1>();
-        if (!CKG_PLANT(2))   /* planted fault: other lanes' copies not waited for */
-            ckg_syncwarp();
-        const uint8_t *st = my_ring + (i % kStages) * stage_bytes;
-
-        uint32_t c[4], l[8], pr[16], xw[16];
-        {
-            uint4 v = *reinterpret_cast<const uint4 *>(st + g * 64 + t * 16);
-            c[0] = v.x; c[1] = v.y; c[2] = v.z; c[3] = v.w;
-        }
-        if (K15) {
-            const uint32_t *m = reinterpret_cast<const uint32_t *>(st + L::kCodes + g * L::kLowRow + t * 28);
-#pragma unroll
-            for (int j = 0; j < 7; j++)
-                l[j] = m[j];
-            ckg_k15_pairs32(c, l, lut, pr);
-        } else {
-            const uint4 *m = reinterpret_cast<const uint4 *>(st + L::kCodes + g * L::kLowRow + t * 32);
-            uint4 u = m[0], v = m[1];
-            l[0] = u.x; l[1] = u.y; l[2] = u.z; l[3] = u.w;
-            l[4] = v.x; l[5] = v.y; l[6] = v.z; l[7] = v.w;
-            ckg_bs_pairs32(c, l, lut, pr);
-        }
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            uint4 v = make_uint4(0, 0, 0, 0);
-            if (g < A.batch)
-                v = *reinterpret_cast<const uint4 *>(st + L::kCodes + L::kLow + x_slot(g, t, q));
-            xw[4 * q] = v.x; xw[4 * q + 1] = v.y; xw[4 * q + 2] = v.z; xw[4 * q + 3] = v.w;
-        }
-        /* escapes leave the MMA (their exact products are added below) */
-        unsigned cnt = ckg_esc_count32(c), incl = cnt;
-        if (cnt)
-            ckg_zero_escapes(c, pr);
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-            mma_bf16(acc, xw[2 * j], xw[2 * j + 1], pr[2 * j], pr[2 * j + 1]);
-
-        /* escapes: ranks by a scan over the row's 4 lanes, exact products in FP32 */
-#pragma unroll
-        for (int d = 1; d < 4; d <<= 1) {
-            unsigned v = ckg_shfl_up_sync(kFull, incl, d, 4);
-            if (t >= d)
-                incl += v;
-        }
-        unsigned tot = ckg_shfl_sync(kFull, incl, 3, 4);
-        uint64_t k = run + (incl - cnt) + CKG_PLANT(1);   /* planted fault: rank off by one */
-        run += tot;
-        const uint64_t col = (uint64_t)(s0 + i) * kStepCols + (uint64_t)t * kGroup;
-        for (int w = 0; w < 4 && cnt; w++) {
-            for (uint32_t bits = ckg_esc_bits8(c[w]); bits; bits &= bits - 1, k++) {
-                uint32_t j = 8 * w + ckg_ffs0(bits) / 4;
-                uint64_t wi = row_w + col + j;
-                float wf = bf16f(ckc_join(K15, esc_sym(A.P, k), ckc_low_at(K15, A.P.low, wi)));
-#pragma unroll
-                for (int b = 0; b < CKG_MAX_BATCH; b++)
-                    if (b < A.batch)
-                        corr[b] = fmaf(wf, bf16f(A.x[(uint64_t)b * A.cols + col + j]), corr[b]);
-            }
-        }
-        ckg_syncwarp();
-    }
-    ckg_cp_async_wait<0>();
-
-    /* acc[0..1] = y[batch g][rows 2t, 2t+1]; corr[b] = part of y[b][row g] */
-#pragma unroll
-    for (int b = 0; b < CKG_MAX_BATCH; b++) {
-        corr[b] += ckg_shfl_xor_sync(kFull, corr[b], 1);
-        corr[b] += ckg_shfl_xor_sync(kFull, corr[b], 2);
-    }
-    if (g < A.batch) {
-        red[warp][0][g][2 * t] = acc[0];
-        red[warp][0][g][2 * t + 1] = acc[1];
-    }
-    if (t == 0) {
-#pragma unroll
-        for (int b = 0; b < CKG_MAX_BATCH; b++)
-            red[warp][1][b][g] = corr[b];
-    }
-    ckg_syncthreads();
-    if ((int)threadIdx.x < A.batch * kRowsPerTile) {
-        int b = threadIdx.x / kRowsPerTile, r = threadIdx.x % kRowsPerTile;
-        float v = 0.f;
-        for (int w = 0; w < kGemvWarps; w++)
-            v += red[w][0][b][r] + red[w][1][b][r];
-        if (row0 + r < A.rows) {
-            uint64_t o = (uint64_t)b * A.rows + row0 + r;
-            if (A.out_bf16)
-                reinterpret_cast<uint16_t *>(A.y)[o] = ckg_f32_to_bf16_rn(v);
-            else
-                reinterpret_cast<float *>(A.y)[o] = v;
-        }
-    }
-}
+#include "ckg_gemv.cuh"   /* namespace fused: the fused GEMV and its patch list */
 
 /* ---- generic GEMV: a warp per row, a weight per lane, FP32 FMA ------------------ */
 __global__ void __launch_bounds__(256) gemv_generic_kernel(GemvArgs A)
@@ -535,16 +342,51 @@ ckg_status launch_generic(const GemvArgs &A, cudaStream_t s)
     return launched();
 }
 
+/* The fused kernel's launch: 8 warps per block where the shared memory
+ * allows (4 on smaller parts), one block per SM, tile groups of TG tiles
+ * with TG * units-per-row a multiple of the warps. */
 template <bool K15>
-ckg_status launch_mma(const GemvArgs &A, cudaStream_t s)
+ckg_status launch_fused(const GemvArgs &A, const uint32_t *prow, cudaStream_t s)
 {
-    size_t smem = (size_t)kGemvWarps * kStages * StageLayout<K15>::bytes(A.batch);
-    if (smem > 48 * 1024 &&
-        cudaFuncSetAttribute(gemv_mma_kernel<K15>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
+    int dev = 0, sms = 0, warps = 8;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
         return CKG_ERR_CUDA;
-    unsigned blocks = (A.rows + kRowsPerTile - 1) / kRowsPerTile;
-    CKG_LAUNCH(gemv_mma_kernel<K15>, blocks, kGemvWarps * 32, smem, s, A);
+    /* 8 warps need 218 KiB of shared memory (sm_90), 4 warps 143 KiB (sm_80) */
+    while (cudaFuncSetAttribute(fused::gemv_fused_kernel<K15>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                fused::smem_bytes(warps)) != cudaSuccess) {
+        cudaGetLastError();
+        if ((warps /= 2) < 4)
+            return launch_generic(A, s);
+    }
+    const size_t smem = (size_t)fused::smem_bytes(warps);
+    fused::Args F;
+    F.A = A;
+    F.prow = prow;
+    F.patch = A.P.patch;
+    F.S = (A.cols + fused::kStepCols - 1) / fused::kStepCols;
+    F.T = (A.rows + 7) / 8;
+    uint32_t gcd = F.S, b = (uint32_t)warps;
+    while (b) {
+        uint32_t r = gcd % b;
+        gcd = b;
+        b = r;
+    }
+    F.TG = (uint32_t)warps / gcd;
+    F.NG = (F.T + F.TG - 1) / F.TG;
+    const unsigned grid = F.NG < (uint32_t)sms ? F.NG : (unsigned)sms;
+    CKG_LAUNCH(fused::gemv_fused_kernel<K15>, grid, warps * 32, smem, s, F);
     return launched();
+}
+
+/* The patch ranks for rows [elem_off / cols ...) of a call, or NULL when the
+ * planes' patch list does not cover it. */
+const uint32_t *patch_rows_for(const ckg_planes *p, uint64_t elem_off, uint64_t rows, uint64_t cols)
+{
+    if (!p->patch_row || !p->patch || p->patch_cols != cols || elem_off < p->patch_elem_off ||
+        (elem_off - p->patch_elem_off) % cols)
+        return NULL;
+    uint64_t r0 = (elem_off - p->patch_elem_off) / cols;
+    return r0 <= p->patch_rows && rows <= p->patch_rows - r0 ? p->patch_row + r0 : NULL;
 }
 
 } // namespace
@@ -584,6 +426,24 @@ ckg_status ckg_escape_index(const ckg_planes *p, uint64_t chunk_weights, const u
     return launched();
 }
 
+ckg_status ckg_escape_patches(const ckg_planes *p, uint64_t elem_off, uint64_t rows, uint64_t cols,
+                              uint32_t *row_out, uint32_t *entries_out, ckg_stream stream)
+{
+    ckg_status st = check_planes(p, true);
+    if (st != CKG_OK)
+        return st;
+    if (!row_out || (!entries_out && p->n_escapes))
+        return CKG_ERR_ARG;
+    if (rows == 0 || cols == 0 || rows >= (1ull << 31) || elem_off > p->n_weights || rows > (p->n_weights - elem_off) / cols)
+        return CKG_ERR_SHAPE;
+    if (cols % 32 || elem_off % 32 || cols > 65536)
+        return CKG_ERR_UNSUPPORTED;
+    const unsigned blocks = (unsigned)((rows + 1 + 7) / 8);
+    CKG_LAUNCH(fused::patch_kernel, blocks, 256, 0, (cudaStream_t)stream, *p, elem_off, (uint32_t)rows, (uint32_t)cols,
+               row_out, entries_out);
+    return launched();
+}
+
 ckg_status ckg_decode(const ckg_planes *p, uint64_t first, uint64_t count, uint16_t *out, ckg_stream stream)
 {
     ckg_status st = check_planes(p, true);
@@ -620,12 +480,13 @@ ckg_status ckg_gemv(const ckg_planes *p, uint64_t elem_off, uint64_t rows, uint6
     ckg_status st = gemv_args(p, elem_off, rows, cols, x, batch, y, y_type, &A);
     if (st != CKG_OK)
         return st;
-    bool fast = cols % kStepCols == 0 && elem_off % CKG_ESC_BLOCK == 0 &&
+    const uint32_t *prow = p->n_escapes ? patch_rows_for(p, elem_off, rows, cols) : NULL;
+    bool fast = cols % 128 == 0 && elem_off % 128 == 0 && cols <= 65536 && (prow || !p->n_escapes) &&
                 ((uintptr_t)p->codes & 15) == 0 && ((uintptr_t)p->low & 15) == 0 && ((uintptr_t)x & 15) == 0;
     if (!fast)
         return launch_generic(A, (cudaStream_t)stream);
-    return p->encoding == CKC_ENC_K15 ? launch_mma<true>(A, (cudaStream_t)stream)
-                                      : launch_mma<false>(A, (cudaStream_t)stream);
+    return p->encoding == CKC_ENC_K15 ? launch_fused<true>(A, prow, (cudaStream_t)stream)
+                                      : launch_fused<false>(A, prow, (cudaStream_t)stream);
 }
 
 } // extern "C"

@@ -7,8 +7,10 @@
  * TOC's extents, and two pinned staging buffers.  An upload reads each plane
  * range with pread into one staging buffer while the other is being copied to
  * the device (cudaMemcpyAsync + an event per buffer), then builds the escape
- * index on the device and, unless told not to, decodes the same chunks on
- * the host to check their hashes before it returns.
+ * index and the escape patch list of the uploaded rows (the fused GEMV's
+ * side structure: column and exact value of each escape, 32 bits each) on
+ * the device and, unless told not to, decodes the same chunks on the host to
+ * check their hashes before it returns.
  *
  * Invariants: staging[b] is not written while ev[b] (its last copy) is
  * pending; a tensor owns every device buffer its planes point to.
@@ -50,6 +52,7 @@ struct ckg_tensor {
     int packed;
     ckg_planes planes;           /* device pointers into the buffers below */
     void *d_codes, *d_low, *d_esc, *d_index, *d_raw;
+    void *d_prow, *d_patch;      /* escape patch list of the uploaded rows (NULL: none) */
     uint64_t rows, cols, elem_off, nbytes, dev_bytes;
     uint32_t dtype;
 };
@@ -336,6 +339,29 @@ static ckg_status verify_chunks(ckg_model *m, const ckp_reader *r, uint32_t e, c
     return CKG_OK;
 }
 
+/* The escape patch list of the uploaded rows (ckg_escape_patches), for the
+ * fused GEMV; skipped (the GEMV then uses its generic kernel) where the
+ * shape does not allow it.  Device side only: the file is not changed. */
+static ckg_status build_patches(ckg_tensor *t, uint64_t elem_off, cudaStream_t stream)
+{
+    const ckg_planes *p = &t->planes;
+    if (t->rows == 0 || t->cols % 32 || elem_off % 32 || t->cols > 65536)
+        return CKG_OK;
+    ckg_status st;
+    if ((st = dev_alloc(t, &t->d_prow, (t->rows + 1) * 4, stream)) != CKG_OK ||
+        (st = dev_alloc(t, &t->d_patch, p->n_escapes * 4, stream)) != CKG_OK)
+        return st;
+    st = ckg_escape_patches(p, elem_off, t->rows, t->cols, t->d_prow, t->d_patch, stream);
+    if (st != CKG_OK)
+        return st;
+    t->planes.patch_row = t->d_prow;
+    t->planes.patch = t->d_patch;
+    t->planes.patch_elem_off = elem_off;
+    t->planes.patch_rows = t->rows;
+    t->planes.patch_cols = t->cols;
+    return CKG_OK;
+}
+
 static ckg_status upload_packed(ckg_model *m, const ckp_reader *r, uint32_t e, uint64_t w_begin,
                                 uint64_t w_end, unsigned flags, ckg_tensor *t, cudaStream_t stream)
 {
@@ -375,6 +401,8 @@ static ckg_status upload_packed(ckg_model *m, const ckp_reader *r, uint32_t e, u
     if (st != CKG_OK)
         goto out;
     t->planes.esc_index = t->d_index;
+    if ((st = build_patches(t, w_begin - W0, stream)) != CKG_OK)
+        goto out;
     if (!(flags & CKG_UPLOAD_NO_VERIFY) && (st = verify_chunks(m, r, e, x, ca, cb)) != CKG_OK)
         goto out;
     st = CKG_ERR_CUDA;
@@ -468,6 +496,8 @@ void ckg_tensor_free(ckg_tensor *t)
     cudaFree(t->d_esc);
     cudaFree(t->d_index);
     cudaFree(t->d_raw);
+    cudaFree(t->d_prow);
+    cudaFree(t->d_patch);
     free(t);
 }
 

@@ -83,6 +83,14 @@ typedef struct {
     uint32_t esc_bit0;        /* 0..7 for K15, 0 for BSPLIT */
     uint64_t n_escapes;       /* escapes in the run (< 2^32) */
     const uint32_t *esc_index; /* ceil(n_weights / CKG_ESC_BLOCK) ranks, or NULL before it is built */
+    /* Escape patch list of one matrix view (ckg_escape_patches), or NULL:
+     * the fused GEMV reads it instead of the escape plane.  It describes
+     * the patch_rows x patch_cols matrix whose weight (r, c) is weight
+     * patch_elem_off + r*patch_cols + c of the run; a GEMV on rows of it
+     * (same cols, elem_off on a row boundary) uses it too. */
+    const uint32_t *patch_row; /* patch_rows + 1 escape ranks: row r's escapes are [patch_row[r], patch_row[r+1]) */
+    const uint32_t *patch;     /* n_escapes entries, by rank: column | BF16 weight << 16 */
+    uint64_t patch_elem_off, patch_rows, patch_cols;
 } ckg_planes;
 
 /* Build p->esc_index into index_out (device, ceil(n/1024) u32) from the
@@ -102,14 +110,26 @@ ckg_status ckg_escape_index(const ckg_planes *p, uint64_t chunk_weights, const u
 ckg_status ckg_decode(const ckg_planes *p, uint64_t first, uint64_t count, uint16_t *out,
                       ckg_stream stream);
 
+/* Build the escape patch list of the rows x cols matrix at elem_off (see
+ * ckg_planes.patch_row): row_out (device, rows + 1 u32) and entries_out
+ * (device, p->n_escapes u32; only the entries of those rows are written).
+ * The caller then points p->patch_row/patch at them and sets patch_elem_off,
+ * patch_rows, patch_cols.  Needs p->esc_index; cols % 32 == 0,
+ * elem_off % 32 == 0 and cols <= 65536, else CKG_ERR_UNSUPPORTED.  Costs 32
+ * bits per escape of device memory (0.5 bit per weight at 1.6% escapes). */
+ckg_status ckg_escape_patches(const ckg_planes *p, uint64_t elem_off, uint64_t rows, uint64_t cols,
+                              uint32_t *row_out, uint32_t *entries_out, ckg_stream stream);
+
 typedef enum { CKG_OUT_F32 = 0, CKG_OUT_BF16 = 1 } ckg_out_type;
 
 /* y[b][r] = sum_c W[r][c] * x[b][c] for b < batch (1..CKG_MAX_BATCH), with
  * W the rows × cols BF16 matrix whose weight (r, c) is weight
  * elem_off + r*cols + c of the run.  x: device BF16 [batch][cols]; y: device
  * [batch][rows], FP32 or BF16 (round to nearest even).  Products are summed
- * in FP32 (tensor cores or FMA); escapes are exact.  The fast path needs
- * cols % 128 == 0 and elem_off % 1024 == 0; other shapes use a slower
+ * in FP32 (tensor cores or FMA); an escaped weight contributes exactly its
+ * own product.  The fused kernel needs cols % 128 == 0, elem_off % 128 == 0,
+ * cols <= 65536, 16-byte aligned planes and x, and (when the run has
+ * escapes) a patch list covering these rows; other calls use a slower
  * warp-per-row kernel.  Needs p->esc_index. */
 ckg_status ckg_gemv(const ckg_planes *p, uint64_t elem_off, uint64_t rows, uint64_t cols,
                     const uint16_t *x, int batch, void *y, ckg_out_type y_type, ckg_stream stream);

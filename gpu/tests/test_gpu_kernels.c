@@ -15,8 +15,21 @@
 typedef struct {
     uint32_t enc;
     uint64_t n, chunk_w;
-    double outliers;
+    double outliers;  /* tu_weights' outliers; < 0: NO_ESCAPES or MOST_ESCAPES below */
 } tcase;
+
+#define NO_ESCAPES -1.0    /* 6 sign/exponent pairs: every symbol has a code */
+#define MOST_ESCAPES -2.0  /* ~100 exponents, equally likely: most weights escape */
+
+/* Weights of a kind tu_weights does not make; products stay finite. */
+static void kind_weights(uint16_t *w, uint64_t n, double kind)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        uint16_t sign = (uint16_t)((tu_rand() & 1) << 15), mant = (uint16_t)(tu_rand() & 0x7F);
+        unsigned e = kind == NO_ESCAPES ? 122 + (unsigned)(tu_rand() % 3) : 77 + (unsigned)(tu_rand() % 100);
+        w[i] = (uint16_t)(sign | e << 7 | mant);
+    }
+}
 
 typedef struct {
     uint64_t rows, cols, elem_off;
@@ -104,6 +117,53 @@ static void *dev_copy(const void *h, size_t len, size_t pad)
     return d;
 }
 
+/* The escape patch list of shape s (ckg_escape_patches) against the
+ * original weights: row ranks, and each escape's column and exact value.
+ * On success v's patch fields point at it (device buffers in *bufs). */
+static void patch_checks(const tu_packed *p, const uint16_t *w, ckg_planes *v, gshape s, void *bufs[2])
+{
+    bufs[0] = bufs[1] = NULL;
+    v->patch_row = v->patch = NULL;
+    ckg_status want = s.cols % 32 || s.elem_off % 32 || s.cols > 65536 ? CKG_ERR_UNSUPPORTED : CKG_OK;
+    uint32_t *d_prow = dev_copy(NULL, 0, (s.rows + 1) * 4), *d_patch = dev_copy(NULL, 0, p->n_esc * 4 + 4);
+    CU(cudaMemset(d_patch, 0xFF, p->n_esc * 4 + 4));
+    ckg_status st = ckg_escape_patches(v, s.elem_off, s.rows, s.cols, d_prow, d_patch, NULL);
+    CHECK(st == want, "escape patches cols %llu off %llu: %s", (unsigned long long)s.cols,
+          (unsigned long long)s.elem_off, ckg_status_name(st));
+    if (st != CKG_OK) {
+        CU(cudaFree(d_prow));
+        CU(cudaFree(d_patch));
+        return;
+    }
+    CU(cudaDeviceSynchronize());
+    uint32_t *prow = malloc((s.rows + 1) * 4), *patch = malloc(p->n_esc * 4 + 4);
+    CU(cudaMemcpy(prow, d_prow, (s.rows + 1) * 4, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(patch, d_patch, p->n_esc * 4 + 4, cudaMemcpyDeviceToHost));
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < s.elem_off; i++)
+        k += ckc_code_at(p->codes, i) == CKC_ESCAPE;
+    for (uint64_t r = 0; r <= s.rows; r++) {
+        CHECK(prow[r] == k, "patch rank of row %llu: %u != %llu", (unsigned long long)r, prow[r], (unsigned long long)k);
+        for (uint64_t c = 0; r < s.rows && c < s.cols; c++) {
+            uint64_t i = s.elem_off + r * s.cols + c;
+            if (ckc_code_at(p->codes, i) != CKC_ESCAPE)
+                continue;
+            CHECK(patch[k] == (uint32_t)(c | (uint32_t)w[i] << 16), "patch %llu (row %llu col %llu): %08x, weight %04x",
+                  (unsigned long long)k, (unsigned long long)r, (unsigned long long)c, patch[k], w[i]);
+            k++;
+        }
+    }
+    free(prow);
+    free(patch);
+    v->patch_row = d_prow;
+    v->patch = d_patch;
+    v->patch_elem_off = s.elem_off;
+    v->patch_rows = s.rows;
+    v->patch_cols = s.cols;
+    bufs[0] = d_prow;
+    bufs[1] = d_patch;
+}
+
 static void device_checks(const tu_packed *p, const uint16_t *w, const uint32_t *idx, const gshape *shapes, int n_shapes)
 {
     ckg_planes v = tu_planes(p);
@@ -156,6 +216,8 @@ static void device_checks(const tu_packed *p, const uint16_t *w, const uint32_t 
         ckg_planes hv = tu_planes(p);
         CHECK(ckg_ref_gemv(&hv, s.elem_off, s.rows, s.cols, x, 8, ry, ra) == CKG_OK, "ref");
         uint16_t *d_x = dev_copy(x, 8 * s.cols * 2, 0);
+        void *pbufs[2];
+        patch_checks(p, w, &v, s, pbufs);
         float *y = malloc(8 * s.rows * 4);
         void *d_y = NULL;
         CU(cudaMalloc(&d_y, 8 * s.rows * 4));
@@ -185,6 +247,24 @@ static void device_checks(const tu_packed *p, const uint16_t *w, const uint32_t 
                 }
         CHECK(ckg_gemv(&v, s.elem_off, s.rows, s.cols, d_x, 9, d_y, CKG_OUT_F32, NULL) == CKG_ERR_ARG, "batch 9 accepted");
         CHECK(ckg_gemv(&v, s.elem_off, p->n, s.cols, d_x, 1, d_y, CKG_OUT_F32, NULL) == CKG_ERR_SHAPE, "too many rows accepted");
+        if (pbufs[0] && p->n_esc) {   /* rows of the patched matrix: its list serves them too */
+            CU(cudaMemset(d_y, 0xFF, 8 * s.rows * 4));
+            uint64_t r0 = s.rows / 3, nr = s.rows - r0 > 5 ? 5 : s.rows - r0;
+            CHECK(ckg_gemv(&v, s.elem_off + r0 * s.cols, nr, s.cols, d_x, 2, d_y, CKG_OUT_F32, NULL) == CKG_OK, "gemv rows");
+            CU(cudaDeviceSynchronize());
+            CU(cudaMemcpy(y, d_y, 2 * nr * 4, cudaMemcpyDeviceToHost));
+            for (int b = 0; b < 2; b++)
+                for (uint64_t r = 0; r < nr; r++) {
+                    uint64_t o = b * s.rows + r0 + r;
+                    CHECK(fabs(y[b * nr + r] - ry[o]) <= ckg_gemv_tolerance(ry[o], ra[o], 0),
+                          "gemv rows [%llu,+%llu) y[%d][%llu] = %.9g, ref %.9g", (unsigned long long)r0,
+                          (unsigned long long)nr, b, (unsigned long long)r, y[b * nr + r], ry[o]);
+                }
+        }
+        v.patch_row = v.patch = NULL;
+        for (int i = 0; i < 2; i++)
+            if (pbufs[i])
+                CU(cudaFree(pbufs[i]));
         CU(cudaFree(d_x));
         CU(cudaFree(d_y));
         free(x);
@@ -230,6 +310,9 @@ static void exact_and_unaligned_checks(uint32_t enc)
     v.low = dev_copy(p.low, p.low_size, 64);
     v.esc = dev_copy(p.esc, p.esc_size, 64);
     v.esc_index = dev_copy(idx, n_idx * 4, 0);
+    void *pbufs[2];   /* the patch list, so that ckg_gemv takes the fused kernel */
+    patch_checks(&p, w, &v, (gshape){rows, cols, 0}, pbufs);
+    CHECK(v.patch, "no patch list");
     uint16_t *d_x = dev_copy(x, sizeof x, 0), *d_out = NULL, *out = malloc(n * 2);
     float *d_y = NULL, y[40];
     CU(cudaMalloc((void **)&d_y, sizeof y));
@@ -263,6 +346,8 @@ static void exact_and_unaligned_checks(uint32_t enc)
            ckc_encoding_name(enc));
     CU(cudaFree(ucodes));
     CU(cudaFree(ulow));
+    CU(cudaFree(pbufs[0]));
+    CU(cudaFree(pbufs[1]));
     CU(cudaFree((void *)v.codes));
     CU(cudaFree((void *)v.low));
     CU(cudaFree((void *)v.esc));
@@ -283,20 +368,26 @@ int main(void)
         {CKC_ENC_BSPLIT, 3 * 65536 + 4096, 65536, 0.01},
         {CKC_ENC_K15, 40 * 2048 + 1000, 2048, 0.02},
         {CKC_ENC_BSPLIT, 50 * 1024 + 24, 1024, 0.05},
+        {CKC_ENC_K15, 20 * 8192 + 64, 65536, NO_ESCAPES},
+        {CKC_ENC_K15, 12 * 8192, 8192, MOST_ESCAPES},
+        {CKC_ENC_BSPLIT, 12 * 8192, 65536, MOST_ESCAPES},
     };
     int have_dev = ckg_device_count() > 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const tcase *tc = &cases[ci];
         uint16_t *w = malloc(tc->n * 2);
         CHECK(w, "alloc");
-        tu_weights(w, tc->n, 0.02, tc->outliers);
+        if (tc->outliers >= 0)
+            tu_weights(w, tc->n, 0.02, tc->outliers);
+        else
+            kind_weights(w, tc->n, tc->outliers);
         tu_packed p;
         tu_pack(tc->enc, w, tc->n, tc->chunk_w, &p);
         uint32_t *idx = cpu_index(&p);
         cpu_checks(&p, w, idx);
         gshape shapes[] = {
             {(tc->n - 5 * 1024) / 2048, 2048, 5 * 1024},  /* fast, row tail */
-            {tc->n / 384, 384, 0},                        /* fast, 3 steps over 4 warps */
+            {tc->n / 384, 384, 0},                        /* fast, a partial 512-column unit */
             {(tc->n - 24) / 1000, 1000, 24},              /* generic */
             {tc->n / 8192 > 0 ? tc->n / 8192 : 1, tc->n >= 8192 ? 8192 : 1024, 0},
         };
