@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -113,9 +114,10 @@ static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_
     ckp_reader *r = open_member("unpack", dst, f);
     if (!r)
         return -1;
-    char path[PATH_MAX], tmp[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", out, f->path);
-    snprintf(tmp, sizeof tmp, "%s.ckptfs-tmp", path);
+    /* written in place: out is the staging directory, renamed to OUT only
+     * once every file is complete (ckpt_unpack) */
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s/%s", out, f->path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600), rc = -1;
     /* decoded bytes go out in batches: written here while the previous batch
      * is hashed on the pipe's thread */
@@ -166,8 +168,8 @@ static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_
         ts[1].tv_sec -= 1;
         ts[1].tv_nsec += 1000000000;
     }
-    if (fchmod(fd, f->mode) || futimens(fd, ts) || fsync(fd) || rename(tmp, path)) {
-        fprintf(stderr, "ckptfs unpack: %s: %s\n", path, strerror(errno));
+    if (fchmod(fd, f->mode) || futimens(fd, ts) || (cku_fault_point(), fsync(fd))) {
+        fprintf(stderr, "ckptfs unpack: %s: %s\n", tmp, strerror(errno));
         goto out;
     }
     rc = 0;
@@ -182,9 +184,11 @@ out:
     return rc;
 }
 
+/* rm -r p, never following a symbolic link. */
 static void remove_tree(const char *p)
 {
-    DIR *d = opendir(p);
+    struct stat st;
+    DIR *d = lstat(p, &st) == 0 && S_ISDIR(st.st_mode) ? opendir(p) : NULL;
     if (d) {
         struct dirent *e;
         while ((e = readdir(d))) {
@@ -235,17 +239,51 @@ static void *unpack_worker(void *arg)
     return NULL;
 }
 
-int ckpt_unpack(const char *dst, const char *out, int jobs)
+/* Make the staging directory OUT.ckptfs-partial, where unpack writes before
+ * renaming it to OUT, and lock it; one left by an interrupted unpack (not
+ * locked: its process is gone) is removed first.  @return its locked
+ * descriptor, or -1 after saying why. */
+static int make_staging(const char *out, const char *stage)
 {
-    char err[768];
+    struct stat st;
+    int there = lstat(out, &st) == 0;
+    if (there || errno != ENOENT) {
+        fprintf(stderr, "ckptfs unpack: %s: %s\n", out, there ? "already exists" : strerror(errno));
+        return -1;
+    }
+    int fd = open(stage, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+        if (flock(fd, LOCK_EX | LOCK_NB)) {
+            fprintf(stderr, "ckptfs unpack: %s: another ckptfs unpack is writing it\n", stage);
+            close(fd);
+            return -1;
+        }
+        fprintf(stderr, "ckptfs unpack: %s: removing what an interrupted unpack left; starting over\n", stage);
+        remove_tree(stage);
+        close(fd);
+    }
+    if (mkdir(stage, 0700) || (fd = open(stage, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+        flock(fd, LOCK_EX | LOCK_NB)) {
+        fprintf(stderr, "ckptfs unpack: %s: %s\n", stage, strerror(errno));
+        return -1;
+    }
+    return fd;
+}
+
+int ckpt_unpack(const char *dst, const char *out_arg, int jobs)
+{
+    char err[768], out[PATH_MAX], stage[PATH_MAX + 32];
     ckm_manifest *m;
     if (ckm_load(dst, &m, err, sizeof err)) {
         fprintf(stderr, "ckptfs unpack: %s\n", err);
         return 1;
     }
-    int rc = 1;
-    if (mkdir(out, 0755)) {
-        fprintf(stderr, "ckptfs unpack: %s: %s\n", out, errno == EEXIST ? "already exists" : strerror(errno));
+    snprintf(out, sizeof out, "%s", out_arg);
+    for (size_t n = strlen(out); n > 1 && out[n - 1] == '/'; n--)
+        out[n - 1] = 0;
+    snprintf(stage, sizeof stage, "%s.ckptfs-partial", out);
+    int rc = 1, stage_fd = make_staging(out, stage);
+    if (stage_fd < 0) {
         ckm_free(m);
         return 1;
     }
@@ -255,13 +293,13 @@ int ckpt_unpack(const char *dst, const char *out, int jobs)
     cku_progress *pr = cku_progress_new("unpacking", total);
     for (size_t i = 0; i < m->n_dirs; i++) {
         char p[PATH_MAX];
-        snprintf(p, sizeof p, "%s/%s", out, m->dirs[i].path);
+        snprintf(p, sizeof p, "%s/%s", stage, m->dirs[i].path);
         if (mkdir(p, m->dirs[i].mode | 0700)) {
             fprintf(stderr, "ckptfs unpack: %s: %s\n", p, strerror(errno));
             goto out;
         }
     }
-    unpack_pool u = {.dst = dst, .out = out, .m = m, .pr = pr};
+    unpack_pool u = {.dst = dst, .out = stage, .m = m, .pr = pr};
     atomic_init(&u.next, 0);
     atomic_init(&u.failed, 0);
     cku_run_threads(files_at_once(jobs), unpack_worker, &u);
@@ -269,8 +307,18 @@ int ckpt_unpack(const char *dst, const char *out, int jobs)
         goto out;
     for (size_t i = m->n_dirs; i-- > 0;) { /* modes after content: a 0555 dir must be filled first */
         char p[PATH_MAX];
-        snprintf(p, sizeof p, "%s/%s", out, m->dirs[i].path);
+        snprintf(p, sizeof p, "%s/%s", stage, m->dirs[i].path);
         chmod(p, m->dirs[i].mode);
+    }
+    /* OUT as open as the packed directory (pack made that no more open than
+     * the source), then in place at once */
+    struct stat dst_st;
+    if (stat(dst, &dst_st) == 0)
+        fchmod(stage_fd, dst_st.st_mode & 0777);
+    cku_fault_point();
+    if (cku_fsync_dir(stage) || (cku_fault_point(), renameat2(AT_FDCWD, stage, AT_FDCWD, out, RENAME_NOREPLACE))) {
+        fprintf(stderr, "ckptfs unpack: %s: %s\n", out, errno == EEXIST ? "already exists" : strerror(errno));
+        goto out;
     }
     double secs = cku_progress_seconds(pr);
     cku_progress_done(pr);
@@ -282,7 +330,8 @@ int ckpt_unpack(const char *dst, const char *out, int jobs)
 out:
     cku_progress_done(pr);
     if (rc)
-        remove_tree(out); /* no partial output */
+        remove_tree(stage); /* no partial output */
+    close(stage_fd);
     ckm_free(m);
     return rc;
 }

@@ -8,11 +8,16 @@
  *  - each packed file is written under a temporary name and renamed only
  *    after that read-back, so a kill at any moment leaves either no packed
  *    file or a complete, verified one;
- *  - DST/ckptfs.state records the source and encoding, so rerunning the same
- *    command resumes: complete packed files whose source is unchanged (or
- *    already deleted) are kept, leftovers are removed, and the manifest is
- *    rebuilt from the packed files themselves.
- *  - every safetensors header is validated before anything is written.
+ *  - DST/ckptfs.state records the source, encoding and the files DST is to
+ *    hold, so rerunning the same command (on the source where it is now)
+ *    resumes: complete packed files whose source is unchanged (or already
+ *    deleted) are kept, leftovers are removed, and the manifest is rebuilt
+ *    from the packed files themselves;
+ *  - every name and every safetensors header is validated before anything
+ *    is written or deleted; DST is locked (flock) for the run;
+ *  - a source is deleted only if its name still holds the file that was read
+ *    (device, inode, size, mtime); a source truncated while it is read is an
+ *    error (source_map.h), not SIGBUS.
  */
 #define _GNU_SOURCE
 #include "commands.h"
@@ -21,6 +26,7 @@
 #include "safetensors.h"
 #include "hashing.h"
 #include "progress.h"
+#include "source_map.h"
 #include "util.h"
 
 #include <cjson/cJSON.h>
@@ -33,7 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -56,7 +62,9 @@ typedef struct {
     const ckpt_pack_opts *o;
     char src_root[PATH_MAX];  /* directory holding the files */
     int single_file;          /* SRC was one file */
-    char dst[PATH_MAX];
+    char dst[PATH_MAX];       /* resolved: absolute, no symbolic links */
+    int src_missing;          /* SRC is gone (a rerun after a finished single-file --delete-source) */
+    int lock_fd;              /* DST opened and flock'ed for the run, or -1 */
     src_list list;
     cku_progress *progress;
     int jobs_each;            /* encoder / read-back threads per file in flight */
@@ -152,33 +160,6 @@ static int walk(pack_ctx *c, const char *rel)
     }
     closedir(d);
     return rc;
-}
-
-/* Map a whole file read-only (NULL for an empty file, which is fine). */
-static int map_file(const char *path, int *fd, const uint8_t **p, uint64_t *size)
-{
-    struct stat st;
-    *p = NULL;
-    *fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (*fd < 0 || fstat(*fd, &st))
-        return -1;
-    *size = (uint64_t)st.st_size;
-    if (!*size)
-        return 0;
-    void *m = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, *fd, 0);
-    if (m == MAP_FAILED)
-        return -1;
-    madvise(m, *size, MADV_SEQUENTIAL);
-    *p = m;
-    return 0;
-}
-
-static void unmap_file(int fd, const uint8_t *p, uint64_t size)
-{
-    if (p)
-        munmap((void *)p, size);
-    if (fd >= 0)
-        close(fd);
 }
 
 /* Validate a safetensors file's header; @return parsed header or NULL. */
@@ -334,6 +315,7 @@ typedef struct {
 static void *sync_thread(void *arg)
 {
     sync_job *j = arg;
+    cku_fault_point();
     j->err = fsync(j->fd) ? errno : 0;
     return NULL;
 }
@@ -363,29 +345,46 @@ static void join_path(char *out, size_t cap, const char *a, const char *b, const
     snprintf(out, cap, "%s/%s%s", a, b, suffix);
 }
 
-/* The temporary name of a packed file: ".<base>.ckpt.tmp" beside it. */
+/* The temporary name of a packed file: ".<base>.ckpt.tmp" beside it, or
+ * where that is over NAME_MAX, ".ckptfs-<hash of base>.ckpt.tmp". */
 static void tmp_path(char *out, size_t cap, const char *dst, const char *rel)
 {
-    const char *slash = strrchr(rel, '/');
-    if (slash)
-        snprintf(out, cap, "%s/%.*s/.%s" TMP_SUFFIX, dst, (int)(slash - rel), rel, slash + 1);
+    const char *slash = strrchr(rel, '/'), *base = slash ? slash + 1 : rel;
+    int dir_len = slash ? (int)(slash - rel) : 0;
+    char name[NAME_MAX + 1];
+    if (1 + strlen(base) + strlen(TMP_SUFFIX) <= NAME_MAX)
+        snprintf(name, sizeof name, ".%s" TMP_SUFFIX, base);
     else
-        snprintf(out, cap, "%s/.%s" TMP_SUFFIX, dst, rel);
+        snprintf(name, sizeof name, ".ckptfs-%016llx" TMP_SUFFIX,
+                 (unsigned long long)ckc_hash64(base, strlen(base)));
+    snprintf(out, cap, "%s/%.*s%s%s", dst, dir_len, rel, slash ? "/" : "", name);
 }
 
-static int delete_source(pack_ctx *c, const char *src_path, uint64_t size)
+/* Delete the source file that was read (identity `read`: device, inode,
+ * size, mtime); if the name now holds another file, or this one changed,
+ * keep it and say so. */
+static int delete_source(pack_ctx *c, const char *src_path, const struct stat *read)
 {
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s", src_path);
     char *slash = strrchr(dir, '/');
     if (slash)
         *slash = 0;
+    cku_fault_point();
+    struct stat now;
+    if (stat(src_path, &now) == 0 && !cks_same_file(&now, read)) {
+        fprintf(stderr,
+                "ckptfs pack: %s: not deleted: it was replaced or changed while it was being packed "
+                "(its packed copy holds what was read); run the same command again to pack it\n",
+                src_path);
+        return -1;
+    }
     if (unlink(src_path) || cku_fsync_dir(slash ? dir : ".")) {
         fprintf(stderr, "ckptfs pack: %s: cannot delete source: %s\n", src_path, strerror(errno));
         return -1;
     }
     atomic_fetch_add(&c->deleted, 1);
-    atomic_fetch_add(&c->deleted_bytes, size);
+    atomic_fetch_add(&c->deleted_bytes, (uint64_t)read->st_size);
     return 0;
 }
 
@@ -396,16 +395,22 @@ static int pack_file(pack_ctx *c, const src_entry *e)
     join_path(src_path, sizeof src_path, c->src_root, e->rel, "");
     join_path(final, sizeof final, c->dst, e->rel, CKP_SUFFIX);
     tmp_path(tmp, sizeof tmp, c->dst, e->rel);
-    int sfd = -1, tfd = -1, rc = -1;
-    const uint8_t *p = NULL;
-    uint64_t size = 0;
+    int tfd = -1, rc = -1;
+    cks_map sm;
     st_header *h = NULL;
     ckp_writer *w = NULL;
     sha_job sj = {0};
     pthread_t sha_th;
     int sha_started = 0;
-    if (map_file(src_path, &sfd, &p, &size)) {
+    if (cks_map_open(src_path, &sm)) {
         fprintf(stderr, "ckptfs pack: %s: %s\n", src_path, strerror(errno));
+        goto out;
+    }
+    const uint8_t *p = sm.p;
+    uint64_t size = sm.size;
+    if (!cks_same_file(&sm.st, &e->st)) {
+        fprintf(stderr, "ckptfs pack: %s: changed since the start of this run; run the same command again\n",
+                src_path);
         goto out;
     }
     int is_st = has_suffix(e->rel, ".safetensors");
@@ -416,7 +421,11 @@ static int pack_file(pack_ctx *c, const src_entry *e)
     sha_started = pthread_create(&sha_th, NULL, sha_thread, &sj) == 0;
     if (!sha_started)
         sha_thread(&sj);
-    tfd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    tfd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (tfd >= 0 && fchmod(tfd, (e->st.st_mode & 0777) | 0400)) { /* the source's mode, whatever the umask */
+        fprintf(stderr, "ckptfs pack: %s: %s\n", tmp, strerror(errno));
+        goto out;
+    }
     ckp_writer_opts wo = {.path = e->rel, .kind = is_st ? CKP_KIND_SAFETENSORS : CKP_KIND_BLOB,
                           .mode = e->st.st_mode & 07777, .mtime_ns = mtime_ns(&e->st), .jobs = c->jobs_each};
     if (tfd < 0 || ckp_writer_new(tfd, &wo, &w) != CKP_OK) {
@@ -440,7 +449,7 @@ static int pack_file(pack_ctx *c, const src_entry *e)
     if (!sync_started)
         sync_thread(&sy);
     struct stat now;
-    int changed = fstat(sfd, &now) || now.st_size != e->st.st_size || mtime_ns(&now) != mtime_ns(&e->st);
+    int changed = fstat(sm.fd, &now) || !cks_same_file(&now, &e->st) || cks_map_truncated(&sm);
     int bad = changed || read_back(tmp, src_path, p, size, sj.sha, c->jobs_each);
     if (sync_started)
         pthread_join(sync_th, NULL);
@@ -453,13 +462,14 @@ static int pack_file(pack_ctx *c, const src_entry *e)
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s", final);
     *strrchr(dir, '/') = 0;
+    cku_fault_point();
     if (rename(tmp, final) || cku_fsync_dir(dir)) {
         fprintf(stderr, "ckptfs pack: %s: %s\n", final, strerror(errno));
         goto out;
     }
     rc = 0;
     if (c->o->delete_source)
-        rc = delete_source(c, src_path, size);
+        rc = delete_source(c, src_path, &e->st);
 out:
     if (sha_started)
         pthread_join(sha_th, NULL);
@@ -469,7 +479,7 @@ out:
         close(tfd);
     ckp_writer_free(w);
     st_free(h);
-    unmap_file(sfd, p, size);
+    cks_map_close(&sm);
     return rc;
 }
 
@@ -491,21 +501,21 @@ static int already_packed(pack_ctx *c, const src_entry *e)
     /* About to delete: the source must hash to what the packed copy records,
      * and the packed copy must read back equal to it now (it may have been
      * damaged since the run that wrote it; then it is packed again). */
-    int fd, equal = 0;
-    const uint8_t *p;
-    uint64_t size = 0;
+    int equal = 0;
+    cks_map sm;
     sha_job sj = {0};
     char src_path[PATH_MAX];
     join_path(src_path, sizeof src_path, c->src_root, e->rel, "");
-    if (map_file(src_path, &fd, &p, &size) == 0) {
-        sj.p = p;
-        sj.size = size;
+    if (cks_map_open(src_path, &sm) == 0 && cks_same_file(&sm.st, &e->st)) {
+        sj.p = sm.p;
+        sj.size = sm.size;
         sha_thread(&sj);
-        equal = compare_with_source(r, src_path, p, size, sj.sha, c->jobs_each) == 0;
+        equal = compare_with_source(r, src_path, sm.p, sm.size, sj.sha, c->jobs_each) == 0 &&
+                !cks_map_truncated(&sm);
     }
-    unmap_file(fd, p, size);
+    cks_map_close(&sm);
     ckp_close(r);
-    return equal && delete_source(c, src_path, size) == 0 ? 2 : 0;
+    return equal && delete_source(c, src_path, &e->st) == 0 ? 2 : 0;
 }
 
 /* ---- files in parallel ---------------------------------------------------- */
@@ -562,21 +572,128 @@ static int pack_files(pack_ctx *c, size_t n_files)
 
 /* ---- DST state ----------------------------------------------------------- */
 
+/* DST/ckptfs.state says what DST is being made from, so that rerunning the
+ * command resumes, from wherever the source now is:
+ *   "source"   SRC's absolute path when the last run started;
+ *   "format"   k15 or bytesplit;
+ *   "deletes"  true once a --delete-source run started: DST may then hold
+ *              the only copy of a file, and --force must not drop it;
+ *   "files"    the files DST is to hold, sorted by path: {"path", "size",
+ *              "mtime_ns" (a string)}: the source's, and those whose source
+ *              is gone but whose packed file DST holds.
+ * A rerun resumes if SRC is the recorded path, or (a moved source) if SRC's
+ * files are all recorded with the same size and mtime and every recorded
+ * file missing from SRC is held by DST. */
+
 static const char *enc_name(uint32_t enc) { return enc == CKC_ENC_K15 ? "k15" : "bytesplit"; }
 
-static int write_state(pack_ctx *c, const char *src_real)
+static cJSON *read_state(pack_ctx *c)
 {
-    char path[PATH_MAX], tmp[PATH_MAX];
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", c->dst, STATE_NAME);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    char *buf = NULL;
+    cJSON *o = NULL;
+    if (fd >= 0 && !fstat(fd, &st) && S_ISREG(st.st_mode) && st.st_size < (256 << 20) &&
+        (buf = malloc((size_t)st.st_size + 1)) && !cku_pread_full(fd, buf, (size_t)st.st_size, 0)) {
+        buf[st.st_size] = 0;
+        o = cJSON_Parse(buf);
+    }
+    free(buf);
+    if (fd >= 0)
+        close(fd);
+    return o;
+}
+
+static int held_by_dst(pack_ctx *c, const char *rel)
+{
+    char p[PATH_MAX];
+    join_path(p, sizeof p, c->dst, rel, CKP_SUFFIX);
+    return access(p, F_OK) == 0;
+}
+
+static cJSON *file_item(const char *rel, uint64_t size, int64_t mtime)
+{
+    char t[32];
+    snprintf(t, sizeof t, "%lld", (long long)mtime);
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(f, "path", rel);
+    cJSON_AddNumberToObject(f, "size", (double)size);
+    cJSON_AddStringToObject(f, "mtime_ns", t);
+    return f;
+}
+
+/* Walk the recorded files (rec: the state's "files", sorted; may be NULL)
+ * and SRC's together.  @return 1 if every source file is recorded with the
+ * same size and mtime and every recorded file missing from SRC is held by
+ * DST, else 0 with the first difference in why.  With out, append to it the
+ * files DST is to hold now (see above), in order. */
+static int walk_recorded(pack_ctx *c, const cJSON *rec, cJSON *out, char *why, size_t cap)
+{
+    const cJSON *r = rec ? rec->child : NULL;
+    size_t i = 0;
+    int same = rec != NULL;
+    if (!rec)
+        snprintf(why, cap, "its state lists no files");
+    while (r || i < c->list.n) {
+        const src_entry *e = i < c->list.n ? &c->list.v[i] : NULL;
+        if (e && e->is_dir) {
+            i++;
+            continue;
+        }
+        const cJSON *rp = cJSON_GetObjectItemCaseSensitive(r, "path");
+        const char *rrel = cJSON_IsString(rp) ? rp->valuestring : NULL;
+        int d = !r ? 1 : !e ? -1 : !rrel ? -1 : strcmp(rrel, e->rel);
+        if (d < 0) { /* recorded, gone from SRC */
+            int held = rrel && held_by_dst(c, rrel);
+            if (!held && same)
+                snprintf(why, cap, "%s is neither in the source nor packed", rrel ? rrel : "an entry");
+            same &= held;
+            if (held && out)
+                cJSON_AddItemToArray(out, cJSON_Duplicate(r, 1));
+            r = r->next;
+            continue;
+        }
+        if (d > 0 && same)
+            snprintf(why, cap, "%s is not one of its files", e->rel);
+        if (d == 0) {
+            const cJSON *sz = cJSON_GetObjectItemCaseSensitive(r, "size");
+            const cJSON *mt = cJSON_GetObjectItemCaseSensitive(r, "mtime_ns");
+            int eq = cJSON_IsNumber(sz) && sz->valuedouble == (double)e->st.st_size && cJSON_IsString(mt) &&
+                     strtoll(mt->valuestring, NULL, 10) == mtime_ns(&e->st);
+            if (!eq && same)
+                snprintf(why, cap, "%s differs in size or time from the file it holds", e->rel);
+            same &= eq;
+            r = r->next;
+        }
+        if (d > 0)
+            same = 0;
+        if (out)
+            cJSON_AddItemToArray(out, file_item(e->rel, (uint64_t)e->st.st_size, mtime_ns(&e->st)));
+        i++;
+    }
+    return same;
+}
+
+/* Write DST/ckptfs.state for this run; old: the state found (or NULL). */
+static int write_state(pack_ctx *c, const char *src_real, const cJSON *old)
+{
+    char path[PATH_MAX], tmp[PATH_MAX], why[64];
     snprintf(path, sizeof path, "%s/%s", c->dst, STATE_NAME);
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp", c->dst, STATE_NAME);
-    cJSON *o = cJSON_CreateObject();
+    cJSON *o = cJSON_CreateObject(), *files = cJSON_CreateArray();
     cJSON_AddStringToObject(o, "source", src_real);
     cJSON_AddStringToObject(o, "format", enc_name(c->o->encoding));
+    cJSON_AddBoolToObject(o, "deletes",
+                          c->o->delete_source || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(old, "deletes")));
+    walk_recorded(c, cJSON_GetObjectItemCaseSensitive(old, "files"), files, why, sizeof why);
+    cJSON_AddItemToObject(o, "files", files);
     char *txt = cJSON_Print(o);
     cJSON_Delete(o);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644), rc = -1;
-    if (txt && fd >= 0 && !cku_pwrite_full(fd, txt, strlen(txt), 0) && !fsync(fd) && !rename(tmp, path) &&
-        !cku_fsync_dir(c->dst))
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600), rc = -1;
+    if (txt && fd >= 0 && !cku_pwrite_full(fd, txt, strlen(txt), 0) && (cku_fault_point(), !fsync(fd)) &&
+        (cku_fault_point(), !rename(tmp, path)) && !cku_fsync_dir(c->dst))
         rc = 0;
     if (rc)
         fprintf(stderr, "ckptfs pack: %s: %s\n", path, strerror(errno));
@@ -586,26 +703,21 @@ static int write_state(pack_ctx *c, const char *src_real)
     return rc;
 }
 
-/* 1 if DST/ckptfs.state names this source and format, 0 if not, -1 if absent. */
-static int state_matches(pack_ctx *c, const char *src_real, char *why, size_t cap)
+/* 1 if the state st says DST is a pack of this source in this format (see
+ * above), else 0 with why. */
+static int state_matches(pack_ctx *c, const cJSON *st, const char *src_real, char *why, size_t cap)
 {
-    char path[PATH_MAX], buf[8192];
-    snprintf(path, sizeof path, "%s/%s", c->dst, STATE_NAME);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    buf[n > 0 ? n : 0] = 0;
-    cJSON *o = cJSON_Parse(buf);
-    const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "source");
-    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "format");
-    int ok = cJSON_IsString(s) && cJSON_IsString(f) && !strcmp(s->valuestring, src_real) &&
-             !strcmp(f->valuestring, enc_name(c->o->encoding));
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(st, "source");
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(st, "format");
     snprintf(why, cap, "it holds a pack of %s (%s)", cJSON_IsString(s) ? s->valuestring : "?",
              cJSON_IsString(f) ? f->valuestring : "?");
-    cJSON_Delete(o);
-    return ok;
+    if (!cJSON_IsString(f) || strcmp(f->valuestring, enc_name(c->o->encoding)))
+        return 0;
+    if (cJSON_IsString(s) && !strcmp(s->valuestring, src_real) && !c->src_missing)
+        return 1;
+    size_t n = strlen(why);
+    snprintf(why + n, cap - n, " and ");
+    return walk_recorded(c, cJSON_GetObjectItemCaseSensitive(st, "files"), NULL, why + n + 5, cap - n - 5);
 }
 
 /* Remove what a packed directory holds (for --force): .ckpt files, the
@@ -656,27 +768,25 @@ static int dir_is_empty(const char *dir)
     return empty;
 }
 
-/* Make DST ready: new, resumable, or (with --force) cleared. */
+static int force_loses_nothing(pack_ctx *c, const cJSON *st);
+
+/* Make DST (created and locked by open_dst) ready: new, resumable, or
+ * (with --force) cleared. */
 static int prepare_dst(pack_ctx *c, const char *src_real)
 {
-    struct stat st;
-    if (stat(c->dst, &st)) {
-        if (errno != ENOENT || cku_mkdirs(c->dst, 0755)) {
-            fprintf(stderr, "ckptfs pack: %s: %s\n", c->dst, strerror(errno));
-            return -1;
-        }
-        return write_state(c, src_real);
+    if (dir_is_empty(c->dst) && !c->src_missing)
+        return write_state(c, src_real, NULL);
+    cJSON *st = read_state(c);
+    char why[PATH_MAX + 256];
+    int m = st ? state_matches(c, st, src_real, why, sizeof why) : -1, rc = -1;
+    if (m == 1) { /* resume, recording where the source is now */
+        rc = write_state(c, src_real, st);
+        goto out;
     }
-    if (!S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "ckptfs pack: %s: exists and is not a directory\n", c->dst);
-        return -1;
+    if (c->src_missing) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", c->o->src, strerror(ENOENT));
+        goto out;
     }
-    if (dir_is_empty(c->dst))
-        return write_state(c, src_real);
-    char why[PATH_MAX + 64];
-    int m = state_matches(c, src_real, why, sizeof why);
-    if (m == 1)
-        return 0; /* resume */
     char man[PATH_MAX];
     snprintf(man, sizeof man, "%s/%s", c->dst, CKP_MANIFEST_NAME);
     int is_pack = m == 0 || access(man, F_OK) == 0;
@@ -685,21 +795,26 @@ static int prepare_dst(pack_ctx *c, const char *src_real)
                 "ckptfs pack: %s: exists, is not empty and is not a packed directory; pack into a new or empty\n"
                 "  directory (--force only replaces an earlier pack)\n",
                 c->dst);
-        return -1;
+        goto out;
     }
     if (!c->o->force) {
         fprintf(stderr, "ckptfs pack: %s: already exists and %s; use --force to replace it\n", c->dst,
                 m == 0 ? why : "holds a finished pack");
-        return -1;
+        goto out;
     }
+    if (force_loses_nothing(c, st))
+        goto out;
     if (clear_dst(c->dst, 1)) {
         fprintf(stderr,
                 "ckptfs pack: %s: refusing to overwrite: it holds files that ckptfs did not write (kept; the\n"
                 "  packed files of the earlier pack were removed); move them away, or pack into a new directory\n",
                 c->dst);
-        return -1;
+        goto out;
     }
-    return write_state(c, src_real);
+    rc = write_state(c, src_real, NULL);
+out:
+    cJSON_Delete(st);
+    return rc;
 }
 
 /* ---- manifest from the packed files ----------------------------------- */
@@ -768,6 +883,16 @@ static int scan_dst(const char *root, const char *rel, mf_build *b)
     return rc;
 }
 
+static void mf_free(mf_build *b)
+{
+    for (size_t i = 0; i < b->m.n_files; i++)
+        free(b->m.files[i].path);
+    for (size_t i = 0; i < b->m.n_dirs; i++)
+        free(b->m.dirs[i].path);
+    free(b->m.files);
+    free(b->m.dirs);
+}
+
 static int write_manifest(pack_ctx *c)
 {
     mf_build b = {0};
@@ -781,12 +906,49 @@ static int write_manifest(pack_ctx *c)
     struct stat st;
     snprintf(man, sizeof man, "%s/%s", c->dst, CKP_MANIFEST_NAME);
     c->packed_bytes = b.packed + (stat(man, &st) ? 0 : (uint64_t)st.st_size);
-    for (size_t i = 0; i < b.m.n_files; i++)
-        free(b.m.files[i].path);
-    for (size_t i = 0; i < b.m.n_dirs; i++)
-        free(b.m.dirs[i].path);
-    free(b.m.files);
-    free(b.m.dirs);
+    mf_free(&b);
+    return rc;
+}
+
+/* For --force over the pack described by state st: 0 if clearing DST loses
+ * no file, -1 after saying which one it would lose.  DST can hold the only
+ * copy of a file once a --delete-source run started on it (or when it has no
+ * state to say otherwise); each packed file must then have its original in
+ * SRC: the same path, size and SHA-256. */
+static int force_loses_nothing(pack_ctx *c, const cJSON *st)
+{
+    const cJSON *del = cJSON_GetObjectItemCaseSensitive(st, "deletes");
+    if (cJSON_IsFalse(del))
+        return 0;
+    mf_build b = {0};
+    int rc = scan_dst(c->dst, "", &b);
+    for (size_t i = 0; rc == 0 && i < b.m.n_files; i++) {
+        const ckm_file *f = &b.m.files[i];
+        src_entry key = {.rel = f->path};
+        const src_entry *e = c->list.n ? bsearch(&key, c->list.v, c->list.n, sizeof key, cmp_entry) : NULL;
+        char src_path[PATH_MAX];
+        join_path(src_path, sizeof src_path, c->src_root, f->path, "");
+        cks_map sm;
+        sha_job sj = {0};
+        if (e && !e->is_dir && (uint64_t)e->st.st_size == f->size && cks_map_open(src_path, &sm) == 0) {
+            sj.p = sm.p;
+            sj.size = sm.size;
+            sha_thread(&sj);
+            if (cks_map_truncated(&sm))
+                sj.sha[0] ^= 1;
+            cks_map_close(&sm);
+        }
+        if (!e || memcmp(sj.sha, f->sha256, 32) || sj.size != f->size) {
+            fprintf(stderr,
+                    "ckptfs pack: %s: --force refused: %s/%s%s may hold the only copy of %s (a --delete-source "
+                    "run deleted sources); unpack it first or remove it yourself\n",
+                    c->dst, c->dst, f->path, CKP_SUFFIX, f->path);
+            rc = -1;
+        }
+    }
+    if (rc && !b.m.n_files)
+        fprintf(stderr, "ckptfs pack: %s: --force refused: cannot read what it holds\n", c->dst);
+    mf_free(&b);
     return rc;
 }
 
@@ -817,6 +979,7 @@ static size_t remove_empty_dirs(pack_ctx *c)
         if (c->list.v[i].is_dir) {
             char p[PATH_MAX];
             join_path(p, sizeof p, c->src_root, c->list.v[i].rel, "");
+            cku_fault_point();
             n += rmdir(p) == 0;
         }
     return n;
@@ -855,18 +1018,58 @@ static int validate_all(pack_ctx *c, uint64_t *total)
             continue;
         char path[PATH_MAX];
         join_path(path, sizeof path, c->src_root, e->rel, "");
-        int fd;
-        const uint8_t *p;
-        uint64_t size;
-        if (map_file(path, &fd, &p, &size)) {
+        cks_map sm;
+        if (cks_map_open(path, &sm)) {
             fprintf(stderr, "ckptfs pack: %s: %s\n", path, strerror(errno));
             return -1;
         }
-        st_header *h = check_safetensors(path, p, size);
-        unmap_file(fd, p, size);
+        st_header *h = check_safetensors(path, sm.p, sm.size);
+        cks_map_close(&sm);
         if (!h)
             return -1;
         st_free(h);
+    }
+    return 0;
+}
+
+/* The absolute, symlink-free form of path, which may not exist: components
+ * resolved while they exist, the missing rest appended with "." and ".."
+ * applied lexically (as mkdir -p would apply them).  @return 0, or -1 with
+ * errno. */
+static int resolve_path(const char *path, char *out)
+{
+    char abs[PATH_MAX], cwd[PATH_MAX], next[PATH_MAX], *save = NULL;
+    if (*path == '/')
+        snprintf(abs, sizeof abs, "%s", path);
+    else if (getcwd(cwd, sizeof cwd))
+        snprintf(abs, sizeof abs, "%s/%s", cwd, path);
+    else
+        return -1;
+    strcpy(out, "/");
+    int missing = 0; /* components at the end of out that do not exist */
+    for (char *comp = strtok_r(abs, "/", &save); comp; comp = strtok_r(NULL, "/", &save)) {
+        if (!strcmp(comp, "."))
+            continue;
+        if (!strcmp(comp, "..")) { /* out is resolved: its lexical parent is its real one */
+            char *slash = strrchr(out, '/');
+            slash[slash == out] = 0;
+            missing -= missing > 0;
+            continue;
+        }
+        if (strlen(out) + strlen(comp) + 2 > sizeof next) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        snprintf(next, sizeof next, "%s%s%s", out, out[1] ? "/" : "", comp);
+        char real[PATH_MAX];
+        if (!missing && realpath(next, real)) {
+            strcpy(out, real);
+            continue;
+        }
+        if (!missing && errno != ENOENT)
+            return -1;
+        missing++;
+        strcpy(out, next);
     }
     return 0;
 }
@@ -875,9 +1078,14 @@ static int setup_source(pack_ctx *c, char *src_real)
 {
     const ckpt_pack_opts *o = c->o;
     struct stat st;
-    if (!realpath(o->src, src_real) || stat(src_real, &st)) {
-        fprintf(stderr, "ckptfs pack: %s: %s\n", o->src, strerror(errno));
-        return -1;
+    if (resolve_path(o->src, src_real) || stat(src_real, &st)) {
+        if (errno != ENOENT || !*src_real) {
+            fprintf(stderr, "ckptfs pack: %s: %s\n", o->src, strerror(errno));
+            return -1;
+        }
+        c->src_missing = 1; /* acceptable only if DST's state says it packed all of it: see prepare_dst */
+        snprintf(c->src_root, sizeof c->src_root, "%s", src_real);
+        return 0;
     }
     if (S_ISREG(st.st_mode)) {
         c->single_file = 1;
@@ -896,75 +1104,160 @@ static int setup_source(pack_ctx *c, char *src_real)
     return walk(c, "");
 }
 
-/* The absolute, symlink-free form of DST, which may not exist yet: its
- * deepest existing ancestor resolved, the missing components appended.
- * @return 0, or -1 with errno. */
-static int resolve_dst(const char *dst, char *out)
-{
-    char head[PATH_MAX], tail[PATH_MAX] = "", cwd[PATH_MAX];
-    if (*dst == '/')
-        snprintf(head, sizeof head, "%s", dst);
-    else if (getcwd(cwd, sizeof cwd))
-        snprintf(head, sizeof head, "%s/%s", cwd, dst);
-    else
-        return -1;
-    while (!realpath(head, out)) {
-        char *slash = strrchr(head, '/');
-        if (errno != ENOENT || !slash)
-            return -1;
-        if (slash[1]) { /* move the missing last component to the tail */
-            char t[PATH_MAX];
-            snprintf(t, sizeof t, "/%s%s", slash + 1, tail);
-            snprintf(tail, sizeof tail, "%s", t);
-        }
-        if (slash == head) {
-            strcpy(out, "/");
-            break;
-        }
-        *slash = 0;
-    }
-    size_t n = strlen(out);
-    snprintf(out + n, PATH_MAX - n, "%s", n == 1 && *tail ? tail + 1 : tail);
-    return 0;
-}
-
 /* 1 if DST is SRC or inside it (unless SRC is one file), or SRC is inside DST. */
 static int overlap(const char *src_real, const char *dst_real, int single_file)
 {
     size_t ls = strlen(src_real), ld = strlen(dst_real);
-    int dst_in_src = !strncmp(dst_real, src_real, ls) && (dst_real[ls] == '/' || !dst_real[ls]);
-    int src_in_dst = !strncmp(src_real, dst_real, ld) && (src_real[ld] == '/' || ld == 1);
+    int dst_in_src = !strncmp(dst_real, src_real, ls) && (dst_real[ls] == '/' || !dst_real[ls] || ls == 1);
+    int src_in_dst = !strncmp(src_real, dst_real, ld) && (src_real[ld] == '/' || !src_real[ld] || ld == 1);
     return (!single_file && dst_in_src) || src_in_dst;
+}
+
+/* Names DST keeps for itself at its top. */
+static int reserved_name(const char *rel)
+{
+    static const char *const names[] = {CKP_MANIFEST_NAME, "." CKP_MANIFEST_NAME ".tmp", STATE_NAME,
+                                        "." STATE_NAME ".tmp"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (!strcmp(rel, names[i]))
+            return 1;
+    return 0;
+}
+
+/* 1 if the list holds a directory named rel. */
+static int list_has_dir(const pack_ctx *c, const char *rel)
+{
+    src_entry key = {.rel = (char *)rel};
+    const src_entry *e = c->list.n ? bsearch(&key, c->list.v, c->list.n, sizeof key, cmp_entry) : NULL;
+    return e && e->is_dir;
+}
+
+/* Every name checked before anything is written or deleted: each must be
+ * storable (a valid relative path within the format's limits, a packed name
+ * within NAME_MAX), not reserved, and not collide in DST with another
+ * entry's packed or temporary name.  @return 0, or -1 after naming it. */
+static int check_names(const pack_ctx *c)
+{
+    for (size_t i = 0; i < c->list.n; i++) {
+        const src_entry *e = &c->list.v[i];
+        const char *base = strrchr(e->rel, '/') ? strrchr(e->rel, '/') + 1 : e->rel;
+        char packed[PATH_MAX], tmp[PATH_MAX];
+        snprintf(packed, sizeof packed, "%s%s", e->rel, CKP_SUFFIX);
+        tmp_path(tmp, sizeof tmp, "", e->rel);
+        const char *why = NULL;
+        if (!ckp_path_ok(e->rel) || strlen(e->rel) > CKP_MAX_PATH)
+            why = "this path cannot be stored in a pack";
+        else if (!e->is_dir && strlen(base) + strlen(CKP_SUFFIX) > NAME_MAX)
+            why = "name too long: the packed file's name (with " CKP_SUFFIX ") would be over 255 bytes";
+        else if (base == e->rel && reserved_name(e->rel))
+            why = "this name is reserved for ckptfs";
+        else if (!e->is_dir && (list_has_dir(c, packed) || list_has_dir(c, tmp + 1)))
+            why = "its packed name is also the name of a directory in the source";
+        if (why) {
+            fprintf(stderr, "ckptfs pack: %s/%s: %s; nothing was packed\n", c->src_root, e->rel, why);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The mode of a new DST: no more open than the source (for a single file,
+ * a directory readable by whoever can read the file). */
+static mode_t dst_mode(const pack_ctx *c)
+{
+    struct stat st;
+    mode_t m = c->single_file ? c->list.v[0].st.st_mode : stat(c->src_root, &st) ? 0700 : st.st_mode;
+    if (c->single_file)
+        m = (m & 0044) | (m & 0044) >> 2;
+    return (m & 0777) | 0700;
+}
+
+/* Create DST if needed (*created = 1) and lock it for this run: a second
+ * pack into the same DST fails here instead of mixing its files in. */
+static int open_dst(pack_ctx *c, int *created)
+{
+    struct stat st;
+    *created = 0;
+    if (stat(c->dst, &st)) {
+        char parent[PATH_MAX];
+        snprintf(parent, sizeof parent, "%s", c->dst);
+        *strrchr(parent, '/') = 0;
+        if (errno != ENOENT || c->src_missing || (*parent && cku_mkdirs(parent, 0755)) ||
+            (mkdir(c->dst, 0700) && errno != EEXIST)) {
+            fprintf(stderr, "ckptfs pack: %s: %s\n", c->o->dst, strerror(c->src_missing ? ENOENT : errno));
+            return -1;
+        }
+        *created = 1;
+    }
+    c->lock_fd = open(c->dst, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (c->lock_fd < 0) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", c->o->dst, errno == ENOTDIR ? "exists and is not a directory" : strerror(errno));
+        return -1;
+    }
+    if (flock(c->lock_fd, LOCK_EX | LOCK_NB)) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", c->o->dst,
+                errno == EWOULDBLOCK ? "another ckptfs pack is writing to it; wait for it to finish" : strerror(errno));
+        close(c->lock_fd);
+        c->lock_fd = -1;
+        *created = 0;
+        return -1;
+    }
+    if (*created && fchmod(c->lock_fd, dst_mode(c))) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", c->o->dst, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* After a failure: remove DST if this run created it and nothing is in it
+ * but the state, else say that what was packed is kept for a rerun. */
+static void leave_dst(pack_ctx *c, int created)
+{
+    DIR *d = opendir(c->dst);
+    struct dirent *e;
+    int only_state = 1;
+    while (d && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, STATE_NAME) &&
+            strcmp(e->d_name, "." STATE_NAME ".tmp"))
+            only_state = 0;
+    if (d)
+        closedir(d);
+    if (created && only_state) {
+        char state[PATH_MAX];
+        snprintf(state, sizeof state, "%s/%s", c->dst, STATE_NAME);
+        unlink(state);
+        rmdir(c->dst);
+    } else if (!only_state) {
+        fprintf(stderr, "ckptfs pack: %s: kept what was packed so far; run the same command again to resume\n",
+                c->o->dst);
+    }
 }
 
 int ckpt_pack(const ckpt_pack_opts *o)
 {
-    pack_ctx c = {.o = o};
-    char src_real[PATH_MAX], dst_real[PATH_MAX];
+    pack_ctx c = {.o = o, .lock_fd = -1};
+    char src_real[PATH_MAX];
     int rc = 1, created = 0;
     if (setup_source(&c, src_real))
         goto out;
-    snprintf(c.dst, sizeof c.dst, "%s", o->dst);
-    struct stat dst_st;
-    created = stat(c.dst, &dst_st) != 0;
-    if (resolve_dst(c.dst, dst_real)) {
+    if (resolve_path(o->dst, c.dst)) {
         fprintf(stderr, "ckptfs pack: %s: %s\n", o->dst, strerror(errno));
         goto out;
     }
-    if (overlap(src_real, dst_real, c.single_file)) { /* the walk would pack DST, or --force clear SRC */
+    if (overlap(src_real, c.dst, c.single_file)) { /* the walk would pack DST, or --force clear SRC */
         fprintf(stderr, "ckptfs pack: %s and %s overlap\n", o->src, o->dst);
         goto out;
     }
     if (c.list.n) /* an emptied SRC (rerun after --delete-source) has no list: qsort(NULL) is UB */
         qsort(c.list.v, c.list.n, sizeof *c.list.v, cmp_entry);
     uint64_t total;
-    if (validate_all(&c, &total))
+    if (check_names(&c) || validate_all(&c, &total))
         goto out;
     atomic_init(&c.left, total);
     atomic_init(&c.kept, 0);
     atomic_init(&c.deleted, 0);
     atomic_init(&c.deleted_bytes, 0);
-    if (prepare_dst(&c, src_real))
+    if (open_dst(&c, &created) || prepare_dst(&c, src_real))
         goto out;
     remove_temps(c.dst);
     c.progress = cku_progress_new("packing", total);
@@ -992,24 +1285,10 @@ int ckpt_pack(const ckpt_pack_opts *o)
     rc = 0;
 out:
     cku_progress_done(c.progress);
-    if (rc && created && c.dst[0]) {
-        /* nothing was kept: leave no partial output behind */
-        char state[PATH_MAX];
-        snprintf(state, sizeof state, "%s/%s", c.dst, STATE_NAME);
-        int only_state = 1;
-        DIR *d = opendir(c.dst);
-        struct dirent *e;
-        while (d && (e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, STATE_NAME) &&
-                strcmp(e->d_name, "." STATE_NAME ".tmp"))
-                only_state = 0;
-        if (d)
-            closedir(d);
-        if (only_state) {
-            unlink(state);
-            rmdir(c.dst);
-        }
-    }
+    if (rc && c.lock_fd >= 0)
+        leave_dst(&c, created);
+    if (c.lock_fd >= 0)
+        close(c.lock_fd);
     list_free(&c.list);
     return rc;
 }

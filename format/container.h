@@ -27,6 +27,7 @@ extern "C" {
 #define CKP_MANIFEST_NAME "ckptfs.manifest"
 #define CKP_STATE_NAME "ckptfs.state"        /* written by pack while it runs (resume) */
 #define CKP_MAX_CHUNK (16u << 20)
+#define CKP_MAX_PATH 4096u   /* longest relative path a packed file records */
 #define CKP_BF16_CHUNK_WEIGHTS (64u << 10)   /* 128 KiB of BF16 per chunk */
 #define CKP_BLOB_CHUNK (256u << 10)
 

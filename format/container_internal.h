@@ -12,7 +12,6 @@
 #define CKP_INDEX_ENTRY 16u
 #define CKP_MAX_TOC (1ull << 30)
 #define CKP_MAX_EXTENTS (1u << 24)
-#define CKP_MAX_PATH 4096u
 #define CKP_MAX_NAME 65535u
 #define CKP_BIG_TENSOR_WEIGHTS (4ull << 20)  /* planes of tensors this large are 4 KiB aligned */
 

@@ -313,9 +313,9 @@ int ckm_write(const char *dst, ckm_manifest *m, char *err, size_t cap)
     snprintf(final, sizeof final, "%s/%s", dst, CKP_MANIFEST_NAME);
     int rc = -1, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0 || cku_pwrite_full(fd, head, strlen(head), 0) ||
-        cku_pwrite_full(fd, json, jl, strlen(head)) || fsync(fd)) {
+        cku_pwrite_full(fd, json, jl, strlen(head)) || (cku_fault_point(), fsync(fd))) {
         merr(err, cap, "%s: %s", tmp, strerror(errno));
-    } else if (rename(tmp, final) || cku_fsync_dir(dst)) {
+    } else if ((cku_fault_point(), rename(tmp, final)) || cku_fsync_dir(dst)) {
         merr(err, cap, "%s: %s", final, strerror(errno));
     } else {
         rc = 0;

@@ -7,7 +7,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,8 +53,34 @@ int cku_pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
     return 0;
 }
 
+static long fault_at;   /* CKPTFS_FAULT=step:N or stop:N: N, or 0 for none; set once */
+static int fault_stop;  /* stop:N: SIGSTOP instead of _exit */
+static atomic_long fault_count;
+static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
+
+static void fault_init(void)
+{
+    const char *v = getenv("CKPTFS_FAULT");
+    if (v && (!strncmp(v, "step:", 5) || !strncmp(v, "stop:", 5))) {
+        fault_at = strtol(v + 5, NULL, 10);
+        fault_stop = v[2] == 'o';
+    }
+}
+
+void cku_fault_point(void)
+{
+    pthread_once(&fault_once, fault_init);
+    if (fault_at > 0 && atomic_fetch_add(&fault_count, 1) + 1 == fault_at) {
+        if (fault_stop)
+            raise(SIGSTOP);
+        else
+            _exit(CKU_FAULT_EXIT);
+    }
+}
+
 int cku_fsync_dir(const char *dir)
 {
+    cku_fault_point();
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return -1;

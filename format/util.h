@@ -17,6 +17,16 @@ int cku_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
 /* fsync the directory holding path (or path itself if it is a directory). */
 int cku_fsync_dir(const char *dir);
 
+/* Test hook for kill tests (tests/hardening/interrupted_pack.py).  Writers
+ * call it just before each durable step (fsync, rename, unlink, rmdir).
+ * With CKPTFS_FAULT=step:N in the environment, the Nth call of the process
+ * (counted over all threads) ends it at once with _exit(CKU_FAULT_EXIT), as a
+ * kill at that moment would; with CKPTFS_FAULT=stop:N it stops the process
+ * (SIGSTOP) there instead, for a test to change the files and continue it.
+ * Without the variable the cost is one pthread_once. */
+#define CKU_FAULT_EXIT 86
+void cku_fault_point(void);
+
 /* Run fn(arg) on n threads at once (at most 64), the calling thread being
  * one of them; returns when all have returned.  Threads that cannot be
  * started are not retried: fn must share out its work (a counter in arg). */

@@ -1,0 +1,308 @@
+#!/usr/bin/env python3
+"""pack_safety.py — the ways to lose a file or a pack (issue 11, items 3-8
+and 11), each checked against the original bytes (SHA-256):
+
+  3  an interrupted `pack --delete-source` resumes from a moved source, and
+     `--force` refuses to drop a packed file whose source was deleted;
+  4  a finished single-file `pack --delete-source` can be rerun;
+  5  names that cannot be packed (a file `zz` beside a directory `zz.ckpt/`,
+     reserved names, names too long) are refused before anything is written
+     or deleted;
+  6  a source replaced while it is packed is not deleted; one truncated while
+     it is packed is an error naming it (not SIGBUS);
+  7  an interrupted `unpack` can be rerun; a failed pack says DST was kept;
+  8  modes: a 0600 file stays 0600 packed and unpacked, DST no more open
+     than SRC;
+  11 SRC/DST overlap through `..` is refused creating nothing; two packs into
+     one DST: the second is refused.
+
+Kills and pauses at exact steps use the CKPTFS_FAULT test hook
+(format/util.h: step:N exits at the Nth durable step, stop:N stops there).
+Environment: CKPTFS."""
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+CK = os.environ["CKPTFS"]
+FAULT_EXIT = 86
+T = tempfile.mkdtemp(prefix="ckptfs-safety.")
+failures = []
+
+
+def check(name, ok, detail=""):
+    print("%s: %s%s" % ("ok" if ok else "FAIL", name, "" if ok else " -- " + str(detail)), flush=True)
+    if not ok:
+        failures.append(name)
+
+
+def run(*args, fault=None):
+    env = dict(os.environ)
+    env.pop("CKPTFS_FAULT", None)
+    if fault:
+        env["CKPTFS_FAULT"] = fault
+    return subprocess.run([CK] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def sha(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def tree(d):
+    out = {}
+    for root, _, fs in os.walk(d):
+        for f in fs:
+            p = os.path.join(root, f)
+            out[os.path.relpath(p, d)] = sha(p)
+    return out
+
+
+def make_src(d, files):
+    """files: rel -> bytes (or size for random bytes)."""
+    for rel, v in files.items():
+        p = os.path.join(d, rel)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, "wb") as f:
+            f.write(os.urandom(v) if isinstance(v, int) else v)
+    return tree(d)
+
+
+def fresh(name):
+    p = os.path.join(T, name)
+    shutil.rmtree(p, ignore_errors=True)
+    return p
+
+
+def unpacked(dst, want, what):
+    out = fresh("out")
+    r = run("unpack", dst, out)
+    got = tree(out) if r.returncode == 0 else {}
+    check(what + ": every original comes back bit for bit", r.returncode == 0 and got == want,
+          r.stderr.strip()[-300:] or "differs: %s" % sorted(set(got) ^ set(want)))
+
+
+def stopped(args, n, action):
+    """Run ckptfs args stopped at durable step n; action() while stopped
+    (returns False to skip); then continue it.  @return its CompletedProcess-
+    like (rc, stderr), or None if it finished before step n."""
+    env = dict(os.environ, CKPTFS_FAULT="stop:%d" % n)
+    p = subprocess.Popen([CK] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    while p.poll() is None:
+        try:
+            with open("/proc/%d/stat" % p.pid) as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                    break
+        except OSError:
+            pass
+        time.sleep(0.002)
+    if p.poll() is not None:
+        _, err = p.communicate()
+        return None
+    action()
+    os.kill(p.pid, signal.SIGCONT)
+    _, err = p.communicate()
+    return p.returncode, err
+
+
+def kill_after_delete(src, dst):
+    """Kill `pack --delete-source --jobs 1 src dst` at the first step after
+    which a source file is gone; @return True if such a step was found."""
+    pristine = fresh("pristine")
+    shutil.copytree(src, pristine)
+    for n in range(1, 200):
+        shutil.rmtree(src)
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(pristine, src)
+        r = run("pack", "--delete-source", "--jobs", "1", src, dst, fault="step:%d" % n)
+        if r.returncode == 0:
+            return False
+        if len(tree(src)) < len(tree(pristine)):
+            return True
+    return False
+
+
+def item3():
+    src, dst = fresh("s3"), fresh("d3")
+    want = make_src(src, {"a.bin": 70000, "b.bin": 50000, "sub/c.bin": 30000, "z.bin": 1000})
+    check("3: a kill after a source was deleted", kill_after_delete(src, dst))
+    other = fresh("other3")
+    make_src(other, {"x.bin": 100})
+    r = run("pack", "--force", other, dst)
+    check("3: --force refuses to drop a packed file whose source was deleted",
+          r.returncode != 0 and "only copy" in r.stderr and os.path.exists(os.path.join(dst, "a.bin.ckpt")),
+          r.stderr.strip())
+    moved = os.path.join(T, "s3-moved")
+    shutil.rmtree(moved, ignore_errors=True)
+    os.rename(src, moved)
+    r = run("pack", "--delete-source", moved, dst)
+    check("3: the rerun on the moved source finishes", r.returncode == 0, r.stderr.strip())
+    check("3: ... and empties it", tree(moved) == {}, str(tree(moved)))
+    unpacked(dst, want, "3")
+    r = run("pack", other, dst)
+    check("3: a different source is still refused", r.returncode != 0 and "already exists" in r.stderr, r.stderr)
+
+
+def item4():
+    d = fresh("s4")
+    want = make_src(d, {"only.bin": 40000})
+    dst = fresh("d4")
+    f = os.path.join(d, "only.bin")
+    r1 = run("pack", "--delete-source", f, dst)
+    r2 = run("pack", "--delete-source", f, dst)
+    check("4: rerunning a finished single-file pack --delete-source succeeds",
+          r1.returncode == 0 and r2.returncode == 0, r1.stderr + r2.stderr)
+    unpacked(dst, {"only.bin": want["only.bin"]}, "4")
+    d2 = fresh("s4b")
+    make_src(d2, {"k.bin": 1000})
+    dst2 = fresh("d4b")
+    r1 = run("pack", os.path.join(d2, "k.bin"), dst2)
+    r2 = run("pack", os.path.join(d2, "k.bin"), dst2)
+    check("4: rerunning a finished single-file pack succeeds", r1.returncode == 0 and r2.returncode == 0,
+          r1.stderr + r2.stderr)
+
+
+def refused_before_anything(files, what, needle):
+    src, dst = fresh("s5"), fresh("d5")
+    want = make_src(src, files)
+    r = run("pack", "--delete-source", "--jobs", "1", src, dst)
+    check("5: %s: refused, naming it" % what, r.returncode != 0 and needle in r.stderr, r.stderr.strip())
+    check("5: %s: nothing deleted" % what, tree(src) == want, str(sorted(tree(src))))
+    check("5: %s: nothing written" % what, not os.path.exists(dst), str(os.listdir(dst) if os.path.isdir(dst) else dst))
+
+
+def item5():
+    refused_before_anything({"aa.bin": 5000, "zz": 5000, "zz.ckpt/in.bin": 5000}, "a file zz beside a directory zz.ckpt/", "zz")
+    refused_before_anything({"aa.bin": 5000, ".ckptfs.manifest.tmp/x": 10}, "a directory .ckptfs.manifest.tmp",
+                            ".ckptfs.manifest.tmp")
+    refused_before_anything({"aa.bin": 5000, ".ckptfs.manifest.tmp": 10}, "a file .ckptfs.manifest.tmp",
+                            ".ckptfs.manifest.tmp")
+    refused_before_anything({"aa.bin": 5000, "ckptfs.state": 10}, "a file ckptfs.state", "ckptfs.state")
+    refused_before_anything({"aa.bin": 5000, "n" * 251: 10}, "a name of 251 bytes", "n" * 251)
+    src, dst = fresh("s5l"), fresh("d5l")
+    want = make_src(src, {"l" * 246: 3000, "m" * 250: 3000, "sub/" + "k" * 249: 100})
+    r = run("pack", "--delete-source", src, dst)
+    check("5: names of 246-250 bytes are packed", r.returncode == 0 and tree(src) == {}, r.stderr.strip())
+    unpacked(dst, want, "5: long names")
+
+
+def item6():
+    src, dst = fresh("s6"), fresh("d6")
+    files = {"a.bin": os.urandom(200000), "b.bin": os.urandom(1000)}
+    new = os.urandom(5000)
+    seen = {}
+
+    def replace():
+        if not os.path.exists(os.path.join(dst, "a.bin.ckpt")) or seen:
+            return
+        seen["done"] = True
+        with open(os.path.join(src, ".new"), "wb") as f:
+            f.write(new)
+        os.rename(os.path.join(src, ".new"), os.path.join(src, "a.bin"))
+    res = None
+    for n in range(1, 30):
+        make_src(fresh("s6"), files)
+        res = stopped(["pack", "--delete-source", "--jobs", "1", src, dst], n, replace)
+        if seen:
+            break
+        shutil.rmtree(dst, ignore_errors=True)
+    ap = os.path.join(src, "a.bin")
+    check("6: a source replaced while packed is kept",
+          seen and res and os.path.exists(ap) and sha(ap) == hashlib.sha256(new).hexdigest(), str(res))
+    check("6: ... and the run says so and fails", bool(res) and res[0] != 0 and "not deleted" in res[1], str(res))
+    check("7: a failed pack says DST was kept for resuming", bool(res) and "run the same command again" in res[1],
+          str(res))
+
+    src, dst = fresh("s6t"), fresh("d6t")
+    make_src(src, {"big.bin": 3 << 20})
+    cut = {}
+
+    def truncate():
+        if cut or not any(f.endswith(".ckpt.tmp") for f in os.listdir(dst)):
+            return
+        cut["done"] = True
+        os.truncate(os.path.join(src, "big.bin"), 0)
+    for n in range(1, 30):
+        res = stopped(["pack", "--jobs", "2", src, dst], n, truncate)
+        if cut:
+            break
+        shutil.rmtree(dst, ignore_errors=True)
+    check("6: a source truncated while packed: an error naming it, not SIGBUS",
+          cut and res and res[0] == 1 and "big.bin" in res[1], str(res))
+    left = [f for f in (os.listdir(dst) if os.path.isdir(dst) else []) if f.endswith(".tmp")]
+    check("6: ... and no temporary file left", not left, str(left))
+
+
+def item7():
+    src, dst = fresh("s7"), fresh("d7")
+    want = make_src(src, {"a.bin": 30000, "sub/b.bin": 20000, "c.bin": 10})
+    r = run("pack", src, dst)
+    kills = 0
+    for n in range(1, 100):
+        out = fresh("out7")
+        shutil.rmtree(out + ".ckptfs-partial", ignore_errors=True)
+        r = run("unpack", dst, out, fault="step:%d" % n)
+        if r.returncode != FAULT_EXIT:
+            break
+        kills += 1
+        r = run("unpack", dst, out)
+        ok = r.returncode == 0 and tree(out) == want and not os.path.exists(out + ".ckptfs-partial")
+        if not ok:
+            check("7: unpack killed at step %d, then rerun" % n, False, r.stderr.strip())
+            return
+    check("7: unpack killed at each of its %d steps can be rerun, giving the originals" % kills, kills >= 4)
+
+
+def item8():
+    src, dst = fresh("s8"), fresh("d8")
+    want = make_src(src, {"secret.bin": 3000, "open.bin": 3000})
+    os.chmod(os.path.join(src, "secret.bin"), 0o600)
+    os.chmod(os.path.join(src, "open.bin"), 0o644)
+    os.chmod(src, 0o700)
+    r = run("pack", src, dst)
+    mode = lambda p: os.stat(p).st_mode & 0o777  # noqa: E731
+    check("8: a 0600 file is 0600 packed", r.returncode == 0 and mode(os.path.join(dst, "secret.bin.ckpt")) == 0o600,
+          r.stderr)
+    check("8: a 0644 file is 0644 packed", mode(os.path.join(dst, "open.bin.ckpt")) == 0o644)
+    check("8: DST no more open than SRC (0700)", mode(dst) == 0o700, oct(mode(dst)))
+    out = fresh("out8")
+    run("unpack", dst, out)
+    check("8: unpack restores the modes", mode(os.path.join(out, "secret.bin")) == 0o600 and
+          mode(os.path.join(out, "open.bin")) == 0o644 and mode(out) == 0o700, oct(mode(out)))
+    dst1 = fresh("d8f")
+    run("pack", os.path.join(src, "secret.bin"), dst1)
+    check("8: DST of a single 0600 file is 0700", mode(dst1) == 0o700, oct(mode(dst1)))
+
+
+def item11():
+    b = fresh("b11")
+    make_src(os.path.join(b, "src"), {"a.bin": 1000})
+    r = run("pack", os.path.join(b, "src"), os.path.join(b, "nx", "..", "src"))
+    check("11: pack b/src b/nx/../src refused", r.returncode != 0 and "overlap" in r.stderr, r.stderr)
+    check("11: ... creating nothing", sorted(os.listdir(b)) == ["src"] and os.listdir(os.path.join(b, "src")) == ["a.bin"],
+          str(os.listdir(b)))
+    src, dst = os.path.join(b, "src"), fresh("d11")
+    second = {}
+
+    def race():
+        second["r"] = run("pack", src, dst)
+    res = stopped(["pack", src, dst], 1, race)
+    r2 = second.get("r")
+    check("11: a second pack into the same DST is refused",
+          r2 is not None and r2.returncode != 0 and "another ckptfs pack" in r2.stderr, r2 and r2.stderr)
+    check("11: ... and the first finishes", res is not None and res[0] == 0, str(res))
+    v = run("verify", dst)
+    check("11: ... with a good pack", v.returncode == 0, v.stderr)
+
+
+try:
+    for t in (item3, item4, item5, item6, item7, item8, item11):
+        t()
+finally:
+    shutil.rmtree(T, ignore_errors=True)
+print("pack_safety: %d failures" % len(failures))
+sys.exit(1 if failures else 0)
