@@ -422,6 +422,7 @@ static int pack_file(pack_ctx *c, const src_entry *e)
     if (!sha_started)
         sha_thread(&sj);
     tfd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    cku_fault_point(); /* a kill test's step: the temporary exists, the source is being read */
     if (tfd >= 0 && fchmod(tfd, (e->st.st_mode & 0777) | 0400)) { /* the source's mode, whatever the umask */
         fprintf(stderr, "ckptfs pack: %s: %s\n", tmp, strerror(errno));
         goto out;
