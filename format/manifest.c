@@ -51,7 +51,13 @@ static int get_int(const cJSON *o, const char *k, int64_t lo, int64_t hi, int64_
 static int get_mtime(const cJSON *o, int64_t *v)
 {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, "mtime_ns");
-    if (!cJSON_IsString(j) || !*j->valuestring || strlen(j->valuestring) > 20)
+    if (!cJSON_IsString(j))
+        return -1;
+    /* format §7: an optional '-' then 1-19 digits (strtoll alone would take
+     * leading spaces and '+') */
+    const char *d = j->valuestring + (j->valuestring[0] == '-');
+    size_t nd = strspn(d, "0123456789");
+    if (nd == 0 || nd > 19 || d[nd])
         return -1;
     char *end;
     errno = 0;
@@ -235,6 +241,10 @@ int ckm_load(const char *dst, ckm_manifest **out, char *err, size_t cap)
         h = h << 8 | want[i];
     if (ckc_hash64(buf + hdr, size - hdr) != h) {
         merr(err, cap, "%s: manifest is damaged (checksum mismatch)", name);
+        goto out;
+    }
+    if (memchr(buf + hdr, 0, size - hdr) || !cku_utf8_ok(buf + hdr)) { /* JSON is UTF-8 (RFC 8259) */
+        merr(err, cap, "%s: invalid manifest JSON (not UTF-8 text)", name);
         goto out;
     }
     root = cJSON_ParseWithLength(buf + hdr, size - hdr);

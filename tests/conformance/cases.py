@@ -194,6 +194,7 @@ def cases():
     case("toc-meta-differs", "§3.2 manifest wins for mode and mtime", A,
          [blob(mode=0o600, mtime_ns=5)], manifest_edit=lambda d: set_file(d, mode=0o640, mtime_ns="17"))
     case("mtime-negative", "§7 mtime_ns grammar", A, [blob(mtime_ns=-1000)])
+    case("mtime-19-digits", "§7 mtime_ns grammar", A, [blob(mtime_ns=-9223372036854775807)])
 
     # ---- rejected: one broken rule each ---------------------------------------------
     def rej(name, rule, expect, f=None, **kw):
@@ -221,8 +222,9 @@ def cases():
     rej("path-nul", "R13 NUL in path", "safe relative path", blob(edit=path_is(b"con\0fig.json")))
     rej("path-dotdot", "R13 path", "safe relative path", blob(edit=path_is(b"../config.json")))
     rej("path-absolute", "R13 path", "safe relative path", blob(edit=path_is(b"/config.json")))
-    rej("path-not-utf8", "R13 path is UTF-8", "file entry 0 is invalid", blob(b"caf\xe9.json"), manifest_edit=raw_json)
-    rej("path-overlong-utf8", "R13 path is UTF-8", "file entry 0 is invalid", blob(b"\xc0\xafetc"), manifest_edit=raw_json)
+    rej("path-not-utf8", "R13 path is UTF-8", "not UTF-8", blob(b"caf\xe9.json"), manifest_edit=raw_json)
+    rej("path-overlong-utf8", "R13 path is UTF-8", "not UTF-8", blob(b"\xc0\xafetc"), manifest_edit=raw_json)
+    rej("path-lone-surrogate", "R13 path is UTF-8", "invalid manifest JSON", blob(b"caf\xe9.json"))
     rej("toc-path-not-utf8", "R13 path is UTF-8", "safe relative path", blob(edit=path_is(b"caf\xe9.json")))
     rej("path-vs-manifest", "R30 TOC path = manifest path", "does not match its manifest entry", blob(edit=path_is(b"other.json")))
     rej("extent-gap", "R14 tiling", "does not tile", st_file(edit=edit_rec(2, orig_offset=6000 + 256 + 1)))
@@ -312,6 +314,12 @@ def cases():
     rej("manifest-kind", "R54 kind", "file entry 0 is invalid", manifest_edit=lambda d: set_file(d, kind="tensor"))
     rej("manifest-mode", "R54 mode <= 07777", "file entry 0 is invalid", manifest_edit=lambda d: set_file(d, mode=0o100644))
     rej("manifest-mtime", "R54 mtime_ns grammar", "file entry 0 is invalid", manifest_edit=lambda d: set_file(d, mtime_ns="1e9"))
+    rej("manifest-mtime-plus", "R54 mtime_ns grammar", "file entry 0 is invalid",
+        manifest_edit=lambda d: set_file(d, mtime_ns="+17"))
+    rej("manifest-mtime-space", "R54 mtime_ns grammar", "file entry 0 is invalid",
+        manifest_edit=lambda d: set_file(d, mtime_ns=" 17"))
+    rej("manifest-not-utf8", "R56 UTF-8 JSON", "invalid manifest JSON",
+        manifest_edit=lambda d: raw_json(dict(d, note="caf\udce9")))
     rej("manifest-sha-upper", "R54 sha256 lowercase", "file entry 0 is invalid",
         manifest_edit=lambda d: set_file(d, sha256=d["files"][0]["sha256"].upper()))
     rej("manifest-parent", "R55 parents listed", "parent", blob("d/x.json"), dirs=[("d", 0o755)],

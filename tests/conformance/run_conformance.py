@@ -9,10 +9,12 @@ Each case's packed directory is written by ckpack.py (not by ckptfs), then
 With --mount, accepted packs are also mounted and read back through FUSE, and
 rejected ones must give EIO (or not list the file) there.
 Usage: run_conformance.py CKPTFS [--mount] [--keep DIR] [--only NAME]
-Prints one line per case and exits 1 if ckptfs disagrees with any verdict.
+Prints one line per case and exits 1 if ckptfs disagrees with any verdict,
+or if a rule id of docs/format.md §8 has no case.
 """
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -96,6 +98,17 @@ def check_mount(ck, c, dst, mnt):
         p.wait(10)
 
 
+def rule_coverage():
+    """Problems if a rule id of docs/format.md §8 has no case, or a case names an id §8 lacks."""
+    spec = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "format.md")
+    ids = set(re.findall(r"^\| (R\d+) \|", open(spec, encoding="utf-8").read(), re.M))
+    used = set()
+    for c in cases():
+        used |= set(re.findall(r"R\d+", c["rule"]))
+    return ["§8 rule %s has no case" % r for r in sorted(ids - used)] + \
+           ["a case names rule %s, which §8 lacks" % r for r in sorted(used - ids)]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("ckptfs")
@@ -127,6 +140,9 @@ def main():
     finally:
         if not a.keep:
             shutil.rmtree(tmp, ignore_errors=True)
+    for why in rule_coverage() if not a.only else []:
+        print("FAIL", why)
+        bad += 1
     print("%d cases (%d accept, %d reject), %d disagreements" % (n, counts["accept"], counts["reject"], bad))
     return 1 if bad else 0
 
