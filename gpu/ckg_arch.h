@@ -20,8 +20,9 @@
  *              (__byte_perm: low 3 bits of each selector nibble), ckg_funnelshift_r(lo, hi, s)
  *              (s & 31), ckg_u32_as_f32, ckg_f32_to_bf16_rn (bits, round to nearest even);
  *              ckg_tile.h has the host+device ones: ckg_popc, ckg_ffs0 (0-based), ckg_prmt, ckg_funnel
- *   memory     ckg_ld16(p): a 16-byte load (p must be 16-byte aligned: the emulator
- *              aborts otherwise), ckg_atomic_add(u32 *, u32), ckg_atomic_add_f32(float *, float)
+ *   memory     ckg_ld16(p) / ckg_st16(p, uint4): a 16-byte load / store (p must be
+ *              16-byte aligned: the emulator aborts otherwise, and counts the bytes
+ *              stored, ckg_emu_st16_bytes_ull()), ckg_atomic_add(u32 *, u32), ckg_atomic_add_f32(float *, float)
  *              (global or shared memory)
  *   async copy ckg_cp_async16(smem, gmem, valid) (cp.async.cg 16 bytes, zero-fill when
  *              !valid), ckg_cp_async_commit(), ckg_cp_async_wait<N>() (cp.async.wait_group N);
@@ -89,6 +90,7 @@ __device__ __forceinline__ float ckg_u32_as_f32(unsigned v) { return __uint_as_f
 __device__ __forceinline__ uint16_t ckg_f32_to_bf16_rn(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
 
 __device__ __forceinline__ uint4 ckg_ld16(const void *p) { return *reinterpret_cast<const uint4 *>(p); }
+__device__ __forceinline__ void ckg_st16(void *p, uint4 v) { *reinterpret_cast<uint4 *>(p) = v; }
 __device__ __forceinline__ unsigned ckg_atomic_add(unsigned *p, unsigned v) { return atomicAdd(p, v); }
 __device__ __forceinline__ float ckg_atomic_add_f32(float *p, float v) { return atomicAdd(p, v); }
 

@@ -154,6 +154,12 @@ __device__ __forceinline__ void load_low(const ckg_planes &P, bool k15, uint64_t
  * quarter warp. */
 __device__ __forceinline__ int out_slot(int lane, int i) { return lane * 4 + (i ^ ((lane >> 1) & 3)); }
 
+/* Element e (0..1023) of a warp's staged block. */
+__device__ __forceinline__ uint16_t stage_elem(const uint16_t *my16, int e)
+{
+    return my16[out_slot(e >> 5, (e & 31) >> 3) * 8 + (e & 7)];
+}
+
 constexpr int kDecodeThreads = 256;
 
 __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(ckg_planes P, uint64_t first, uint64_t count,
@@ -171,7 +177,10 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(ckg_planes P, ui
     const uint64_t end = first + count;
     const uint64_t blk0 = first / CKG_ESC_BLOCK, blk1 = (end + CKG_ESC_BLOCK - 1) / CKG_ESC_BLOCK;
     const uint64_t nwarps = (uint64_t)gridDim.x * (blockDim.x >> 5);
-    const bool vec_ok = (first & 7) == 0 && ((uintptr_t)out & 15) == 0;
+    /* staged 16-byte stores need 2-byte aligned output; a block's output then
+     * starts sh elements past a 16-byte boundary, the same sh for every block */
+    const bool vec_ok = ((uintptr_t)out & 1) == 0;
+    const int sh = (int)(((uintptr_t)(out - first) & 15) >> 1);
 
     for (uint64_t blk = blk0 + (blockIdx.x * (uint64_t)blockDim.x + threadIdx.x) / 32; blk < blk1;
          blk += nwarps) {
@@ -208,11 +217,36 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(ckg_planes P, ui
                 }
             if (!CKG_PLANT(4))   /* planted fault: staged pieces of other lanes not waited for */
                 ckg_syncwarp();
-            uint4 *o = reinterpret_cast<uint4 *>(out + (b0 - first));
+            if (sh == 0) {
+                uint4 *o = reinterpret_cast<uint4 *>(out + (b0 - first));
 #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                int u = r * 32 + lane;  /* piece u = lane u/4's piece u%4 */
-                o[u] = my[out_slot(u >> 2, u & 3)];
+                for (int r = 0; r < 4; r++) {
+                    int u = r * 32 + lane;  /* piece u = lane u/4's piece u%4 */
+                    ckg_st16(o + u, my[out_slot(u >> 2, u & 3)]);
+                }
+            } else {
+                /* output not 16-byte aligned (a range starting at first % 8 != 0):
+                 * 127 aligned pieces gathered from the stage, the 8 - sh head and
+                 * sh tail elements (16-byte words shared with the neighbouring
+                 * blocks) one by one */
+                const int head = 8 - sh;
+                uint16_t *dst = out + (b0 - first);
+#pragma unroll 1
+                for (int r = 0; r < 4; r++) {
+                    int u = r * 32 + lane;
+                    if (u < (int)(CKG_ESC_BLOCK / 8) - 1) {
+                        uint32_t v[4];
+#pragma unroll
+                        for (int i = 0; i < 4; i++)
+                            v[i] = stage_elem(my16, head + 8 * u + 2 * i) |
+                                   (uint32_t)stage_elem(my16, head + 8 * u + 2 * i + 1) << 16;
+                        ckg_st16(dst + head + 8 * u, make_uint4(v[0], v[1], v[2], v[3]));
+                    }
+                }
+                if (lane < 8) {
+                    int e = lane < head ? lane : CKG_ESC_BLOCK - 8 + lane;
+                    dst[e] = stage_elem(my16, e);
+                }
             }
             ckg_syncwarp();
             continue;

@@ -29,6 +29,8 @@
 #endif
 
 ckg_emu_thread *ckg_emu_cur;
+uint64_t ckg_emu_st16_count;
+extern "C" unsigned long long ckg_emu_st16_bytes_ull(void) { return ckg_emu_st16_count; }
 
 namespace {
 

@@ -162,6 +162,14 @@ static inline uint4 ckg_ld16(const void *p)
     memcpy(&v, p, 16);
     return v;
 }
+extern uint64_t ckg_emu_st16_count;
+static inline void ckg_st16(void *p, uint4 v)
+{
+    if ((uintptr_t)p & 15)
+        ckg_emu_fail("misaligned 16-byte store to %p", p);
+    memcpy(p, &v, 16);
+    __atomic_fetch_add(&ckg_emu_st16_count, 16, __ATOMIC_RELAXED);
+}
 static inline unsigned ckg_atomic_add(unsigned *p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 static inline float ckg_atomic_add_f32(float *p, float v)   /* compare-and-swap on the bits, like the GPU's */
 {

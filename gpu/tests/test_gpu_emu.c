@@ -1,0 +1,70 @@
+/*
+ * test_gpu_emu.c — checks only the CPU emulator (gpu/emu) can make, since
+ * they look at which instructions a kernel used: decode of a range whose
+ * first weight is not a multiple of 8 (a row range of a tensor) writes its
+ * output with 16-byte stores (the staged fast path), not weight by weight,
+ * and writes it right.  Linked against the emulated ckgpu only.
+ */
+#include <cuda_runtime_api.h>
+
+#include "ckg_ref.h"
+#include "gpu_test_util.h"
+
+#define CU(call) CHECK((call) == cudaSuccess, "%s", #call)
+
+static void *dev_copy(const void *h, size_t len, size_t pad)
+{
+    void *d = NULL;
+    CU(cudaMalloc(&d, len + pad));
+    CU(cudaMemset(d, 0, len + pad));
+    if (len)
+        CU(cudaMemcpy(d, h, len, cudaMemcpyHostToDevice));
+    return d;
+}
+
+int main(void)
+{
+    const uint64_t n = 64 * 1024 + 300;
+    const uint32_t encs[] = {CKC_ENC_K15, CKC_ENC_BSPLIT};
+    for (int e = 0; e < 2; e++) {
+        uint16_t *w = malloc(n * 2), *out = malloc(n * 2);
+        CHECK(w && out, "alloc");
+        tu_weights(w, n, 0.02, 0.01);
+        tu_packed p;
+        tu_pack(encs[e], w, n, 65536, &p);
+        ckg_planes hv = tu_planes(&p), v = hv;
+        uint64_t n_idx = (n + CKG_ESC_BLOCK - 1) / CKG_ESC_BLOCK;
+        uint32_t *idx = calloc(n_idx + 1, 4), bad = 0;
+        CHECK(idx && ckg_ref_escape_index(&hv, p.chunk_w, p.prefix, p.n_chunks, idx, &bad) == CKG_OK && !bad, "index");
+        v.codes = dev_copy(p.codes, p.codes_size, 64);
+        v.low = dev_copy(p.low, p.low_size, 64);
+        v.esc = dev_copy(p.esc, p.esc_size, 64);
+        v.esc_index = dev_copy(idx, n_idx * 4, 0);
+        uint16_t *d_out = NULL;
+        CU(cudaMalloc((void **)&d_out, n * 2));
+        for (uint64_t first = 0; first < 8; first += 3) {   /* 0, 3, 6: as a row range of 1000 columns from row 3 */
+            uint64_t f = first ? 3000 + first : 0, count = n - f - 77;
+            unsigned long long st0 = ckg_emu_st16_bytes_ull();
+            CHECK(ckg_decode(&v, f, count, d_out, NULL) == CKG_OK, "decode");
+            CU(cudaDeviceSynchronize());
+            unsigned long long vec = ckg_emu_st16_bytes_ull() - st0;
+            CU(cudaMemcpy(out, d_out, count * 2, cudaMemcpyDeviceToHost));
+            CHECK(memcmp(out, w + f, count * 2) == 0, "%s decode [%llu, +%llu) differs", ckc_encoding_name(encs[e]),
+                  (unsigned long long)f, (unsigned long long)count);
+            CHECK(vec >= count * 2 * 9 / 10, "%s decode from weight %llu: only %llu of %llu bytes by 16-byte stores",
+                  ckc_encoding_name(encs[e]), (unsigned long long)f, vec, (unsigned long long)count * 2);
+            printf("gpu_emu: %s decode from weight %llu: %.1f%% of the output by 16-byte stores\n",
+                   ckc_encoding_name(encs[e]), (unsigned long long)f, 100.0 * vec / (count * 2));
+        }
+        CU(cudaFree((void *)v.codes));
+        CU(cudaFree((void *)v.low));
+        CU(cudaFree((void *)v.esc));
+        CU(cudaFree((void *)v.esc_index));
+        CU(cudaFree(d_out));
+        free(idx);
+        free(w);
+        free(out);
+        tu_free(&p);
+    }
+    return 0;
+}
