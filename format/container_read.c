@@ -127,9 +127,14 @@ static ckp_status parse_extent(ckp_reader *r, const uint8_t *rec, uint32_t i, ui
         return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u has invalid chunk size %u", i, x->chunk_size);
     if (x->n_chunks != (x->orig_size + x->chunk_size - 1) / x->chunk_size)
         return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u has a wrong chunk count", i);
-    if (!all_zero(rec + X_RESERVED, CKP_EXTENT_SIZE - X_RESERVED) ||
-        nlen > CKP_MAX_NAME || !in_range(noff, nlen, 0, strtab_size))
-        return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u has invalid fields", i);
+    if (!all_zero(rec + X_RESERVED, CKP_EXTENT_SIZE - X_RESERVED))
+        return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u: reserved bytes are not zero", i);
+    if (nlen > CKP_MAX_NAME)
+        return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u: name_len %u is over %u", i, nlen, CKP_MAX_NAME);
+    if (!in_range(noff, nlen, 0, strtab_size))
+        return rerr(err, cap, f, CKP_ERR_CORRUPT,
+                    "extent %u: name (name_off %u, name_len %u) lies outside the string table of %u bytes", i,
+                    noff, nlen, strtab_size);
     int nplanes = bf16 ? 3 : 1;
     for (int p = 0; p < 3; p++) {
         int used = p < nplanes;
@@ -150,9 +155,15 @@ static ckp_status parse_extent(ckp_reader *r, const uint8_t *rec, uint32_t i, ui
         if (ckc_codebook_check(x->encoding, &x->codebook) != CKC_OK)
             return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u: invalid codebook", i);
     } else {
-        if (x->n_escapes || !all_zero(rec + X_CODEBOOK, 32) ||
-            (x->encoding == CKC_ENC_RAW && x->plane_size[0] != x->orig_size))
-            return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u has invalid fields", i);
+        const char *enc = ckc_encoding_name(x->encoding);
+        if (x->n_escapes)
+            return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u: n_escapes is set on a %s extent", i, enc);
+        if (!all_zero(rec + X_CODEBOOK, 32))
+            return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u: codebook is set on a %s extent", i, enc);
+        if (x->encoding == CKC_ENC_RAW && x->plane_size[0] != x->orig_size)
+            return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u: plane0_size %llu of a raw extent is not "
+                        "its orig_size %llu", i, (unsigned long long)x->plane_size[0],
+                        (unsigned long long)x->orig_size);
     }
     /* Names may point at the same bytes of the table, but their copies must
      * fit in r->strings, which holds names of at most strtab_size bytes in all. */
@@ -266,9 +277,18 @@ static ckp_status parse_toc(ckp_reader *r, const uint8_t *t, uint64_t toc_off, u
     uint32_t n = cku_le32(t + T_NEXT), path_len = cku_le32(t + T_PATH_LEN), strtab_size = cku_le32(t + T_STRTAB);
     if (n > CKP_MAX_EXTENTS || toc_size != CKP_TOC_HEADER_SIZE + (uint64_t)n * CKP_EXTENT_SIZE + strtab_size)
         return rerr(err, cap, f, CKP_ERR_CORRUPT, "table of contents has inconsistent sizes");
-    if (cku_le64(t + T_ORIG) != r->info.original_size || cku_le32(t + T_KIND) > CKP_KIND_SAFETENSORS ||
-        path_len == 0 || path_len > CKP_MAX_PATH || path_len > strtab_size)
-        return rerr(err, cap, f, CKP_ERR_CORRUPT, "table of contents has invalid fields");
+    if (cku_le64(t + T_ORIG) != r->info.original_size)
+        return rerr(err, cap, f, CKP_ERR_CORRUPT,
+                    "table of contents: original_size %llu differs from the header's %llu",
+                    (unsigned long long)cku_le64(t + T_ORIG), (unsigned long long)r->info.original_size);
+    if (cku_le32(t + T_KIND) > CKP_KIND_SAFETENSORS)
+        return rerr(err, cap, f, CKP_ERR_CORRUPT, "table of contents: unknown kind %u", cku_le32(t + T_KIND));
+    if (path_len == 0)
+        return rerr(err, cap, f, CKP_ERR_CORRUPT, "table of contents: path_len is 0 (no recorded path)");
+    if (path_len > CKP_MAX_PATH || path_len > strtab_size)
+        return rerr(err, cap, f, CKP_ERR_CORRUPT,
+                    "table of contents: path_len %u is over %u or over the string table's %u bytes", path_len,
+                    CKP_MAX_PATH, strtab_size);
     memcpy(r->info.sha256, t + T_SHA, 32);
     r->info.kind = (ckp_kind)cku_le32(t + T_KIND);
     r->info.mode = cku_le32(t + T_MODE) & 07777;

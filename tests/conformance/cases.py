@@ -216,9 +216,9 @@ def cases():
     rej("toc-reserved", "R9 TOC reserved", "table of contents", blob(edit=edit("toc", reserved=b"\1" + bytes(23))))
     rej("toc-sizes", "R10 toc_size = 96+192n+strtab", "table of contents",
         blob(edit=edit("toc", strtab_size=3)))
-    rej("toc-original-size", "R11 TOC original_size", "table of contents has invalid fields", blob(edit=edit("toc", original_size=1)))
-    rej("kind-2", "R12 kind", "table of contents has invalid fields", blob(edit=edit("toc", kind=2)))
-    rej("path-len-0", "R13 path_len", "table of contents has invalid fields", blob(edit=edit("toc", path_len=0)))
+    rej("toc-original-size", "R11 TOC original_size", "original_size 1 differs", blob(edit=edit("toc", original_size=1)))
+    rej("kind-2", "R12 kind", "unknown kind 2", blob(edit=edit("toc", kind=2)))
+    rej("path-len-0", "R13 path_len", "path_len is 0", blob(edit=edit("toc", path_len=0)))
     rej("path-nul", "R13 NUL in path", "safe relative path", blob(edit=path_is(b"con\0fig.json")))
     rej("path-dotdot", "R13 path", "safe relative path", blob(edit=path_is(b"../config.json")))
     rej("path-absolute", "R13 path", "safe relative path", blob(edit=path_is(b"/config.json")))
@@ -236,10 +236,10 @@ def cases():
     rej("chunk-size-bf16-8", "R16 BF16 chunk multiple of 16", "chunk size",
         File("w.bin", [Extent(K15, W, chunk_size=CS)], edit=edit_rec(0, chunk_size=520)))
     rej("n-chunks", "R17 n_chunks", "chunk count", blob(edit=edit_rec(0, n_chunks=4)))
-    rej("extent-reserved", "R18 reserved", "extent 0 has invalid fields", blob(edit=edit_rec(0, reserved=b"\1" + bytes(43))))
-    rej("name-outside", "R19 name in string table", "extent 0 has invalid fields",
+    rej("extent-reserved", "R18 reserved", "reserved bytes are not zero", blob(edit=edit_rec(0, reserved=b"\1" + bytes(43))))
+    rej("name-outside", "R19 name in string table", "lies outside the string table",
         blob(edit=edit_rec(0, name_off=5, name_len=100)))
-    rej("name-too-long", "R19 name_len", "extent 0 has invalid fields", blob(edit=edit_rec(0, name_len=70000)))
+    rej("name-too-long", "R19 name_len", "name_len 70000 is over", blob(edit=edit_rec(0, name_len=70000)))
     rej("unused-plane-set", "R20 unused planes 0/0", "unused plane",
         blob(edit=edit_rec(0, plane1_offset=64)))
     rej("plane-in-header", "R21 payload in [64, toc_offset]", "outside",
@@ -259,9 +259,9 @@ def cases():
         File("w.bin", [Extent(BSPLIT, W, chunk_size=CS)], edit=cb_entry(3, 256)))
     rej("codebook-15", "R24 entry 15 is 0", "codebook",
         File("w.bin", [Extent(K15, W, chunk_size=CS)], edit=cb_entry(15, 1)))
-    rej("raw-codebook", "R25 RAW/ZSTD fields", "extent 0 has invalid fields", blob(edit=cb_entry(0, 1)))
-    rej("raw-escapes", "R25 RAW/ZSTD fields", "extent 0 has invalid fields", blob(edit=edit_rec(0, n_escapes=1)))
-    rej("raw-plane-size", "R25 RAW plane0_size", "extent 0 has invalid fields",
+    rej("raw-codebook", "R25 RAW/ZSTD fields", "codebook is set", blob(edit=cb_entry(0, 1)))
+    rej("raw-escapes", "R25 RAW/ZSTD fields", "n_escapes is set", blob(edit=edit_rec(0, n_escapes=1)))
+    rej("raw-plane-size", "R25 RAW plane0_size", "plane0_size 4999 of a raw extent",
         File("b.bin", [Extent(RAW, T)], edit=grow_plane(0, -1)))
     rej("index-hash", "R26 index hash", "chunk index of extent 0 (header) is damaged", blob(damage=flip_index(0)))
     rej("raw-datum", "R27 RAW datum 0", "chunk index of extent 0 is inconsistent",

@@ -10,7 +10,9 @@
  *   decode/       ckc_decode_chunk does not return CKC_OK
  *   manifest/     ckm_load fails ("body-*": the input is the JSON after a
  *                 first line with the right checksum, as the fuzzer builds it)
- * If NAME.expect exists, the error message must contain its text.
+ * If NAME.expect exists, the error message must contain its text; a first
+ * line "status: NAME" pins the status too (the reader's ckp_status_name,
+ * which starts the message of a rejected open and ends that of a chunk).
  * Usage: golden_replay DIR   (DIR = tests/golden-errors)
  */
 #include "fuzz_util.h"
@@ -130,6 +132,23 @@ static int has_suffix(const char *s, const char *suf)
     return a >= b && !strcmp(s + a - b, suf);
 }
 
+/* 1 if why matches expect: an optional "status: NAME" line, then text that
+ * why must contain. */
+static int expect_ok(const char *why, const char *expect)
+{
+    const char *text = expect;
+    if (!strncmp(expect, "status: ", 8)) {
+        const char *nl = strchr(expect, '\n');
+        size_t n = (nl ? (size_t)(nl - expect) : strlen(expect)) - 8, wn = strlen(why);
+        text = nl ? nl + 1 : "";
+        int head = !strncmp(why, expect + 8, n) && why[n] == ':';
+        int tail = wn > n + 2 && !strncmp(why + wn - n, expect + 8, n) && !strncmp(why + wn - n - 2, ": ", 2);
+        if (!head && !tail)
+            return 0;
+    }
+    return strstr(why, text) != NULL;
+}
+
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 int main(int argc, char **argv)
@@ -179,7 +198,7 @@ int main(int argc, char **argv)
             if (!rejected) {
                 fprintf(stderr, "FAIL %s/%s: accepted (%s)\n", targets[t].dir, names[i], why);
                 failures++;
-            } else if (expect && !strstr(why, expect)) {
+            } else if (expect && !expect_ok(why, expect)) {
                 fprintf(stderr, "FAIL %s/%s: rejected with \"%s\", expected \"%s\"\n", targets[t].dir, names[i],
                         why, expect);
                 failures++;
