@@ -1,8 +1,20 @@
 #!/usr/bin/env python3
-"""interrupted_pack.py — `ckptfs pack --delete-source` killed with SIGKILL at
-random moments (issue "Hardening", part 3; fs/pack.c describes resume).
+"""interrupted_pack.py — `ckptfs pack --delete-source` killed at every
+durable step and with SIGKILL at random moments (cli/pack.c describes resume).
 
-Rounds: restore SRC from a pristine copy, start with no DST, then 1-3 times
+Step sweep (issue 11): the CKPTFS_FAULT=step:N test hook (format/util.h)
+makes the Nth fsync/rename/unlink/rmdir step of a run end the process, as a
+kill there would.  For a directory source (with a name of 248 bytes, whose
+temporary name is the hashed form) and a single-file source, for every N
+until a run completes: a fresh SRC, `pack --delete-source SRC DST` killed at
+step N, nothing lost; then every other N the source is moved (the directory
+renamed, the file put in another directory) and the same command is run on
+it, else the same command as is; it must finish and give back every original
+bit for bit.  With STEP_KILLS=2 (ctest interrupted_pack_long, label `big`:
+out of the default run, run by .ci/run) the rerun is killed too, at every
+STEP_STRIDE-th (default 4th) step of its own, before a third run finishes.
+
+Random kills: restore SRC from a pristine copy, start with no DST, then 1-3 times
 start `pack --delete-source SRC DST` and SIGKILL it after a random delay
 (uniform over the time a full run takes), and after each kill check that no
 original file is lost: each one still exists in SRC with its original bytes,
@@ -11,7 +23,7 @@ original.  Then rerun the same command to the end: exit 0, SRC emptied,
 `verify` ok, `unpack` equal to the originals (SHA-256).  First, one fixed
 case: a packed copy damaged after a plain pack must not let a later
 `pack --delete-source` delete its source.
-Bounded by KILL_BUDGET_S (default 60 s) and KILLS (default 40).
+Random kills bounded by KILL_BUDGET_S (default 10 s) and KILLS (default 40).
 Environment: CKPTFS, CKPT_CHUNKS, PYTHON."""
 import hashlib
 import os
@@ -50,13 +62,14 @@ def sha(path):
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def pack_cmd():
-    return [CK, "pack", "--delete-source", SRC, DST]
+def pack_cmd(src=None):
+    return [CK, "pack", "--delete-source", src or SRC, DST]
 
 
-def check_nothing_lost(orig, when):
+def check_nothing_lost(orig, when, src=None, pristine=None):
+    src, pristine = src or SRC, pristine or PRISTINE
     for rel, h in orig.items():
-        s = os.path.join(SRC, rel)
+        s = os.path.join(src, rel)
         if os.path.exists(s):
             if sha(s) != h:
                 fail("%s: %s changed in SRC" % (when, rel))
@@ -65,21 +78,24 @@ def check_nothing_lost(orig, when):
         if not os.path.exists(p):
             fail("%s: %s LOST: gone from SRC and no %s" % (when, rel, p))
             continue
-        r = subprocess.run([CH, p, os.path.join(PRISTINE, rel)], stdout=subprocess.PIPE, text=True)
+        r = subprocess.run([CH, p, os.path.join(pristine, rel)], stdout=subprocess.PIPE, text=True)
         if r.returncode != 0:
             fail("%s: %s LOST: deleted from SRC but its packed copy does not read back:\n%s" %
                  (when, rel, r.stdout))
-    extra = set(files_under(SRC)) - set(orig) if os.path.isdir(SRC) else set()
+    extra = set(files_under(src)) - set(orig) if os.path.isdir(src) else set()
     if extra:
         fail("%s: files appeared in SRC: %s" % (when, sorted(extra)))
 
 
-def finish(orig, when):
-    r = subprocess.run(pack_cmd(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def finish(orig, when, src=None):
+    src = src or SRC
+    r = subprocess.run(pack_cmd(src), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
         fail("%s: rerun exited %d: %s" % (when, r.returncode, r.stderr.strip()[-500:]))
         return
-    left = files_under(SRC) if os.path.isdir(SRC) else []
+    left = files_under(src) if os.path.isdir(src) else []
+    if os.path.isfile(src):
+        left = [src]
     if left:
         fail("%s: SRC still holds %s after a complete --delete-source run" % (when, left))
     r = subprocess.run([CK, "verify", DST], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -123,8 +139,93 @@ def damaged_resume(orig):
     print("damaged packed copy + pack --delete-source: %s" % ("ok" if not failures else "FAILED"), flush=True)
 
 
+FAULT_EXIT = 86  # CKU_FAULT_EXIT
+
+
+def run_at_step(cmd, n):
+    env = dict(os.environ, CKPTFS_FAULT="step:%d" % n)
+    return subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def step_sweep(kind, pristine, orig, kills_per_round):
+    """Kill at every step N of a fresh run (kind "dir": SRC is a directory,
+    "file": SRC is pristine's one file); move the source on every other N;
+    with kills_per_round 2, kill the rerun at each of its steps too."""
+    rounds = kills = 0
+    for n in range(1, 10000):
+        stride = int(os.environ.get("STEP_STRIDE", "4"))
+        for m in range(1, 10000, stride) if kills_per_round > 1 else [None]:
+            base = os.path.join(T, "sweep")
+            shutil.rmtree(base, ignore_errors=True)
+            shutil.rmtree(DST, ignore_errors=True)
+            shutil.copytree(pristine, os.path.join(base, "a"))  # copy2: mtimes kept
+            name = next(iter(orig))
+            src = os.path.join(base, "a") if kind == "dir" else os.path.join(base, "a", name)
+            r = run_at_step(pack_cmd(src), n)
+            if r.returncode == 0:
+                return rounds, kills
+            if r.returncode != FAULT_EXIT:
+                fail("%s step %d: exited %d, not at the step: %s" % (kind, n, r.returncode, r.stderr[-300:]))
+                return rounds, kills
+            kills += 1
+            where = "%s source, killed at step %d" % (kind, n)
+            check_nothing_lost(orig, where, os.path.join(base, "a"), pristine)
+            if n % 2 == 0 and os.path.exists(src):  # move the source
+                moved = os.path.join(base, "b")
+                if kind == "dir":
+                    os.rename(src, moved)
+                    src = moved
+                else:
+                    os.mkdir(moved)
+                    os.rename(src, os.path.join(moved, name))
+                    src = os.path.join(moved, name)
+                where += ", source moved"
+            if m is not None:  # kill the rerun at its step m
+                r = run_at_step(pack_cmd(src), m)
+                if r.returncode == 0:
+                    finish(orig, where + ", rerun finished", src)
+                    rounds += 1
+                    break
+                if r.returncode != FAULT_EXIT:
+                    fail("%s, rerun at step %d: exited %d: %s" % (where, m, r.returncode, r.stderr[-300:]))
+                    break
+                kills += 1
+                where += ", rerun killed at step %d" % m
+            finish(orig, where, src)
+            rounds += 1
+            if failures:
+                return rounds, kills
+    return rounds, kills
+
+
+def sweeps():
+    kills_per_round = int(os.environ.get("STEP_KILLS", "1"))
+    sweep_dir = os.path.join(T, "sweep-pristine")
+    subprocess.check_call([os.environ.get("PYTHON", sys.executable), os.path.join(HERE, "gen_model.py"), sweep_dir, "1"])
+    os.remove(os.path.join(sweep_dir, "model-00003-of-00003.safetensors"))
+    os.remove(os.path.join(sweep_dir, "model.safetensors.index.json"))
+    with open(os.path.join(sweep_dir, "extra", "x" * 248), "wb") as f:
+        f.write(os.urandom(5000))
+    orig = {rel: sha(os.path.join(sweep_dir, rel)) for rel in files_under(sweep_dir)}
+    t0 = time.time()
+    rounds, kills = step_sweep("dir", sweep_dir, orig, kills_per_round)
+    if kills < 10:
+        fail("only %d kills at steps: does this ckptfs have the CKPTFS_FAULT hook?" % kills)
+    print("step sweep, directory source (%d files): %d kills in %d rounds, %.1fs" %
+          (len(orig), kills, rounds, time.time() - t0), flush=True)
+    one = os.path.join(T, "sweep-one")
+    os.mkdir(one)
+    shutil.copy2(os.path.join(sweep_dir, "model-00001-of-00003.safetensors"), one)
+    orig1 = {rel: sha(os.path.join(one, rel)) for rel in files_under(one)}
+    t0 = time.time()
+    rounds, kills = step_sweep("file", one, orig1, kills_per_round)
+    print("step sweep, single-file source: %d kills in %d rounds, %.1fs" % (kills, rounds, time.time() - t0),
+          flush=True)
+
+
 def main():
-    budget = float(os.environ.get("KILL_BUDGET_S", "60"))
+    sweeps()
+    budget = float(os.environ.get("KILL_BUDGET_S", "10"))
     max_kills = int(os.environ.get("KILLS", "40"))
     rnd = random.Random(int(os.environ.get("KILL_SEED", str(int(time.time())))))
     subprocess.check_call([os.environ.get("PYTHON", sys.executable), os.path.join(HERE, "gen_model.py"), PRISTINE, "4"])
