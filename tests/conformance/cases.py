@@ -4,7 +4,9 @@ Every case is a small packed directory built by ckpack.py (independent of the
 project's writer) and the verdict a conforming reader must reach:
   accept: every listed file reads back as exactly its original bytes;
   reject: the pack (or the named file) is refused; `expect` is a piece of the
-          message ckptfs gives (ckptfs's wording, not the spec's).
+          message ckptfs gives (ckptfs's wording, not the spec's); `damaged`
+          (original byte range of the damaged chunk) for damage that only
+          costs that chunk: through the mount the other 4 KiB pages read back.
 `rule` names the spec rule (§ and the MUST) that the case exercises; the
 spec's §8 table lists the same rule ids.
 """
@@ -281,9 +283,12 @@ def cases():
         File("b.bin", [Extent(RAW, T[i:i + 1], name=b"n" * 40) for i in range(4)], edit=names_overlap))
     # per chunk (R40-R43): the file opens, the damaged chunk is an error
     rej("chunk-hash", "R43 chunk hash", "damaged chunk", File("b.bin", [Extent(RAW, T, chunk_size=1000)],
-                                                        damage=flip_plane(0, 0, 1500)))
+                                                              damage=flip_plane(0, 0, 1500)),
+        damaged=(1000, 2000))
     rej("k15-low-damaged", "R43 chunk hash", "damaged chunk",
-        File("w.bin", [Extent(K15, W, chunk_size=CS)], damage=flip_plane(0, 1, 100)))
+        File("w.bin", [Extent(K15, W, chunk_size=CS)], damage=flip_plane(0, 1, 100)), damaged=(0, 512))
+    rej("k15-late-chunk", "R43 chunk hash, §9.3 reach", "damaged chunk",
+        File("w.bin", [Extent(K15, W, chunk_size=CS)], damage=flip_plane(0, 1, 2100)), damaged=(4608, 5120))
     rej("k15-escape-damaged", "R43 chunk hash", "damaged chunk",
         File("w.bin", [Extent(K15, W, chunk_size=CS)], damage=flip_plane(0, 2, 3)))
     rej("code-15-count", "R42 code-15 count = escape count", "damaged chunk",

@@ -13,6 +13,7 @@ Prints one line per case and exits 1 if ckptfs disagrees with any verdict,
 or if a rule id of docs/format.md §8 has no case.
 """
 import argparse
+import errno
 import os
 import re
 import shutil
@@ -67,6 +68,29 @@ def check_reject(ck, c, dst, out):
     return "unpack left %s" % left if left else None
 
 
+def check_pages(path, orig, damaged):
+    """Format §9.3: through the mount, a 4 KiB page that shares bytes with the
+    damaged original range [lo, hi) is EIO; every other page reads back exactly."""
+    lo, hi = damaged
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for off in range(0, len(orig), 4096):
+            want = orig[off:off + 4096]
+            try:
+                got = os.pread(fd, 4096, off)
+            except OSError as e:
+                if off < hi and lo < off + 4096 and e.errno == errno.EIO:
+                    continue
+                return "mount: page at %d: %s" % (off, e)
+            if off < hi and lo < off + 4096:
+                return "mount: page at %d shares bytes with the damaged chunk but was served" % off
+            if got != want:
+                return "mount: page at %d: other bytes" % off
+    finally:
+        os.close(fd)
+    return None
+
+
 def check_mount(ck, c, dst, mnt):
     """Through FUSE: accepted files read back exactly; rejected ones give an error."""
     os.makedirs(mnt)
@@ -92,6 +116,9 @@ def check_mount(ck, c, dst, mnt):
                 return "mount returned other bytes for %r" % f.path
             if c["verdict"] == "reject" and got != f.original():
                 return "mount returned bytes other than the original for a rejected %r" % f.path
+        if "damaged" in c:
+            return check_pages(os.path.join(mnt.encode(), c["files"][0].path), c["files"][0].original(),
+                               c["damaged"])
         return None
     finally:
         subprocess.run(["fusermount3", "-u", mnt])
