@@ -187,14 +187,20 @@ static void entry_free(ckcache *c, ckcache_entry *e)
     free(e);
 }
 
-/* Take e out of the table and the LRU (it must be READY or FAILED); free it
- * unless someone still holds it (then the last put frees it). */
-static void drop(ckcache *c, ckcache_entry *e)
+/* Take e out of the table and the LRU (it must be READY or FAILED); the
+ * last put of a held entry frees it then. */
+static void unlist(ckcache *c, ckcache_entry *e)
 {
     assert(e->in_table && e->state != ST_LOADING);
     lru_unlink(e);
     table_remove(c, e);
     c->bytes -= entry_cost(e);
+}
+
+/* unlist, and free e unless someone still holds it. */
+static void drop(ckcache *c, ckcache_entry *e)
+{
+    unlist(c, e);
     if (e->refs == 0)
         entry_free(c, e);
 }
@@ -350,7 +356,7 @@ void ckcache_put_served(ckcache *c, ckcache_entry *e, size_t served)
         c->st.served_out++;
         *served_slot(c, &e->key) = e->key;
         queue_cancel(c, &e->key);
-        drop(c, e); /* we hold a reference: release_locked frees it */
+        unlist(c, e); /* we hold a reference: release_locked frees it */
     }
     release_locked(c, e);
     pthread_mutex_unlock(&c->lock);
