@@ -61,13 +61,16 @@ PROGRESS_HELP
 PROGRESS_HELP
      "\n"
      "Example:  ckptfs verify --against /srv/models/llama /srv/models/llama.packed\n"},
-    {"stat", "ckptfs stat [--json] PACKED",
-     "Sizes of PACKED: original, packed and saved, bits per BF16 weight, escape\n"
-     "rate, by file, dtype and encoding.\n"
+    {"stat", "ckptfs stat [--json] PACKED|MOUNTPOINT",
+     "Sizes of PACKED: original, packed and saved, bits per BF16 weight and\n"
+     "escape rate for each file and in total, and by dtype and encoding.\n"
+     "Given the MOUNTPOINT of a running `ckptfs mount`: the daemon's counters\n"
+     "(reads, decoded bytes, cache hits and misses, prefetches, decode errors),\n"
+     "read from the extended attribute user.ckptfs.stats of the mount's root.\n"
      "\n"
-     "  --json                  the same figures as JSON\n"
+     "  --json                  the same figures as JSON (per file under \"by_file\")\n"
      "\n"
-     "Example:  ckptfs stat /srv/models/llama.packed\n"},
+     "Example:  ckptfs stat /srv/models/llama.packed; ckptfs stat /models/llama\n"},
 };
 
 static const cmd_help *find_help(const char *name)

@@ -300,6 +300,27 @@ static void ll_create(fuse_req_t req, fuse_ino_t p, const char *name, mode_t mod
 {
     fuse_reply_err(req, EROFS);
 }
+/* The daemon's counters, as the xattr user.ckptfs.stats of the root (not
+ * listed, so copies of the tree do not carry it); no other xattrs. */
+static void ll_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+    ckfs_ctx *c = fuse_req_userdata(req);
+    if (ino != FUSE_ROOT_ID || strcmp(name, CKFS_STATS_XATTR)) {
+        fuse_reply_err(req, ENODATA);
+        return;
+    }
+    char buf[2048];
+    int n = ckfs_stats_json(c, buf, sizeof buf);
+    if (n < 0 || (size_t)n >= sizeof buf)
+        fuse_reply_err(req, EIO);
+    else if (size == 0)
+        fuse_reply_xattr(req, (size_t)n);
+    else if (size < (size_t)n)
+        fuse_reply_err(req, ERANGE);
+    else
+        fuse_reply_buf(req, buf, (size_t)n);
+}
+
 static void ll_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
                         size_t size, int flags)
 {
@@ -340,6 +361,7 @@ static const struct fuse_lowlevel_ops ckfs_ops = {
     .write = ll_write,
     .create = ll_create,
     .setxattr = ll_setxattr,
+    .getxattr = ll_getxattr,
     .removexattr = ll_removexattr,
     .fallocate = ll_fallocate,
 };

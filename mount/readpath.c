@@ -25,6 +25,8 @@
 
 #include "readpath.h"
 
+#include <cjson/cJSON.h>
+
 #define MAX_PREFETCH_CHUNKS 64     /* chunks queued per read request */
 #define HINT_WINDOWS 4             /* disk readahead: this many prefetch windows ahead */
 
@@ -205,10 +207,12 @@ static int fill_chunk(void *arg, const ckcache_key *k, void *dst, size_t len)
         st = ckp_read_chunk(r, k->extent, k->chunk, dst, s);
     }
     if (st == CKP_OK) {
+        atomic_fetch_add_explicit(&c->decoded_bytes, len, memory_order_relaxed);
         if (c->o.drop_packed) /* the decoded bytes go to the page cache: not both */
             ckp_dontneed(r, k->extent, k->chunk, k->chunk + 1);
         return 0;
     }
+    atomic_fetch_add_explicit(&c->decode_errors, 1, memory_order_relaxed);
     const ckp_extent *x = ckp_get_extent(r, k->extent);
     uint64_t start = x->orig_offset + k->chunk * x->chunk_size;
     if (bus)
@@ -517,6 +521,40 @@ void ckfs_cache_stop(ckfs_ctx *c)
 {
     ckcache_free(c->cache);
     c->cache = NULL;
+}
+
+int ckfs_stats_json(ckfs_ctx *c, char *buf, size_t cap)
+{
+    ckcache_stats s;
+    ckcache_get_stats(c->cache, &s);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "source", c->dst);
+    const struct {
+        const char *name;
+        uint64_t v;
+    } n[] = {{"files", c->m->n_files},
+             {"reads", atomic_load(&c->reads)},
+             {"read_bytes", atomic_load(&c->read_bytes)},
+             {"decoded_bytes", atomic_load(&c->decoded_bytes)},
+             {"decode_errors", atomic_load(&c->decode_errors)},
+             {"cache_hits", s.hits},
+             {"cache_misses", s.misses},
+             {"cache_waits", s.waits},
+             {"cache_evictions", s.evictions},
+             {"cache_served_out", s.served_out},
+             {"cache_bytes", s.bytes},
+             {"cache_limit", c->o.cache_size},
+             {"prefetch_queued", s.prefetch_queued},
+             {"prefetch_done", s.prefetch_done},
+             {"prefetch_dropped", s.prefetch_dropped},
+             {"prefetch_cancelled", s.prefetch_cancelled}};
+    for (size_t i = 0; i < sizeof n / sizeof *n; i++)
+        cJSON_AddNumberToObject(o, n[i].name, (double)n[i].v);
+    char *txt = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    int len = txt ? snprintf(buf, cap, "%s\n", txt) : -1;
+    free(txt);
+    return len;
 }
 
 void ckfs_print_stats(ckfs_ctx *c)

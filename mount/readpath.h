@@ -48,6 +48,7 @@ typedef struct {
     gid_t gid;
     uint64_t total_size;
     atomic_ulong reads, read_bytes, big_reads; /* big: >= 512 KiB */
+    atomic_ulong decoded_bytes, decode_errors; /* by fill_chunk */
 } ckfs_ctx;
 
 /* An open file: the state of sequential-read detection (by lock). */
@@ -107,6 +108,12 @@ char *ckfs_pieces_copy(const ckfs_pieces *p);
 /* Give the pieces back to the cache; served: they were sent, so their bytes
  * count as served (chunk_cache.h). */
 void ckfs_pieces_release(ckfs_ctx *c, ckfs_pieces *p, int served);
+
+/* The counters as one JSON object (what `ckptfs stat MOUNTPOINT` shows,
+ * served as the xattr CKFS_STATS_XATTR of the mount's root).
+ * @return its length (as snprintf; may exceed cap). */
+#define CKFS_STATS_XATTR "user.ckptfs.stats"
+int ckfs_stats_json(ckfs_ctx *c, char *buf, size_t cap);
 
 /* Print the read and cache counters (-o stats). */
 void ckfs_print_stats(ckfs_ctx *c);

@@ -101,7 +101,28 @@ import json,sys; s=json.load(open('$T/stat.json'))
 for k in ('original_bytes','packed_bytes','bf16_weights','bf16_bits_per_weight','escape_rate'): assert k in s, k
 assert s['original_bytes'] > s['packed_bytes'] > 0 and s['bf16_weights'] > 0
 lim = 11.6 if '$fmt' == 'k15' else 12.4   # small model: headers and padding weigh more
-assert s['bf16_bits_per_weight'] < lim, s['bf16_bits_per_weight']"
+assert s['bf16_bits_per_weight'] < lim, s['bf16_bits_per_weight']
+# per file: every source file once, its original size the source's, the sums the totals
+import os
+files = {f['path']: f for f in s['by_file']}
+src = {os.path.relpath(os.path.join(d, n), '$T/src'): os.path.getsize(os.path.join(d, n))
+       for d, _, ns in os.walk('$T/src') for n in ns}
+assert set(files) == set(src), (set(files) ^ set(src))
+for p, f in files.items():
+    assert f['original_bytes'] == src[p], p
+    assert f['packed_bytes'] == os.path.getsize('$T/p-$fmt/' + p + '.ckpt'), p
+    for k in ('saved_fraction', 'bf16_bits_per_weight', 'escape_rate', 'encodings'): assert k in f, (p, k)
+assert sum(f['original_bytes'] for f in files.values()) == s['original_bytes']
+assert sum(f['bf16_weights'] for f in files.values()) == s['bf16_weights']
+assert s['packed_bytes'] == sum(f['packed_bytes'] for f in files.values()) + s['manifest_bytes']
+sh = files['model-00001-of-00002.safetensors']
+assert sh['bf16_weights'] > 0 and 0 < sh['escape_rate'] < 0.2 and '$fmt' in sh['encodings'].split('+')"
+  "$CK" stat "$T/p-$fmt" > "$T/stat.txt"
+  check "$fmt: stat text: human units, a row per file, a total" \
+    sh -c "grep -q '^$T/p-$fmt: 8 files, 1.38 MB -> [0-9.]* [kM]B ([0-9.]*% saved)$' '$T/stat.txt' &&
+           grep -q '^  file  *original  *packed  *saved  *bits/w  *escapes  *encoding$' '$T/stat.txt' &&
+           grep -q '^  model-00002-of-00002.safetensors  *[0-9.]* kB  *[0-9.]* kB  *[0-9.]*%  *1[0-9].[0-9][0-9]  *[0-9.]*%' '$T/stat.txt' &&
+           grep -q '^  nested/deeper/tokenizer.json ' '$T/stat.txt' && grep -q '^  total (with the manifest) ' '$T/stat.txt'"
 done
 
 # several files at once (--jobs 8: 4 files in flight, 2 encoder threads each)

@@ -6,7 +6,8 @@
 #    (-o nonempty allows the latter);
 #  - a pack with an unreadable packed file (a newer format version, a
 #    damaged header) fails the mount command itself with the reason;
-#  - -o log=FILE gets the start-up line of a detached daemon.
+#  - -o log=FILE gets the start-up line of a detached daemon;
+#  - `ckptfs stat MOUNTPOINT` shows the running daemon's counters.
 . "$(dirname "$0")/lib.sh"
 "$PY" "$HERE/gen_model.py" "$T/src"
 SHARD=model-00002-of-00003.safetensors
@@ -48,6 +49,19 @@ grep -q "$T/m is already mounted (fuse.ckptfs).*fusermount3 -u $T/m" "$T/err" ||
     fail "live mount message: $(cat "$T/err")"
 [ "$(grep -c " $T/m fuse.ckptfs " /proc/mounts)" = 1 ] || fail "a second mount stacked on the first"
 cmp "$T/m/config.json" "$T/src/config.json" || fail "the first mount stopped serving"
+# ckptfs stat MOUNTPOINT: the running daemon's counters
+cat "$T/m/$SHARD" > /dev/null
+"$CKPTFS" stat --json "$T/m" > "$T/mstat.json" || fail "stat MOUNTPOINT --json failed"
+"$PY" - "$T/mstat.json" "$T/dst" "$(stat -c %s "$T/src/$SHARD")" "$(stat -c %s "$T/src/config.json")" <<'PYEOF' || fail "stat MOUNTPOINT counters: $(cat "$T/mstat.json")"
+import json, sys
+s = json.load(open(sys.argv[1])); shard, config = int(sys.argv[3]), int(sys.argv[4])
+assert s["source"] == sys.argv[2] and s["files"] == 9, s
+assert s["read_bytes"] >= shard + config and s["decoded_bytes"] >= shard + config, s
+assert s["cache_misses"] > 0 and s["decode_errors"] == 0 and s["reads"] > 0, s
+PYEOF
+"$CKPTFS" stat "$T/m" > "$T/mstat.txt" || fail "stat MOUNTPOINT failed"
+grep -q "^$T/m: ckptfs mount of $T/dst (9 files)" "$T/mstat.txt" && grep -q "decode errors 0" "$T/mstat.txt" &&
+    grep -q "^  cache  *[0-9]* hits, [0-9]* misses" "$T/mstat.txt" || fail "stat MOUNTPOINT text: $(cat "$T/mstat.txt")"
 stop_daemon TERM "$PID"
 
 # a non-empty mount point is refused unless -o nonempty
