@@ -10,9 +10,10 @@
  * the tensor-core MMA.  Codes index a 32-entry table: lut[c] = sym << 7 (K15)
  * or sym << 8 (BSPLIT) for the low half, lut[16 + c] = the same << 16 for the
  * high half, and lut[15] = lut[31] = 0, so an escape decodes to its low part
- * alone; callers fix escapes afterwards (the GEMV zeroes them with
- * ckg_zero_escapes and adds their exact product, the decoder rewrites them).  tests/test_gpu_tile.c checks every function
- * here against ckc_decode.h on random planes.
+ * alone; callers fix escapes afterwards (the decoder rewrites them; the
+ * fused GEMV has its own table, ckg_gemv.cuh, in which they decode to 0).
+ * tests/test_gpu_tile.c checks every function here against ckc_decode.h on
+ * random planes.
  */
 #ifndef CKG_TILE_H
 #define CKG_TILE_H
@@ -134,20 +135,6 @@ CKC_HD void ckg_bs_pairs32(const uint32_t c[4], const uint32_t l[8], const uint3
         uint32_t lows = ckg_prmt(l[p >> 1], 0u, (p & 1) ? 0x4342u : 0x4140u);
         uint32_t byte = (c[p >> 2] >> (8 * (p & 3))) & 0xFFu;
         out[p] = lut[byte & 15u] | lut[16u + (byte >> 4)] | lows;
-    }
-}
-
-/* Zero the halves of pairs out[16] (from codes c[4]) that hold an escape,
- * so that a product over the pairs leaves escapes out entirely (their low
- * part alone is a subnormal that would add to the exact product). */
-CKC_HD void ckg_zero_escapes(const uint32_t c[4], uint32_t out[16])
-{
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-    for (int p = 0; p < 16; p++) {
-        uint32_t e = ckg_esc_bits8((c[p >> 2] >> (8 * (p & 3))) & 0xFFu);   /* bit 3: low weight, bit 7: high */
-        out[p] &= ~((((e >> 3) & 1u) * 0xFFFFu) | (((e >> 7) & 1u) * 0xFFFF0000u));
     }
 }
 

@@ -60,13 +60,6 @@ int main(void)
                     esc += code == CKC_ESCAPE;
                     checked++;
                 }
-                uint32_t z[16];
-                memcpy(z, pr, sizeof z);
-                ckg_zero_escapes(c, z);
-                for (unsigned j = 0; j < 32; j++) {   /* escapes zeroed, the rest kept */
-                    uint16_t got = (uint16_t)(z[j / 2] >> (16 * (j & 1))), had = (uint16_t)(pr[j / 2] >> (16 * (j & 1)));
-                    CHECK(got == (ckc_code_at(codes, q + j) == CKC_ESCAPE ? 0 : had), "zero_escapes weight %u", j);
-                }
                 CHECK(ckg_esc_count32(c) == esc, "count32");
                 CHECK(ckg_esc_count_below(c, 32) == esc, "count below 32");
             }
