@@ -208,6 +208,10 @@ def cases():
     rej("minor-1", "R3 minor", "version", blob(edit=edit("hdr", minor=1)))
     rej("flags", "R4 flags", "flag", blob(edit=edit("hdr", flags=4)))
     rej("header-hash", "R5 header hash", "header", blob(edit=edit("hdr", header_hash=1)))
+    rej("order-magic-first", "R1 before R5 (§3.1 check order)", "not a ckptfs packed file",
+        blob(edit=edit("hdr", magic=b"\x89CKPTFS\r", header_hash=1)))
+    rej("order-hash-before-version", "R5 before R2 (§3.1 check order)", "file header is damaged",
+        blob(edit=edit("hdr", major=2, header_hash=1)))
     rej("file-size", "R6 file_size", "header says", blob(edit=edit("hdr", file_size=10 ** 6)))
     rej("file-truncated", "R6 file_size", "header says", blob(damage=lambda b, c: b[:-1]))
     rej("toc-offset-odd", "R7 toc_offset multiple of 8", "table of contents",
