@@ -3,7 +3,11 @@
  * they look at which instructions a kernel used: decode of a range whose
  * first weight is not a multiple of 8 (a row range of a tensor) writes its
  * output with 16-byte stores (the staged fast path), not weight by weight,
- * and writes it right.  Linked against the emulated ckgpu only.
+ * and writes it right; and the stream model the benchmark's fix relies on: a
+ * kernel on a non-blocking stream is not waited for by a legacy-stream
+ * cudaMemcpy (the emulator runs it as late as CUDA allows, so such a read
+ * sees stale data, the bench_gpu bug), on a blocking stream it is.  Linked
+ * against the emulated ckgpu only.
  */
 #include <cuda_runtime_api.h>
 
@@ -56,6 +60,22 @@ int main(void)
             printf("gpu_emu: %s decode from weight %llu: %.1f%% of the output by 16-byte stores\n",
                    ckc_encoding_name(encs[e]), (unsigned long long)f, 100.0 * vec / (count * 2));
         }
+        /* streams: decode [0, 4096) on a non-blocking, then a blocking stream */
+        for (int blocking = 0; blocking < 2; blocking++) {
+            cudaStream_t st;
+            CU(cudaStreamCreateWithFlags(&st, blocking ? cudaStreamDefault : cudaStreamNonBlocking));
+            CU(cudaMemset(d_out, 0, 8192));
+            CHECK(ckg_decode(&v, 0, 4096, d_out, st) == CKG_OK, "decode");
+            CU(cudaMemcpy(out, d_out, 8192, cudaMemcpyDeviceToHost));
+            int same = memcmp(out, w, 8192) == 0;
+            CHECK(same == blocking, "%s stream: the legacy cudaMemcpy %s the decode", blocking ? "blocking" : "non-blocking",
+                  same ? "waited for" : "did not wait for");
+            CU(cudaStreamSynchronize(st));
+            CU(cudaMemcpy(out, d_out, 8192, cudaMemcpyDeviceToHost));
+            CHECK(memcmp(out, w, 8192) == 0, "decode on a stream, after synchronising");
+            CU(cudaStreamDestroy(st));
+        }
+        printf("gpu_emu: legacy-stream copies wait for blocking streams only\n");
         CU(cudaFree((void *)v.codes));
         CU(cudaFree((void *)v.low));
         CU(cudaFree((void *)v.esc));
