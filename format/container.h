@@ -42,7 +42,8 @@ typedef enum {
     CKP_ERR_CHUNK = 6,    /* a chunk failed to decode or its hash differs */
     CKP_ERR_NOMEM = 7,
     CKP_ERR_RANGE = 8,    /* offset past the end */
-    CKP_ERR_SOURCE = 9    /* the source file is invalid (writer side) */
+    CKP_ERR_SOURCE = 9,   /* the source file is invalid (writer side) */
+    CKP_ERR_INTERNAL = 10 /* the writer broke its own invariant (a bug, not bad input) */
 } ckp_status;
 
 const char *ckp_status_name(ckp_status s);

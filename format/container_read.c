@@ -54,6 +54,7 @@ const char *ckp_status_name(ckp_status s)
     case CKP_ERR_NOMEM: return "out of memory";
     case CKP_ERR_RANGE: return "offset out of range";
     case CKP_ERR_SOURCE: return "invalid source file";
+    case CKP_ERR_INTERNAL: return "internal error";
     }
     return "unknown status";
 }

@@ -435,15 +435,18 @@ static ckp_status add_bf16(ckp_writer *w, uint8_t *rec, uint32_t enc, const uint
     }
     uint64_t esc_sz = ckc_escape_plane_size(enc, n_esc);
     esc = calloc(1, esc_sz);
-    if (!esc || atomic_load(&j.status) != CKC_OK) {
-        s = esc ? werr(w, CKP_ERR_CORRUPT, "internal encoder error: %s",
-                       ckc_status_name((ckc_status)atomic_load(&j.status)))
-                : werr(w, CKP_ERR_NOMEM, "out of memory");
+    ckc_status enc_st = (ckc_status)atomic_load(&j.status);
+    if (!esc || enc_st == CKC_ERR_NOMEM) {
+        s = werr(w, CKP_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    if (enc_st != CKC_OK) { /* the encoder rejected what this writer gave it */
+        s = werr(w, CKP_ERR_INTERNAL, "internal encoder error: %s", ckc_status_name(enc_st));
         goto out;
     }
     for (uint64_t c = 0; c < j.n_chunks; c++) /* sequential: K15 escapes of adjacent chunks share bytes */
         if (ckc_pack_escapes(enc, j.chunk_esc[c], j.esc_count[c], j.ix[c].datum, esc, esc_sz) != CKC_OK) {
-            s = werr(w, CKP_ERR_CORRUPT, "internal encoder error: escapes do not fit");
+            s = werr(w, CKP_ERR_INTERNAL, "internal encoder error: escapes do not fit");
             goto out;
         }
     cku_put32(rec + X_ENC, enc);

@@ -59,6 +59,23 @@ struct ckg_tensor {
 
 #define set_err(...) ((void)cku_errf(__VA_ARGS__))
 
+/* The one place where container statuses become ckgpu's: out of memory,
+ * I/O, an unsupported version and damage stay apart. */
+static ckg_status from_ckp(ckp_status s)
+{
+    switch (s) {
+    case CKP_OK: return CKG_OK;
+    case CKP_ERR_ARG: return CKG_ERR_ARG;
+    case CKP_ERR_IO: return CKG_ERR_IO;
+    case CKP_ERR_NOMEM: return CKG_ERR_NOMEM;
+    case CKP_ERR_FORMAT: return CKG_ERR_FORMAT;
+    case CKP_ERR_VERSION: return CKG_ERR_UNSUPPORTED;
+    case CKP_ERR_CORRUPT: case CKP_ERR_CHUNK: case CKP_ERR_RANGE: case CKP_ERR_SOURCE:
+    case CKP_ERR_INTERNAL: return CKG_ERR_CORRUPT;
+    }
+    return CKG_ERR_CORRUPT;
+}
+
 /* ---- open ------------------------------------------------------------------- */
 
 static ckg_status add_file(ckg_model *m, const char *dir, const char *rel, char *err, size_t cap)
@@ -72,7 +89,7 @@ static ckg_status add_file(ckg_model *m, const char *dir, const char *rel, char 
     ckp_status ps = ckp_open(path, &r, err, cap);
     free(path);
     if (ps != CKP_OK)
-        return ps == CKP_ERR_IO ? CKG_ERR_IO : CKG_ERR_FORMAT;
+        return from_ckp(ps);
     m->readers[m->n_files++] = r;
 
     const ckp_info *fi = ckp_get_info(r);
@@ -87,9 +104,11 @@ static ckg_status add_file(ckg_model *m, const char *dir, const char *rel, char 
     size_t got = 0;
     st_header *h = NULL;
     ckg_status st = CKG_OK;
-    if (ckp_pread(r, hdr, x0->orig_size, 0, &got, m->scratch) != CKP_OK || got != x0->orig_size) {
-        set_err(err, cap, "%s: cannot read the safetensors header", rel);
-        st = CKG_ERR_IO;
+    ckp_status ps2 = ckp_pread(r, hdr, x0->orig_size, 0, &got, m->scratch);
+    if (ps2 != CKP_OK || got != x0->orig_size) {
+        set_err(err, cap, "%s: cannot read the safetensors header: %s", rel,
+                ps2 != CKP_OK ? ckp_status_name(ps2) : "short read");
+        st = ps2 != CKP_OK ? from_ckp(ps2) : CKG_ERR_CORRUPT;
         goto out_hdr;
     }
     char sterr[256];
@@ -272,7 +291,7 @@ static ckg_status source_read(const source *s, void *buf, size_t len, uint64_t o
         size_t got = 0;
         ckp_status ps = ckp_pread(s->r, buf, len, off, &got, s->m->scratch);
         if (ps != CKP_OK)
-            return ps == CKP_ERR_IO ? CKG_ERR_IO : CKG_ERR_CORRUPT;
+            return from_ckp(ps);
         return got == len ? CKG_OK : CKG_ERR_CORRUPT;
     }
     return cku_pread_full(ckp_fd(s->r), buf, len, off) ? CKG_ERR_IO : CKG_OK;
@@ -334,7 +353,7 @@ static ckg_status verify_chunks(ckg_model *m, const ckp_reader *r, uint32_t e, c
     for (uint64_t c = ca; c < cb; c++) {
         ckp_status ps = ckp_read_chunk(r, e, c, m->chunk_buf, m->scratch);
         if (ps != CKP_OK)
-            return ps == CKP_ERR_IO ? CKG_ERR_IO : CKG_ERR_CORRUPT;
+            return from_ckp(ps);
     }
     return CKG_OK;
 }
