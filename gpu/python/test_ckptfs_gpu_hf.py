@@ -288,3 +288,15 @@ def test_needed_bytes_estimate(packed, original):
     assert len(linears) == 15 and planes < 0.8 * sum(p.tensors[w].nbytes for w in linears.values())
     biggest = max(p.tensors[w].nbytes for w in linears.values())
     assert planes < needed - biggest < bf16
+
+
+def test_serve_check_cpu_parts(work):
+    # gpu/check.sh's serve_check.py: what it can do without a GPU (make a
+    # sharded model, pack it) gives a packed model from_pretrained loads
+    import serve_check
+    w = os.path.join(work, "serve_check")
+    assert serve_check.main(["--ckptfs", ckptfs_bin(), "--work", w, "--size", "tiny", "--make-only"]) == 0
+    shards = [f for f in os.listdir(os.path.join(w, "model")) if f.endswith(".safetensors")]
+    assert len(shards) >= 3
+    m = ckhf.from_pretrained(os.path.join(w, "packed"), device="cpu")
+    assert m.config.num_hidden_layers == 2 and isinstance(m.lm_head, ckhf.PackedLinear)
