@@ -83,7 +83,7 @@ build() {  # $1: arch list
     cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" -DCKPTFS_GPU=ON \
         >>"$LOG" 2>&1 || die "cmake configure failed (see $LOG)"
     say "-- build ckgpu, tests, bench_gpu, ckptfs"
-    cmake --build "$BUILD" -j16 --target ckgpu test_gpu_tile test_gpu_kernels test_gpu_loader bench_gpu ckptfs \
+    cmake --build "$BUILD" -j16 --target ckgpu test_gpu_tile test_gpu_kernels test_gpu_loader bench_gpu ckptfs ckread \
         >>"$LOG" 2>&1 || { tail -30 "$LOG"; die "build failed (see $LOG)"; }
 }
 
@@ -96,7 +96,7 @@ if [ "$MODE" = bundle ]; then
     for b in gpu/test_gpu_tile gpu/test_gpu_kernels gpu/test_gpu_loader gpu/bench_gpu cli/ckptfs; do
         cp "$BUILD/$b" "$DIR/bin/" || die "copy $b"
     done
-    cp "$BUILD/gpu/libckgpu.so" "$DIR/lib/"
+    cp "$BUILD/gpu/libckgpu.so" "$BUILD/format/libckread.so" "$DIR/lib/"
     cp "$ROOT/gpu/python/"*.py "$DIR/python/"
     # shared libraries that are neither glibc's nor CUDA's
     for f in "$DIR"/bin/* "$DIR/lib/libckgpu.so"; do
@@ -124,10 +124,12 @@ fi
 if [ "$MODE" = build ]; then
     build "${CC_ARCH:-90}"
     BIN=$BUILD/gpu CKPTFS=$BUILD/cli/ckptfs LIB=$BUILD/gpu/libckgpu.so PY=$ROOT/gpu/python
+    READLIB=$BUILD/format/libckread.so
 else
     DIR=$(cd "$DIR" && pwd) || die "no bundle $DIR"
     export LD_LIBRARY_PATH=$DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     BIN=$DIR/bin CKPTFS=$DIR/bin/ckptfs LIB=$DIR/lib/libckgpu.so PY=$DIR/python
+    READLIB=$DIR/lib/libckread.so
 fi
 say "-- ready after $(( $(date +%s) - T0 )) s"
 
@@ -244,6 +246,17 @@ grep -E '^\|' "$WORK/bench.out" | sed -E 's/^\| *//; s/ *\|$//' | while IFS= rea
     [ "$c" = "$r" ] && c=
     row "bench $a" "$b" "${c// | /; }"
 done
+
+# ---- serving: a ~400 MB model from packed weights vs its BF16 original (serve_check.py) -----
+if ! have python3 || [ ! -f "$PY/serve_check.py" ]; then
+    row "test serve_check" SKIP "no python3 or no $PY/serve_check.py (a bundle made before it)"
+else
+    runt serve_check 300 env CKPTFS_GPU_LIB="$LIB" CKPTFS_READ_LIB="$READLIB" \
+        python3 "$PY/serve_check.py" --ckptfs "$CKPTFS" --work "$WORK/serve" --out "$LOGDIR/serve_check.json"
+    # its table's rows "| a | b | c |" become "| serve a | b | c |"
+    awk '/^\| serve_check \|/{on=1} on && !/^\|/{exit} on' "$LOG" | tail -n +3 | sed -E 's/^\| *//; s/ *\|$//' |
+        while IFS= read -r l; do a=${l%% |*}; r=${l#* | }; row "serve $a" "${r%% |*}" "${r#* | }"; done
+fi
 
 # ---- the table (the last lines of the output) ---------------------------------------------
 RESULT=PASS

@@ -16,6 +16,11 @@ fake ckptfs 'exit 0'
 fake bench_gpu 'echo "## fake device"; echo "| gemv 64x64 | batch 1 | cuBLAS 1.00 us | k15 0.70 us = 0.700x |"'
 : >"$W/b/lib/libckgpu.so"
 printf 'import sys\nsys.exit(0)\n' >"$W/b/python/test_ckptfs_gpu.py"
+cat >"$W/b/python/serve_check.py" <<'PY'
+print("| serve_check | BF16 (transformers) | packed (ckptfs_gpu_hf) |\n|---|---|---|")
+print("| load s (disk to ready) | 1.00 | 2.00 |\n| weights bytes | 3 MB | 2 MB (0.70x) |")
+print("serve_check: PASS {}")
+PY
 OUT=$W/out BUILD=$W/build "$ROOT/gpu/check.sh" --prebuilt "$W/b" --no-sanitize >"$W/log" 2>&1
 rc=$?
 fail() { echo "test_check_sh: $*"; cat "$W/log"; exit 1; }
@@ -28,5 +33,8 @@ echo "$table" | grep -q '^| test gpu_loader | PASS' || fail "the passing test is
 echo "$table" | grep -q '^| bench bench_gpu | PASS' || fail "the benchmark did not run after a failed test"
 echo "$table" | grep -q '^| bench gemv 64x64 | batch 1 | cuBLAS 1.00 us; k15 0.70 us = 0.700x |' ||
     fail "the benchmark's figures are not in the table"
+echo "$table" | grep -q '^| serve weights bytes | 3 MB | 2 MB (0.70x) |' ||
+    fail "serve_check's rows are not in the table"
+echo "$table" | grep -q '^| test serve_check | PASS' || fail "serve_check is not reported"
 [ "$(echo "$table" | tail -1 | cut -c1-30)" = "| result | FAIL: gpu_kernels |" ] || fail "last row: $(echo "$table" | tail -1)"
 echo "test_check_sh: a failed test keeps the benchmark; one table at the end"
