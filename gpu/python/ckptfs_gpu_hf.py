@@ -17,7 +17,8 @@ BF16 tensor (K15 or byte-split) becomes a PackedLinear:
     in its file (the page cache) and every forward decodes it through the C
     codec into the shared scratch buffer, then calls torch's matmul, so the
     results are those of the original model bit for bit.
-Embeddings, norms and every other tensor load as ordinary tensors; a Linear
+Embeddings, norms and every other tensor load as ordinary tensors (untied
+embeddings can stay packed too: pack_embeddings=True); a Linear
 whose weight is tied to another parameter (tie_word_embeddings) stays an
 nn.Linear sharing that tensor.  Config and tokenizer files are read through
 the format library, or from a directory the caller names (config_from=, e.g.
@@ -38,7 +39,7 @@ import shutil
 import tempfile
 
 __all__ = ["ServingError", "NotAModelError", "MissingTensorError", "DeviceError", "OutOfVRAMError",
-           "PackedDir", "PackedLinear", "from_pretrained", "load_tokenizer", "load_linear", "row_slice",
+           "PackedDir", "PackedWeight", "PackedLinear", "PackedEmbedding", "from_pretrained", "load_tokenizer", "load_linear", "row_slice",
            "load_read_library", "check_fits"]
 
 
@@ -338,19 +339,16 @@ def _linear_base():
     return nn.Module
 
 
-class PackedLinear(_linear_base()):
-    """y = x W^T + b with W packed: on the CPU in its packed file (decoded per
-    call through libckread), on a GPU in VRAM (ckptfs_gpu.DeviceTensor)."""
+class PackedWeight(_linear_base()):
+    """A packed BF16 matrix (rows [begin, end) of a tensor, cols per row): on
+    the CPU in its packed file (decoded per call through libckread), on a
+    GPU in VRAM (ckptfs_gpu.DeviceTensor, set by _load_packed)."""
 
-    GEMV_MAX_ROWS = 8
-
-    def __init__(self, source, name, rows, in_features, scratch, bias=None):
+    def __init__(self, source, name, rows, cols, scratch):
         super().__init__()
         self.source, self.weight_name = source, name
-        self.rows = rows
-        self.out_features, self.in_features = rows[1] - rows[0], in_features
+        self.rows, self.n_rows, self.n_cols = rows, rows[1] - rows[0], cols
         self.scratch = scratch
-        self.bias = bias
         self.device_tensor = None           # GPU: the packed planes
 
     @property
@@ -359,16 +357,32 @@ class PackedLinear(_linear_base()):
         if self.device_tensor is not None:
             return self.device_tensor.device_bytes
         t = self.source.info(self.weight_name)
-        return t.packed_bytes * self.out_features // max(t.shape[0], 1)
+        return t.packed_bytes * self.n_rows // max(t.shape[0], 1)
 
     def decoded_weight(self, out=None):
-        """The weight as a BF16 [out_features, in_features] tensor (in the
-        shared scratch buffer unless out is given)."""
+        """The weight as a BF16 [rows, cols] tensor (in the shared scratch
+        buffer unless out is given)."""
         if out is None:
-            out = self.scratch.view(self.out_features, self.in_features)
+            out = self.scratch.view(self.n_rows, self.n_cols)
         if self.device_tensor is not None:
             return self.device_tensor.decode(out=out)
         return self.source.read_rows_into(self.weight_name, out, self.rows)
+
+    def extra_repr(self):
+        where = "gpu" if self.device_tensor is not None else "cpu"
+        return f"{self.weight_name}, rows={self.rows}, cols={self.n_cols}, packed on {where}"
+
+
+class PackedLinear(PackedWeight):
+    """y = x W^T + b with W packed; on a GPU inputs of at most GEMV_MAX_ROWS
+    rows use the fused GEMV, others decode W into the scratch buffer."""
+
+    GEMV_MAX_ROWS = 8
+
+    def __init__(self, source, name, rows, in_features, scratch, bias=None):
+        super().__init__(source, name, rows, in_features, scratch)
+        self.out_features, self.in_features = self.n_rows, in_features
+        self.bias = bias
 
     def forward(self, x):
         import torch.nn.functional as F
@@ -381,14 +395,25 @@ class PackedLinear(_linear_base()):
             return y + self.bias if self.bias is not None else y
         return F.linear(x, self.decoded_weight(), self.bias)
 
-    def extra_repr(self):
-        where = "gpu" if self.device_tensor is not None else "cpu"
-        return (f"{self.weight_name}, rows={self.rows}, in_features={self.in_features}, "
-                f"bias={self.bias is not None}, packed on {where}")
+
+class PackedEmbedding(PackedWeight):
+    """An embedding table kept packed: each call decodes the table into the
+    shared scratch buffer (no bigger than an untied LM head's, which sizes
+    it already) and gathers the rows."""
+
+    def __init__(self, source, name, rows, embedding_dim, scratch, padding_idx=None):
+        super().__init__(source, name, rows, embedding_dim, scratch)
+        self.num_embeddings, self.embedding_dim, self.padding_idx = self.n_rows, embedding_dim, padding_idx
+
+    def forward(self, ids):
+        import torch.nn.functional as F
+        return F.embedding(ids, self.decoded_weight(), self.padding_idx)
 
 
-def _load_linear(packed, name, rows, in_features, device, scratch, gpu_model, bias):
-    m = PackedLinear(packed, name, rows, in_features, scratch, bias)
+def _load_packed(cls, packed, name, rows, cols, device, scratch, gpu_model, **kw):
+    """cls(...) for rows of tensor name, its planes uploaded on a GPU;
+    None if the loader could not keep them packed there."""
+    m = cls(packed, name, rows, cols, scratch, **kw)
     if device.type == "cuda":
         import ckptfs_gpu
         with _torch().cuda.device(device):
@@ -399,7 +424,7 @@ def _load_linear(packed, name, rows, in_features, device, scratch, gpu_model, bi
                 raise
         if not m.device_tensor.packed:        # e.g. chunks the kernels cannot index
             return None
-    scratch.reserve(m.out_features * in_features)
+    scratch.reserve(m.n_rows * cols)
     return m
 
 
@@ -436,7 +461,8 @@ def load_linear(packed_dir, name, device="cpu", rows=None, rank=None, world_size
     if dev.type == "cuda":
         import ckptfs_gpu
         gm = ckptfs_gpu.Model(packed.path)
-    m = _load_linear(packed, name, tuple(rows), t.shape[1], dev, scratch or _Scratch(dev), gm, bias)
+    m = _load_packed(PackedLinear, packed, name, tuple(rows), t.shape[1], dev, scratch or _Scratch(dev), gm,
+                     bias=bias)
     if m is None:
         raise ServingError(f"{packed.path}: {name} could not stay packed on {dev}")
     m._gpu_model = gm
@@ -488,29 +514,36 @@ def _tie_groups(model):
     return list(groups.values())
 
 
-def _plan(packed, model, device):
-    """(linears: {module name: weight name}, needed device bytes)."""
+def _plan(packed, model, device, pack_embeddings=False):
+    """({module name: weight name} of the Linear (and, if asked, Embedding)
+    modules to pack, needed device bytes)."""
     import torch.nn as nn
+    kinds = (nn.Linear, nn.Embedding) if pack_embeddings else (nn.Linear,)
     tied = {n for g in _tie_groups(model) if len(g) > 1 for n in g}
-    linears, needed, biggest = {}, 0, 0
+    mods, needed, biggest = {}, 0, 0
     for mname, mod in model.named_modules():
         wname = f"{mname}.weight" if mname else "weight"
-        if type(mod) is nn.Linear and wname not in tied and wname in packed.tensors and packed.tensors[wname].packed:
-            linears[mname] = wname
+        if type(mod) in kinds and wname not in tied and wname in packed.tensors and \
+                packed.tensors[wname].packed:
+            mods[mname] = wname
             t = packed.tensors[wname]
             needed += t.packed_bytes + t.packed_bytes // 16   # planes + escape index and padding, about
             biggest = max(biggest, t.nbytes)
     for n, p in model.named_parameters():
-        if n.rpartition(".")[0] not in linears or n.endswith(".bias"):
+        if n.rpartition(".")[0] not in mods or n.endswith(".bias"):
             needed += p.numel() * p.element_size()
-    return linears, needed + biggest
+    return mods, needed + biggest
 
 
-def from_pretrained(packed_dir, device="cpu", *, config_from=None, dtype=None, verify=True, **kw):
+def from_pretrained(packed_dir, device="cpu", *, config_from=None, dtype=None, pack_embeddings=False, **kw):
     """The transformers model of a packed directory, its Linear weights
     packed (see the module's doc).  config_from: a directory to read
     config.json (and the rest) from instead of the format library, e.g. the
     mount of packed_dir.  dtype: of the built model (default bfloat16).
+    pack_embeddings: keep untied embedding tables packed too
+    (PackedEmbedding: each call decodes the table into the shared scratch,
+    which an untied LM head of the same shape sizes already), instead of
+    ordinary tensors.
     Other keywords go to AutoModelForCausalLM.from_config
     (attn_implementation=...)."""
     import torch
@@ -519,7 +552,7 @@ def from_pretrained(packed_dir, device="cpu", *, config_from=None, dtype=None, v
     with _meta_files(packed, config_from) as d:
         model, config = _skeleton(d, dtype or torch.bfloat16, kw)
     config._name_or_path = model.name_or_path = packed.path   # not the temporary folder
-    linears, needed = _plan(packed, model, dev)
+    linears, needed = _plan(packed, model, dev, pack_embeddings)
     gm = None
     if dev.type == "cuda":
         import ckptfs_gpu
@@ -535,15 +568,18 @@ def from_pretrained(packed_dir, device="cpu", *, config_from=None, dtype=None, v
         return name
 
     for mname, wname in linears.items():
-        mod = model.get_submodule(mname)
-        bias = None
-        if mod.bias is not None:
-            bias = torch.nn.Parameter(packed.read(need(f"{mname}.bias")).to(dev), requires_grad=False)
-        t = packed.tensors[wname]
-        pl = _load_linear(packed, wname, (0, t.shape[0]), t.shape[1], dev, scratch, gm, bias)
-        if pl is None:   # could not stay packed: an ordinary Linear
-            continue
-        _set(model, mname, pl)
+        mod, t = model.get_submodule(mname), packed.tensors[wname]
+        if isinstance(mod, torch.nn.Embedding):
+            kw = {"padding_idx": mod.padding_idx}
+            cls = PackedEmbedding
+        else:
+            bias = None
+            if mod.bias is not None:
+                bias = torch.nn.Parameter(packed.read(need(f"{mname}.bias")).to(dev), requires_grad=False)
+            kw, cls = {"bias": bias}, PackedLinear
+        pm = _load_packed(cls, packed, wname, (0, t.shape[0]), t.shape[1], dev, scratch, gm, **kw)
+        if pm is not None:   # else it stays an ordinary module, loaded below
+            _set(model, mname, pm)
     # every other parameter (once per tie group), then persistent buffers
     for group in _tie_groups(model):
         if model.get_parameter(group[0]).device.type != "meta":
@@ -557,7 +593,7 @@ def from_pretrained(packed_dir, device="cpu", *, config_from=None, dtype=None, v
     for n, b in list(model.named_buffers()):
         owner, _, leaf = n.rpartition(".")
         mod = model.get_submodule(owner) if owner else model
-        if isinstance(mod, PackedLinear):
+        if isinstance(mod, PackedWeight):
             continue
         nb = _to_device(packed, n, dev, gm) if n in packed.tensors else b.to(dev)
         mod._buffers[leaf] = nb

@@ -99,7 +99,7 @@ def load_packed(packed, dev):
 
 def weight_bytes(model):
     """(bytes holding the weights, of which packed Linear planes, scratch bytes)."""
-    planes = sum(mod.weight_bytes for mod in model.modules() if isinstance(mod, ckhf.PackedLinear))
+    planes = sum(mod.weight_bytes for mod in model.modules() if isinstance(mod, ckhf.PackedWeight))
     seen, plain = set(), 0
     for p in model.parameters():
         if id(p) not in seen:
@@ -189,6 +189,10 @@ def run(args):
     out["packed_vram_used"] = dev_used(dev) - base       # weights + scratch + allocator slack
     out["packed_weight_bytes"], out["packed_linear_bytes"], out["scratch_bytes"] = weight_bytes(model)
     out["weight_ratio"] = out["packed_weight_bytes"] / out["bf16_weight_bytes"]
+    # what pack_embeddings=True would hold (computed from the planes' sizes, not loaded)
+    emb = model.ckptfs_packed_dir.tensors["model.embed_tokens.weight"]
+    out["weight_ratio_embeddings_packed"] = (out["packed_weight_bytes"] - emb.nbytes + emb.packed_bytes) / \
+        out["bf16_weight_bytes"]
 
     ckhf.PackedLinear.GEMV_MAX_ROWS = 0        # decode mode: every Linear decodes, then torch's matmul
     compare(ref, model, cfg.vocab_size, dev, "decode", out)
@@ -210,7 +214,8 @@ def table(o):
             ("load s (disk to ready)", f"{o['bf16_load_s']:.2f}", f"{o['packed_load_s']:.2f}"),
             ("weights bytes", f"{o['bf16_weight_bytes'] / 1e6:.1f} MB",
              f"{o['packed_weight_bytes'] / 1e6:.1f} MB ({o['weight_ratio']:.3f}x; + scratch "
-             f"{o['scratch_bytes'] / 1e6:.1f} MB)"),
+             f"{o['scratch_bytes'] / 1e6:.1f} MB; {o['weight_ratio_embeddings_packed']:.3f}x with "
+             f"pack_embeddings, computed)"),
             ("device memory used", f"{o['bf16_vram_used'] / 1e6:.1f} MB", f"{o['packed_vram_used'] / 1e6:.1f} MB"),
             ("decode mode: logits bit-exact (prefill, step)", "",
              f"{o['decode_prefill_logits_bit_exact']}, {o['decode_step_logits_bit_exact']}"),

@@ -158,12 +158,24 @@ def test_generate_same_tokens(packed, original):
     assert a.shape == (2, 14) and torch.equal(a, b)
 
 
+def test_packed_embeddings(packed, original):
+    m = ckhf.from_pretrained(packed, device="cpu", pack_embeddings=True)
+    assert isinstance(m.model.embed_tokens, ckhf.PackedEmbedding)
+    assert m.ckptfs_scratch.buf.numel() == VOCAB * 64   # the LM head's size already
+    ids = torch.randint(0, VOCAB, (2, 9), generator=torch.Generator().manual_seed(13))
+    with torch.no_grad():
+        assert torch.equal(bits(original(ids).logits), bits(m(ids).logits))
+        kw = dict(max_new_tokens=4, do_sample=False, attention_mask=torch.ones_like(ids))
+        assert torch.equal(original.generate(ids, **kw), m.generate(ids, **kw))
+
+
 def test_tied_weights_stay_tied(work):
     d = os.path.join(work, "tied-src")
     tiny_llama(tied=True).save_pretrained(d, max_shard_size="100KB", safe_serialization=True)
     p = pack(d, os.path.join(work, "tied-packed"), "k15")
-    m, ref = ckhf.from_pretrained(p, device="cpu"), hf_load(d)
+    m, ref = ckhf.from_pretrained(p, device="cpu", pack_embeddings=True), hf_load(d)
     assert m.lm_head.weight is m.model.embed_tokens.weight
+    assert type(m.model.embed_tokens) is torch.nn.Embedding
     assert type(m.lm_head) is torch.nn.Linear
     assert isinstance(m.model.layers[0].mlp.up_proj, ckhf.PackedLinear)
     ids = torch.randint(0, VOCAB, (1, 12), generator=torch.Generator().manual_seed(5))
