@@ -42,8 +42,12 @@ if "$CKPTFS" mount -o umask=999 "$T/dst" "$T/m" 2>"$T/err"; then fail "umask=999
 if "$CKPTFS" mount -o uid=no-such-user-here "$T/dst" "$T/m" 2>"$T/err"; then fail "unknown user accepted"; fi
 grep -q "no such user" "$T/err" || fail "unknown user: $(cat "$T/err")"
 
+# what ckptfs@.service runs with an empty OPTIONS=: "-o ro," and "--" before
+# SOURCE (an empty option is skipped; SOURCE is not taken for options)
+grep -q 'ckptfs mount -f -o ro,${OPTIONS} -- ${SOURCE} ${MOUNTPOINT}$' "$HERE/../../packaging/systemd/ckptfs@.service.in" ||
+    fail "the unit's ExecStart changed: check this test"
 # a live mount point is refused: one daemon, still serving
-mount_fg m
+mount_fg m -o ro, --
 if "$CKPTFS" mount "$T/dst" "$T/m" 2>"$T/err"; then fail "mounted over a live mount"; fi
 grep -q "$T/m is already mounted (fuse.ckptfs).*fusermount3 -u $T/m" "$T/err" || grep -q "fusermount3 -u $T/m" "$T/err" ||
     fail "live mount message: $(cat "$T/err")"
