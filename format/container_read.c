@@ -612,13 +612,11 @@ void ckp_dontneed(const ckp_reader *r, uint32_t e, uint64_t c0, uint64_t c1)
         return;
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
     for (int p = 0; p < 3; p++) {
-        /* Whole pages from the one holding the first byte up to, not
-         * including, the one holding the last, which is shared with the next
-         * chunk (a sequential reader decodes it next); the extent's last
-         * chunk drops that page too. */
+        /* Every page the chunks touched, the one shared with the next chunk
+         * too: decodes run out of order (prefetch), so a page kept for the
+         * next chunk could outlive it; the next chunk reads it again. */
         uint64_t a = (r->x[e].plane_offset[p] + lo[p]) / page * page;
-        uint64_t b = (r->x[e].plane_offset[p] + hi[p] + (c1 >= r->x[e].n_chunks ? page - 1 : 0)) /
-                     page * page;
+        uint64_t b = (r->x[e].plane_offset[p] + hi[p] + page - 1) / page * page;
         if (lo[p] >= hi[p] || a >= b)
             continue;
         if (r->map) /* a page still mapped is not dropped: unmap ours first */

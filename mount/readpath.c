@@ -182,6 +182,8 @@ static int get_reader(ckfs_ctx *c, uint32_t i, const ckp_reader **out)
     return err;
 }
 
+#define DROP_LAG 8 /* chunks behind a decode whose packed pages it drops again */
+
 /* Chunk fill for the cache: decode and verify one chunk. */
 static int fill_chunk(void *arg, const ckcache_key *k, void *dst, size_t len)
 {
@@ -208,8 +210,12 @@ static int fill_chunk(void *arg, const ckcache_key *k, void *dst, size_t len)
     }
     if (st == CKP_OK) {
         atomic_fetch_add_explicit(&c->decoded_bytes, len, memory_order_relaxed);
-        if (c->o.drop_packed) /* the decoded bytes go to the page cache: not both */
-            ckp_dontneed(r, k->extent, k->chunk, k->chunk + 1);
+        /* The decoded bytes go to the page cache: not both.  The chunks
+         * decoded just before are dropped again: a page read on another CPU
+         * can sit in that CPU's LRU batch, where the kernel cannot drop it
+         * yet (mm/fadvise.c drains only the local CPU's batch). */
+        if (c->o.drop_packed)
+            ckp_dontneed(r, k->extent, k->chunk > DROP_LAG ? k->chunk - DROP_LAG : 0, k->chunk + 1);
         return 0;
     }
     atomic_fetch_add_explicit(&c->decode_errors, 1, memory_order_relaxed);

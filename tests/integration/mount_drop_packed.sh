@@ -35,7 +35,9 @@ for opt in drop_packed keep_packed; do
     pct=$(cached_pct)
     echo "$opt: ${pct}% of the packed shards cached after reading them all"
     case $opt in
-    drop_packed) [ "$pct" -le 10 ] || fail "drop_packed left ${pct}% of the packed bytes cached" ;;
+    # not 0: a page read on one CPU can sit in that CPU's LRU batch, where
+    # POSIX_FADV_DONTNEED from another cannot drop it (2-25% seen here under load)
+    drop_packed) [ "$pct" -le 35 ] || fail "drop_packed left ${pct}% of the packed bytes cached" ;;
     keep_packed) [ "$pct" -ge 50 ] || fail "keep_packed left only ${pct}% cached" ;;
     esac
     stop_daemon TERM "$PID"
