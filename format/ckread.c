@@ -30,6 +30,7 @@ struct ckr_model {
     ckr_tensor_info *info;      /* names owned here */
     uint32_t *t_file;           /* per tensor: index into readers */
     uint64_t *t_offset;         /* per tensor: offset of its bytes in the original file */
+    uint32_t *t_extent;         /* per tensor: its extent, UINT32_MAX for empty tensors */
     size_t n;
     pthread_mutex_t lock;       /* protects scratch */
     ckp_scratch *scratch;
@@ -38,7 +39,7 @@ struct ckr_model {
 const char *ckr_status_name(ckr_status s)
 {
     static const char *const names[] = {"ok", "bad argument", "I/O error", "not a packed model",
-                                        "corrupt data", "out of memory", "not found"};
+                                        "corrupt data", "out of memory", "not found", "unsupported version"};
     return (unsigned)s < sizeof names / sizeof *names ? names[s] : "unknown status";
 }
 
@@ -46,11 +47,12 @@ static ckr_status from_ckp(ckp_status s)
 {
     switch (s) {
     case CKP_OK: return CKR_OK;
+    case CKP_ERR_ARG: return CKR_ERR_ARG;
     case CKP_ERR_IO: return CKR_ERR_IO;
     case CKP_ERR_NOMEM: return CKR_ERR_NOMEM;
-    case CKP_ERR_CHUNK: return CKR_ERR_CORRUPT;
-    case CKP_ERR_ARG: case CKP_ERR_RANGE: return CKR_ERR_ARG;
-    default: return CKR_ERR_FORMAT;
+    case CKP_ERR_FORMAT: return CKR_ERR_FORMAT;
+    case CKP_ERR_VERSION: return CKR_ERR_UNSUPPORTED;
+    default: return CKR_ERR_CORRUPT;    /* damage: corrupt, chunk, range, ... */
     }
 }
 
@@ -81,6 +83,10 @@ static ckr_status grow_table(ckr_model *m, size_t cap_n)
     if (!no)
         return CKR_ERR_NOMEM;
     m->t_offset = no;
+    uint32_t *ne = realloc(m->t_extent, cap_n * sizeof *ne);
+    if (!ne)
+        return CKR_ERR_NOMEM;
+    m->t_extent = ne;
     return CKR_OK;
 }
 
@@ -96,6 +102,7 @@ static ckr_status add_tensors(ckr_model *m, const ckp_reader *r, const st_header
         ckr_tensor_info *ti = &m->info[m->n];
         memset(ti, 0, sizeof *ti);
         ti->encoding = CKC_ENC_RAW;
+        m->t_extent[m->n] = UINT32_MAX;
         if (t->end > t->begin) {
             const ckp_extent *x = e < fi->n_extents ? ckp_get_extent(r, e) : NULL;
             if (!x || strcmp(x->name, t->name) != 0 || x->orig_offset != h->data_start + t->begin ||
@@ -103,7 +110,7 @@ static ckr_status add_tensors(ckr_model *m, const ckp_reader *r, const st_header
                 cku_errf(err, cap, "%s: tensor %s does not match the packed extents", fi->path, t->name);
                 return CKR_ERR_FORMAT;
             }
-            e++;
+            m->t_extent[m->n] = e++;
             ti->encoding = x->encoding;
             ti->packed_bytes = x->plane_size[0] + x->plane_size[1] + x->plane_size[2];
         }
@@ -142,9 +149,11 @@ static ckr_status add_file(ckr_model *m, const char *rel, char *err, size_t cap)
     size_t got = 0;
     st_header *h = NULL;
     char sterr[256];
-    if (ckp_pread(r, hdr, x0->orig_size, 0, &got, m->scratch) != CKP_OK || got != x0->orig_size) {
-        cku_errf(err, cap, "%s: cannot read the safetensors header", rel);
-        st = CKR_ERR_CORRUPT;
+    ckp_status ps = ckp_pread(r, hdr, x0->orig_size, 0, &got, m->scratch);
+    if (ps != CKP_OK || got != x0->orig_size) {
+        cku_errf(err, cap, "%s: cannot read the safetensors header: %s", rel,
+                 ps != CKP_OK ? ckp_status_name(ps) : "short read");
+        st = ps != CKP_OK ? from_ckp(ps) : CKR_ERR_CORRUPT;
     } else if (st_parse(hdr, got, fi->original_size, &h, sterr, sizeof sterr) != 0) {
         cku_errf(err, cap, "%s: %s", rel, sterr);
         st = CKR_ERR_FORMAT;
@@ -204,6 +213,7 @@ void ckr_close(ckr_model *m)
     free(m->info);
     free(m->t_file);
     free(m->t_offset);
+    free(m->t_extent);
     free(m->dir);
     free(m);
 }
@@ -222,6 +232,15 @@ ckr_status ckr_find(const ckr_model *m, const char *name, size_t *index)
             return CKR_OK;
         }
     return CKR_ERR_NOTFOUND;
+}
+
+ckr_status ckr_tensor_source(const ckr_model *m, size_t i, const struct ckp_reader **reader, uint32_t *extent)
+{
+    if (!m || i >= m->n || !reader || !extent)
+        return CKR_ERR_ARG;
+    *reader = m->readers[m->t_file[i]];
+    *extent = m->t_extent[i];
+    return CKR_OK;
 }
 
 /* ckp_pread of [off, off+len) of reader r into dst under the model's lock. */

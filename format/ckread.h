@@ -30,7 +30,8 @@ typedef enum {
     CKR_ERR_FORMAT = 3,   /* not a packed directory, or a header is invalid */
     CKR_ERR_CORRUPT = 4,  /* a chunk is damaged (hash differs) */
     CKR_ERR_NOMEM = 5,
-    CKR_ERR_NOTFOUND = 6  /* no tensor or file of that name */
+    CKR_ERR_NOTFOUND = 6, /* no tensor or file of that name */
+    CKR_ERR_UNSUPPORTED = 7 /* a format version this reader does not know */
 } ckr_status;
 
 const char *ckr_status_name(ckr_status s);
@@ -65,6 +66,13 @@ ckr_status ckr_find(const ckr_model *m, const char *name, size_t *index);
  * rows) bytes, which dstCapacity must hold. */
 ckr_status ckr_read_rows(ckr_model *m, size_t i, uint64_t row_begin, uint64_t row_end, void *dst,
                          size_t dstCapacity, char *err, size_t errCapacity);
+
+/* For loaders that read planes themselves (the CUDA loader, gpu/): the
+ * container reader holding tensor i and the index of its extent there
+ * (UINT32_MAX for an empty tensor, which has none).  Valid until close. */
+struct ckp_reader;
+ckr_status ckr_tensor_source(const ckr_model *m, size_t i, const struct ckp_reader **reader,
+                             uint32_t *extent);
 
 /* Files of the directory (every file of the manifest, sorted by path). */
 size_t ckr_file_count(const ckr_model *m);

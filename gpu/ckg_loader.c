@@ -1,10 +1,10 @@
 /*
  * ckg_loader.c — packed directory to device memory (ckgpu.h, loader part).
  *
- * A model holds one container reader per safetensors file (the one reader of
- * the format, fs/container.h), the tensor list built from each file's
- * safetensors header (extent 0, parsed by fs/safetensors.h) matched with the
- * TOC's extents, and two pinned staging buffers.  An upload reads each plane
+ * A model holds the format library's tensor table of the directory
+ * (format/ckread.h: one container reader per safetensors file, the tensors
+ * of each file's header matched with its TOC's extents) and two pinned
+ * staging buffers.  An upload reads each plane
  * range with pread into one staging buffer while the other is being copied to
  * the device (cudaMemcpyAsync + an event per buffer), then builds the escape
  * index and the escape patch list of the uploaded rows (the fused GEMV's
@@ -25,20 +25,15 @@
 #include <cuda_runtime_api.h>
 
 #include "ckgpu.h"
+#include "ckread.h"
 #include "container.h"
-#include "manifest.h"
-#include "safetensors.h"
 #include "util.h"
 
 #define STAGING_BYTES (8u << 20)
 #define DEV_PAD 64u  /* zeroed bytes after each device plane (wide loads read past the end) */
 
 struct ckg_model {
-    ckp_reader **readers;        /* one per safetensors file */
-    size_t n_files;
-    ckg_tensor_info *info;       /* names and file paths owned here */
-    uint32_t *t_file, *t_extent; /* per tensor; t_extent UINT32_MAX for empty tensors */
-    size_t n;
+    ckr_model *tab;              /* tensors and their readers */
     ckp_scratch *scratch;
     void *staging[2];
     cudaEvent_t ev[2];
@@ -57,7 +52,6 @@ struct ckg_tensor {
     uint32_t dtype;
 };
 
-#define set_err(...) ((void)cku_errf(__VA_ARGS__))
 
 /* The one place where container statuses become ckgpu's: out of memory,
  * I/O, an unsupported version and damage stay apart. */
@@ -76,101 +70,23 @@ static ckg_status from_ckp(ckp_status s)
     return CKG_ERR_CORRUPT;
 }
 
-/* ---- open ------------------------------------------------------------------- */
-
-static ckg_status add_file(ckg_model *m, const char *dir, const char *rel, char *err, size_t cap)
+/* ckread's statuses (the same classes, one level up) as ckgpu's. */
+static ckg_status from_ckr(ckr_status s)
 {
-    size_t plen = strlen(dir) + strlen(rel) + strlen(CKP_SUFFIX) + 2;
-    char *path = malloc(plen);
-    if (!path)
-        return CKG_ERR_NOMEM;
-    snprintf(path, plen, "%s/%s%s", dir, rel, CKP_SUFFIX);
-    ckp_reader *r = NULL;
-    ckp_status ps = ckp_open(path, &r, err, cap);
-    free(path);
-    if (ps != CKP_OK)
-        return from_ckp(ps);
-    m->readers[m->n_files++] = r;
-
-    const ckp_info *fi = ckp_get_info(r);
-    if (fi->n_extents == 0) {
-        set_err(err, cap, "%s: empty safetensors file", rel);
-        return CKG_ERR_FORMAT;
+    switch (s) {
+    case CKR_OK: return CKG_OK;
+    case CKR_ERR_ARG: return CKG_ERR_ARG;
+    case CKR_ERR_IO: return CKG_ERR_IO;
+    case CKR_ERR_FORMAT: return CKG_ERR_FORMAT;
+    case CKR_ERR_NOMEM: return CKG_ERR_NOMEM;
+    case CKR_ERR_NOTFOUND: return CKG_ERR_NOTFOUND;
+    case CKR_ERR_UNSUPPORTED: return CKG_ERR_UNSUPPORTED;
+    case CKR_ERR_CORRUPT: return CKG_ERR_CORRUPT;
     }
-    const ckp_extent *x0 = ckp_get_extent(r, 0);
-    uint8_t *hdr = malloc(x0->orig_size ? x0->orig_size : 1);
-    if (!hdr)
-        return CKG_ERR_NOMEM;
-    size_t got = 0;
-    st_header *h = NULL;
-    ckg_status st = CKG_OK;
-    ckp_status ps2 = ckp_pread(r, hdr, x0->orig_size, 0, &got, m->scratch);
-    if (ps2 != CKP_OK || got != x0->orig_size) {
-        set_err(err, cap, "%s: cannot read the safetensors header: %s", rel,
-                ps2 != CKP_OK ? ckp_status_name(ps2) : "short read");
-        st = ps2 != CKP_OK ? from_ckp(ps2) : CKG_ERR_CORRUPT;
-        goto out_hdr;
-    }
-    char sterr[256];
-    if (st_parse(hdr, got, fi->original_size, &h, sterr, sizeof sterr) != 0) {
-        set_err(err, cap, "%s: %s", rel, sterr);
-        st = CKG_ERR_FORMAT;
-        goto out_hdr;
-    }
-    size_t cap_n = m->n + h->n_tensors;
-    ckg_tensor_info *ni = realloc(m->info, cap_n * sizeof *ni);
-    if (ni)
-        m->info = ni;
-    uint32_t *nf = ni ? realloc(m->t_file, cap_n * sizeof *nf) : NULL;
-    if (nf)
-        m->t_file = nf;
-    uint32_t *ne = nf ? realloc(m->t_extent, cap_n * sizeof *ne) : NULL;
-    if (!ne) {
-        st = CKG_ERR_NOMEM;
-        goto out_st;
-    }
-    m->t_extent = ne;
-    /* non-empty tensors are extents 1.. in data-offset order, as st_parse sorts them */
-    uint32_t e = 1;
-    for (size_t k = 0; k < h->n_tensors; k++) {
-        const st_tensor *t = &h->tensors[k];
-        ckg_tensor_info *ti = &m->info[m->n];
-        memset(ti, 0, sizeof *ti);
-        uint32_t ext = UINT32_MAX;
-        if (t->end > t->begin) {
-            const ckp_extent *x = e < fi->n_extents ? ckp_get_extent(r, e) : NULL;
-            if (!x || strcmp(x->name, t->name) != 0 || x->orig_offset != h->data_start + t->begin ||
-                x->orig_size != t->end - t->begin) {
-                set_err(err, cap, "%s: tensor %s does not match the packed extents", rel, t->name);
-                st = CKG_ERR_FORMAT;
-                goto out_st;
-            }
-            ext = e++;
-            ti->encoding = x->encoding;
-        } else {
-            ti->encoding = CKC_ENC_RAW;
-        }
-        ti->name = strdup(t->name);
-        if (!ti->name) {
-            st = CKG_ERR_NOMEM;
-            goto out_st;
-        }
-        ti->file = fi->path;
-        ti->dtype = t->dtype;
-        ti->ndim = t->ndim;
-        for (uint32_t d = 0; d < t->ndim && d < CKG_MAX_DIMS; d++)
-            ti->shape[d] = t->shape[d];
-        ti->nbytes = t->end - t->begin;
-        m->t_file[m->n] = (uint32_t)(m->n_files - 1);
-        m->t_extent[m->n] = ext;
-        m->n++;
-    }
-out_st:
-    st_free(h);
-out_hdr:
-    free(hdr);
-    return st;
+    return CKG_ERR_CORRUPT;
 }
+
+/* ---- open ------------------------------------------------------------------- */
 
 ckg_status ckg_model_open(const char *dir, ckg_model **out, char *err, size_t cap)
 {
@@ -179,30 +95,20 @@ ckg_status ckg_model_open(const char *dir, ckg_model **out, char *err, size_t ca
     *out = NULL;
     if (!dir)
         return CKG_ERR_ARG;
-    ckm_manifest *man = NULL;
-    if (ckm_load(dir, &man, err, cap) != 0)
-        return CKG_ERR_FORMAT;
-    ckg_status st = CKG_ERR_NOMEM;
     ckg_model *m = calloc(1, sizeof *m);
     if (!m)
-        goto out_man;
+        return CKG_ERR_NOMEM;
     m->staging_dev = -1;
-    m->readers = calloc(man->n_files ? man->n_files : 1, sizeof *m->readers);
-    m->scratch = ckp_scratch_new();
-    if (!m->readers || !m->scratch)
+    ckg_status st = CKG_ERR_NOMEM;
+    if (!(m->scratch = ckp_scratch_new()))
         goto fail;
-    st = CKG_OK;
-    for (size_t i = 0; i < man->n_files && st == CKG_OK; i++)
-        if (man->files[i].kind == CKP_KIND_SAFETENSORS)
-            st = add_file(m, dir, man->files[i].path, err, cap);
+    st = from_ckr(ckr_open(dir, &m->tab, err, cap));
     if (st != CKG_OK)
         goto fail;
     *out = m;
-    goto out_man;
+    return CKG_OK;
 fail:
     ckg_model_close(m);
-out_man:
-    ckm_free(man);
     return st;
 }
 
@@ -210,10 +116,7 @@ void ckg_model_close(ckg_model *m)
 {
     if (!m)
         return;
-    for (size_t i = 0; i < m->n; i++)
-        free((char *)m->info[i].name);
-    for (size_t i = 0; i < m->n_files; i++)
-        ckp_close(m->readers[i]);
+    ckr_close(m->tab);
     for (int b = 0; b < 2; b++) {
         if (m->staging[b])
             cudaFreeHost(m->staging[b]);
@@ -222,30 +125,16 @@ void ckg_model_close(ckg_model *m)
     }
     ckp_scratch_free(m->scratch);
     free(m->chunk_buf);
-    free(m->readers);
-    free(m->info);
-    free(m->t_file);
-    free(m->t_extent);
     free(m);
 }
 
-size_t ckg_model_count(const ckg_model *m) { return m ? m->n : 0; }
+size_t ckg_model_count(const ckg_model *m) { return m ? ckr_count(m->tab) : 0; }
 
-const ckg_tensor_info *ckg_model_info(const ckg_model *m, size_t i)
-{
-    return m && i < m->n ? &m->info[i] : NULL;
-}
+const ckg_tensor_info *ckg_model_info(const ckg_model *m, size_t i) { return m ? ckr_info(m->tab, i) : NULL; }
 
 ckg_status ckg_model_find(const ckg_model *m, const char *name, size_t *index)
 {
-    if (!m || !name || !index)
-        return CKG_ERR_ARG;
-    for (size_t i = 0; i < m->n; i++)
-        if (strcmp(m->info[i].name, name) == 0) {
-            *index = i;
-            return CKG_OK;
-        }
-    return CKG_ERR_NOTFOUND;
+    return m ? from_ckr(ckr_find(m->tab, name, index)) : CKG_ERR_ARG;
 }
 
 /* ---- staging ---------------------------------------------------------------- */
@@ -458,10 +347,12 @@ ckg_status ckg_tensor_upload(ckg_model *m, size_t i, uint64_t row_begin, uint64_
     if (!out)
         return CKG_ERR_ARG;
     *out = NULL;
-    if (!m || i >= m->n)
+    const ckg_tensor_info *ti = m ? ckr_info(m->tab, i) : NULL;
+    const ckp_reader *r = NULL;
+    uint32_t e = 0;
+    if (!ti || ckr_tensor_source(m->tab, i, &r, &e) != CKR_OK)
         return CKG_ERR_ARG;
     cudaStream_t stream = (cudaStream_t)stream_;
-    const ckg_tensor_info *ti = &m->info[i];
     uint64_t rows = ti->ndim ? ti->shape[0] : 1;
     uint64_t row_bytes = rows ? ti->nbytes / rows : 0;
     if (row_end == UINT64_MAX)
@@ -483,8 +374,6 @@ ckg_status ckg_tensor_upload(ckg_model *m, size_t i, uint64_t row_begin, uint64_
         *out = t;
         return CKG_OK;
     }
-    const ckp_reader *r = m->readers[m->t_file[i]];
-    uint32_t e = m->t_extent[i];
     const ckp_extent *x = ckp_get_extent(r, e);
     int bf16 = x->encoding == CKC_ENC_K15 || x->encoding == CKC_ENC_BSPLIT;
     if (bf16 && row_bytes % 2)

@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "ckc.h"
+#include "ckread.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -143,15 +144,11 @@ ckg_status ckg_gemv_generic(const ckg_planes *p, uint64_t elem_off, uint64_t row
 
 #define CKG_MAX_DIMS 16
 
-typedef struct {
-    const char *name;         /* tensor name (owned by the model) */
-    const char *file;         /* relative path of its safetensors file */
-    uint32_t dtype;           /* format.md §4.3 code (7 = BF16) */
-    uint32_t encoding;        /* ckc_encoding of its extent (RAW for empty tensors) */
-    uint32_t ndim;
-    uint64_t shape[CKG_MAX_DIMS];
-    uint64_t nbytes;          /* bytes in the original file */
-} ckg_tensor_info;
+/* A tensor's name, file, dtype, encoding, shape and sizes: the format
+ * library's tensor table entry (format/ckread.h: name, file, dtype (format.md
+ * §4.3 code, 7 = BF16), encoding (RAW for empty tensors), ndim, shape,
+ * nbytes in the original file, packed_bytes of its planes). */
+typedef ckr_tensor_info ckg_tensor_info;
 
 typedef struct ckg_model ckg_model;
 
