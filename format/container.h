@@ -84,11 +84,32 @@ typedef struct {
 
 typedef struct ckp_reader ckp_reader;
 
+/* What an open reader guarantees (ckp_open checks each before returning a
+ * reader; ckp_check verifies them again, and debug builds assert it):
+ *   R1. the extents tile [0, original_size) in order, each orig_size > 0;
+ *   R2. encoding is RAW, ZSTD, K15 or BSPLIT; 0 < chunk_size <= CKP_MAX_CHUNK,
+ *       a multiple of 16 for K15/BSPLIT, whose orig_size is even;
+ *   R3. n_chunks = ceil(orig_size / chunk_size);
+ *   R4. each used plane lies in the file between the header and the TOC, and
+ *       unused planes (1 and 2 of RAW/ZSTD) are offset 0, size 0;
+ *   R5. K15/BSPLIT plane sizes are ckc_*_plane_size of orig_size/2 weights and
+ *       n_escapes <= orig_size/2 escapes; the codebook passes ckc_codebook_check;
+ *       RAW/ZSTD have no escapes, and RAW's plane 0 is orig_size bytes;
+ *   R6. chunk index datums: RAW 0; ZSTD 0 first, then strictly increasing and
+ *       < plane_size[0]; K15/BSPLIT 0 first, non-decreasing, <= n_escapes;
+ *   R7. info.path is a safe relative path (ckp_path_ok); every name is
+ *       NUL-terminated.
+ * Chunk bytes are not covered: each chunk is checked against its hash when it
+ * is decoded. */
+
 /* Open and validate a packed file.  On failure *out is NULL and, if err is
  * given, a message naming the file and the problem is written to it.
  * The reader owns its descriptor. */
 ckp_status ckp_open(const char *path, ckp_reader **out, char *err, size_t errCapacity);
 void ckp_close(ckp_reader *r);
+/* Verify R1-R7 above on an open reader.  @return NULL, or the number and
+ * text of the first one broken (a bug in ckp_open). */
+const char *ckp_check(const ckp_reader *r);
 
 /* Flags of ckp_open_ex. */
 #define CKP_OPEN_MMAP 1u  /* decode straight from a read-only shared mapping of

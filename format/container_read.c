@@ -11,6 +11,7 @@
 #include "container_internal.h"
 #include "util.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -327,6 +328,53 @@ static ckp_status parse_toc(ckp_reader *r, const uint8_t *t, uint64_t toc_off, u
     return load_indexes(r, t, err, cap);
 }
 
+static const char *check_extent(const ckp_reader *r, const ckp_extent *x, uint64_t pos)
+{
+    int bf16 = x->encoding == CKC_ENC_K15 || x->encoding == CKC_ENC_BSPLIT;
+    uint64_t toc_off = r->info.packed_size; /* planes end before the TOC, itself inside the file */
+    if (x->orig_offset != pos || x->orig_size == 0 || x->orig_size > r->info.original_size - pos)
+        return "R1: the extents do not tile the original file";
+    if (x->encoding > CKC_ENC_BSPLIT || x->chunk_size == 0 || x->chunk_size > CKP_MAX_CHUNK ||
+        (bf16 && (x->chunk_size % 16 || x->orig_size % 2)))
+        return "R2: encoding, chunk size or BF16 parity";
+    if (x->n_chunks != (x->orig_size + x->chunk_size - 1) / x->chunk_size)
+        return "R3: n_chunks";
+    for (int p = 0; p < 3; p++) {
+        int used = p == 0 || bf16;
+        if (used ? !in_range(x->plane_offset[p], x->plane_size[p], CKP_HEADER_SIZE, toc_off)
+                 : (x->plane_offset[p] || x->plane_size[p]))
+            return "R4: a plane outside the file, or an unused plane set";
+    }
+    uint64_t n = x->orig_size / 2;
+    if (bf16 ? (x->plane_size[0] != ckc_code_plane_size(n) ||
+                x->plane_size[1] != ckc_low_plane_size(x->encoding, n) || x->n_escapes > n ||
+                x->plane_size[2] != ckc_escape_plane_size(x->encoding, x->n_escapes) ||
+                ckc_codebook_check(x->encoding, &x->codebook) != CKC_OK)
+             : (x->n_escapes || (x->encoding == CKC_ENC_RAW && x->plane_size[0] != x->orig_size)))
+        return "R5: plane sizes, escapes or codebook";
+    if (!index_ok(x))
+        return "R6: chunk index datums";
+    if (!x->name)
+        return "R7: a name is missing";
+    return NULL;
+}
+
+const char *ckp_check(const ckp_reader *r)
+{
+    uint64_t pos = 0;
+    for (uint32_t i = 0; i < r->info.n_extents; i++) {
+        const char *bad = check_extent(r, &r->x[i], pos);
+        if (bad)
+            return bad;
+        pos += r->x[i].orig_size;
+    }
+    if (pos != r->info.original_size)
+        return "R1: the extents do not cover the original file";
+    if (!r->info.path || !ckp_path_ok(r->info.path))
+        return "R7: the recorded path";
+    return NULL;
+}
+
 ckp_status ckp_open(const char *path, ckp_reader **out, char *err, size_t cap)
 {
     return ckp_open_ex(path, 0, out, err, cap);
@@ -383,6 +431,7 @@ ckp_status ckp_open_ex(const char *path, unsigned flags, ckp_reader **out, char 
         if (m != MAP_FAILED)
             r->map = m;
     }
+    assert(ckp_check(r) == NULL);
     *out = r;
     return CKP_OK;
 fail:

@@ -32,6 +32,8 @@ int ckz_read_ckpt(const uint8_t *data, size_t size, char *why, size_t cap)
         snprintf(why, cap, "%s: %s", ckp_status_name(st), err);
         return 1;
     }
+    if (ckp_check(r))
+        abort(); /* an open reader keeps the invariants of container.h */
     const ckp_info *in = ckp_get_info(r);
     ckp_scratch *s = ckp_scratch_new();
     uint64_t total = in->original_size;

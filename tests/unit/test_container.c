@@ -115,6 +115,7 @@ START_TEST(roundtrip_every_byte)
     ckp_reader *r;
     char err[512];
     ck_assert_int_eq(ckp_open(path, &r, err, sizeof err), CKP_OK);
+    ck_assert_ptr_null(ckp_check(r));
     const ckp_info *in = ckp_get_info(r);
     ck_assert_uint_eq(in->original_size, total);
     ck_assert_str_eq(in->path, "dir/model.safetensors");
@@ -163,6 +164,7 @@ START_TEST(damaged_chunk_is_an_error_others_read)
     uint8_t *orig = write_pack(path, mixed, 6, &total);
     ckp_reader *r;
     ck_assert_int_eq(ckp_open(path, &r, err, sizeof err), CKP_OK);
+    ck_assert_ptr_null(ckp_check(r));
     const ckp_extent *x = ckp_get_extent(r, 1);
     /* damage plane `_i` (codes, mantissas, escapes) inside chunk 1's bytes */
     ckp_span sp;
@@ -173,6 +175,7 @@ START_TEST(damaged_chunk_is_an_error_others_read)
     ckp_close(r);
     flip(path, damaged);
     ck_assert_int_eq(ckp_open(path, &r, err, sizeof err), CKP_OK); /* metadata is intact */
+    ck_assert_ptr_null(ckp_check(r));
     x = ckp_get_extent(r, 1);
     uint8_t *buf = malloc(CKP_MAX_CHUNK);
     ckp_scratch *s = ckp_scratch_new();
@@ -220,6 +223,7 @@ START_TEST(damaged_metadata_is_refused)
     case 4: ck_assert_int_eq(truncate(path, st.st_size - 1), 0); break;
     case 5: { /* an index entry: index hash catches it */
         ck_assert_int_eq(ckp_open(path, &r, err, sizeof err), CKP_OK);
+    ck_assert_ptr_null(ckp_check(r));
         const ckp_extent *x = ckp_get_extent(r, 1);
         uint64_t at = (uint64_t)(x->index - x->index) ; (void)at;
         ckp_close(r);
@@ -465,6 +469,7 @@ START_TEST(golden_files_decode)
         snprintf(path, sizeof path, "%s/v1.0/%s/%s.ckpt", GOLDEN_DIR, fmt[_i], name);
         ckp_reader *r;
         ck_assert_msg(ckp_open(path, &r, err, sizeof err) == CKP_OK, "%s", err);
+        ck_assert_ptr_null(ckp_check(r));
         const ckp_info *in = ckp_get_info(r);
         uint8_t *buf = malloc(in->original_size + 1), d[32];
         ckp_scratch *s = ckp_scratch_new();
