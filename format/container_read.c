@@ -34,6 +34,12 @@ struct ckp_reader {
     char *strings;          /* NUL-terminated copies: path, then names */
 };
 
+/* Scratch holds one chunk's packed bytes (in) or decoded bytes (chunk): at
+ * most ~1.25x a chunk, and so at most ~20 MiB at the format's 16 MiB chunk
+ * limit.  Buffers larger than SCRATCH_KEEP are freed after the read that
+ * needed them, so an idle thread keeps at most 2 x SCRATCH_KEEP (the writer's
+ * chunks, 128-256 KiB, never exceed it). */
+#define SCRATCH_KEEP (1u << 20)
 struct ckp_scratch {
     uint8_t *in;
     size_t in_cap;
@@ -511,6 +517,16 @@ static int grow(uint8_t **p, size_t *cap, size_t need)
     return 0;
 }
 
+/* Free a scratch buffer over SCRATCH_KEEP (see struct ckp_scratch). */
+static void trim(uint8_t **p, size_t *cap)
+{
+    if (*cap > SCRATCH_KEEP) {
+        free(*p);
+        *p = NULL;
+        *cap = 0;
+    }
+}
+
 /* The zstd profile of format §6.1: a chunk's bytes are exactly one zstd frame
  * (no skippable frame, nothing after it) that names no dictionary and needs a
  * window of at most 16 MiB.  zstd alone would accept several frames. */
@@ -545,6 +561,8 @@ static ckp_status read_bf16_chunk(const ckp_reader *r, const ckp_extent *x, uint
     ckp_chunk_span(x, c, c + 1, &sp);
     const uint64_t *off = sp.off, *end = sp.end;
     uint64_t got[3], total = 0;
+    if (sp.esc1 < sp.esc0 || sp.esc1 - sp.esc0 > nw)
+        return CKP_ERR_CHUNK; /* more escapes than weights: never read them */
     for (int p = 0; p < 3; p++) {
         if (off[p] > x->plane_size[p] || end[p] < off[p])
             return CKP_ERR_CHUNK;
@@ -588,6 +606,8 @@ ckp_status ckp_read_chunk(const ckp_reader *r, uint32_t e, uint64_t c, void *dst
         ckp_span sp;
         ckp_chunk_span(x, c, c + 1, &sp);
         uint64_t a = sp.off[0], b = sp.end[0];
+        if (b < a || b - a > ZSTD_COMPRESSBOUND(len))
+            return CKP_ERR_CHUNK; /* no frame of a chunk is longer: never read it */
         if (!s->dctx && !(s->dctx = ZSTD_createDCtx()))
             return CKP_ERR_NOMEM;
         const uint8_t *in = NULL;
@@ -615,10 +635,12 @@ ckp_status ckp_read_chunk(const ckp_reader *r, uint32_t e, uint64_t c, void *dst
             st = read_bf16_chunk(r, x, c, len, (uint16_t *)(void *)s->chunk, s);
             if (st == CKP_OK)
                 memcpy(dst, s->chunk, len);
+            trim(&s->chunk, &s->chunk_cap);
         } else {
             st = read_bf16_chunk(r, x, c, len, dst, s);
         }
     }
+    trim(&s->in, &s->in_cap);
     if (st == CKP_OK && ckc_hash64(dst, len) != x->index[c].hash)
         st = CKP_ERR_CHUNK;
     return st;
@@ -682,12 +704,12 @@ ckp_status ckp_pread(const ckp_reader *r, void *buf, size_t len, uint64_t off, s
     if (len > r->info.original_size - off)
         len = (size_t)(r->info.original_size - off);
     uint8_t *out = buf;
+    ckp_status st = CKP_OK;
     while (*got < len) {
         uint64_t pos = off + *got, c;
         uint32_t e;
-        ckp_status st = ckp_locate(r, pos, &e, &c);
-        if (st != CKP_OK)
-            return st;
+        if ((st = ckp_locate(r, pos, &e, &c)) != CKP_OK)
+            break;
         const ckp_extent *x = &r->x[e];
         uint64_t cstart = x->orig_offset + c * x->chunk_size, clen = ckp_chunk_len(x, c);
         uint64_t skip = pos - cstart, take = min64(clen - skip, len - *got);
@@ -701,10 +723,11 @@ ckp_status ckp_pread(const ckp_reader *r, void *buf, size_t len, uint64_t off, s
                 memcpy(out + *got, s->chunk + skip, take);
         }
         if (st != CKP_OK)
-            return st;
+            break;
         *got += take;
     }
-    return CKP_OK;
+    trim(&s->chunk, &s->chunk_cap);
+    return *got == len ? CKP_OK : st;
 }
 
 int ckp_path_ok(const char *rel)

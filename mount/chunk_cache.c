@@ -17,7 +17,8 @@
  *      its key and marked in_table;
  *   4. the LRU list is a well-formed ring through the sentinel c->lru;
  *   5. there are at most MAX_SPARE spare buffers, each of MIN_SPARE bytes or
- *      more (by c->lock);
+ *      more, oldest first, and c->bytes + c->spare_bytes <= c->limit once a
+ *      load or put returns (spares count against the limit; by c->lock);
  *   6. an entry not in the table is freed when refs reaches 0;
  *   7. the prefetch queue holds at most PREFETCH_QUEUE jobs.
  *
@@ -34,7 +35,10 @@
  * of two lengths) instead of free() and malloc(): a chunk-sized malloc may be
  * a fresh mmap whose pages fault and get zeroed on first write, and chunks
  * freed all over glibc's per-thread arenas let the resident size drift well
- * above the cache limit.
+ * above the cache limit.  Spares count against the limit, so that decoded
+ * chunks held by the cache never exceed it: at cache_size=0 none are kept,
+ * and memory beyond the limit is only what requests in flight hold
+ * (chunk_cache.h).
  */
 #include "chunk_cache.h"
 
@@ -90,6 +94,7 @@ struct ckcache {
         size_t len;
     } spare[MAX_SPARE];            /* reusable buffers, oldest first */
     unsigned n_spare;
+    size_t spare_bytes;            /* sum of the spares' lengths */
     ckcache_key served[SERVED_SLOTS]; /* direct-mapped by key hash; file UINT32_MAX: empty */
 };
 
@@ -149,22 +154,36 @@ static size_t entry_cost(const ckcache_entry *e)
     return e->state == ST_FAILED ? FAILED_ENTRY_BYTES : e->len;
 }
 
-/* Keep a buffer of len bytes for reuse (dropping the oldest spare when
- * full), or free it.  By c->lock. */
+static void spare_drop_oldest(ckcache *c)
+{
+    free(c->spare[0].p);
+    c->spare_bytes -= c->spare[0].len;
+    memmove(&c->spare[0], &c->spare[1], (c->n_spare - 1) * sizeof c->spare[0]);
+    c->n_spare--;
+}
+
+/* Free the oldest spares until table and spares fit the limit.  By c->lock. */
+static void spares_fit(ckcache *c)
+{
+    while (c->n_spare && c->bytes + c->spare_bytes > c->limit)
+        spare_drop_oldest(c);
+}
+
+/* Keep a buffer of len bytes for reuse (dropping the oldest spares when
+ * full or over the limit), or free it.  By c->lock. */
 static void buffer_put(ckcache *c, void *data, size_t len)
 {
-    if (!data || len < MIN_SPARE || c->stopping) {
+    if (!data || len < MIN_SPARE || c->stopping || len > c->limit || c->bytes > c->limit - len) {
         free(data);
         return;
     }
-    if (c->n_spare == MAX_SPARE) {
-        free(c->spare[0].p);
-        memmove(&c->spare[0], &c->spare[1], (MAX_SPARE - 1) * sizeof c->spare[0]);
-        c->n_spare--;
-    }
+    if (c->n_spare == MAX_SPARE)
+        spare_drop_oldest(c);
     c->spare[c->n_spare].p = data;
     c->spare[c->n_spare].len = len;
     c->n_spare++;
+    c->spare_bytes += len;
+    spares_fit(c);
 }
 
 /* The newest spare buffer of exactly len bytes, or NULL.  By c->lock. */
@@ -174,6 +193,7 @@ static void *buffer_take(ckcache *c, size_t len)
         if (c->spare[i].len != len)
             continue;
         void *p = c->spare[i].p;
+        c->spare_bytes -= len;
         memmove(&c->spare[i], &c->spare[i + 1], (c->n_spare - 1 - i) * sizeof c->spare[0]);
         c->n_spare--;
         return p;
@@ -215,6 +235,7 @@ static void shrink(ckcache *c)
 {
     while (c->bytes > c->limit && c->lru.lprev != &c->lru)
         evict(c, c->lru.lprev);
+    spares_fit(c);
 }
 
 /* Decode e (LOADING, referenced by the caller) without the lock; finish it
@@ -505,7 +526,7 @@ void ckcache_free(ckcache *c)
         }
     }
     while (c->n_spare)
-        free(c->spare[--c->n_spare].p);
+        spare_drop_oldest(c);
     free(c->buckets);
     pthread_cond_destroy(&c->work);
     pthread_cond_destroy(&c->done);

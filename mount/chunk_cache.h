@@ -9,8 +9,11 @@
  *     is being decoded waits for that decode instead of starting another;
  *   - entries are reference counted, so a caller may send straight from
  *     entry memory (no copy) while other threads evict;
- *   - the bytes held by entries in the table stay under the limit (entries
- *     evicted while referenced are freed when their last reference goes);
+ *   - the bytes held by entries in the table, plus the buffers kept for
+ *     reuse, stay under the limit; beyond it there are only the chunks that
+ *     callers hold or are decoding (entries evicted while referenced are
+ *     freed when their last reference goes), one per prefetch worker and
+ *     those of each request in flight;
  *   - a chunk whose fill failed with EIO (damage) is remembered as failed:
  *     later requests get EIO without decoding (and without logging) again.
  *     Other errors are not remembered.
