@@ -149,10 +149,13 @@ static int open_reader(ckfs_ctx *c, uint32_t i, ckp_reader **out)
         ckfs_log("%s: cannot open packed file: %s", f->path, msg);
         return ckp_status_errno(st);
     }
-    if (ckp_get_info(*out)->original_size != f->size) {
-        ckfs_log("%s: packed file holds %llu bytes, manifest says %llu", f->path,
-                 (unsigned long long)ckp_get_info(*out)->original_size,
-                 (unsigned long long)f->size);
+    const ckp_info *in = ckp_get_info(*out);
+    if (in->original_size != f->size || strcmp(in->path, f->path) || memcmp(in->sha256, f->sha256, 32)) {
+        /* bound to its manifest entry by path, size and the original's
+         * SHA-256 in its TOC: another valid pack copied over it is refused */
+        ckfs_log("%s: packed file holds %s (%llu bytes), not the manifest's entry (%llu bytes%s)", f->path,
+                 in->path, (unsigned long long)in->original_size, (unsigned long long)f->size,
+                 memcmp(in->sha256, f->sha256, 32) ? ", another SHA-256" : "");
         ckp_close(*out);
         *out = NULL;
         return EIO;
