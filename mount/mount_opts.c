@@ -290,8 +290,10 @@ int ckfs_check_mountpoint(const char *mnt, char *err, size_t cap)
             set_err(err, cap,
                     "ckptfs mount: %s is a stale FUSE mount (its daemon is gone: "
                     "Transport endpoint is not connected).\n"
-                    "Run `fusermount3 -u %s` (or `umount -l %s` as root), then mount again.",
-                    mnt, mnt, mnt);
+                    "Run `fusermount3 -u %s` (or `umount -l %s` as root), then mount again; if it "
+                    "says the mount is busy (a process still holds a file open there), "
+                    "`fusermount3 -uz %s` detaches it now.",
+                    mnt, mnt, mnt, mnt);
         else
             set_err(err, cap, "ckptfs mount: %s: %s", mnt, strerror(errno));
         return -1;

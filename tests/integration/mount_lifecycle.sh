@@ -30,6 +30,7 @@ wait "$PID" 2>/dev/null || true
 if stat "$T/m" >/dev/null 2>&1; then fail "mount point not stale after SIGKILL"; fi
 if "$CKPTFS" mount "$T/dst" "$T/m" 2>"$T/err"; then fail "mounted over a stale mount"; fi
 grep -q "fusermount3 -u $T/m" "$T/err" || fail "stale mount message: $(cat "$T/err")"
+grep -q "fusermount3 -uz $T/m" "$T/err" || fail "stale mount message lacks -uz for a busy mount: $(cat "$T/err")"
 fusermount3 -u "$T/m" || fail "fusermount3 -u of the stale mount"
 stat "$T/m" >/dev/null || fail "mount point unusable after fusermount3 -u"
 
