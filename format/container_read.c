@@ -265,8 +265,9 @@ static ckp_status parse_header(ckp_reader *r, const uint8_t *h, uint64_t file_si
                     r->info.version_major, r->info.version_minor, cku_le32(h + H_FLAGS), CKP_VERSION_MAJOR,
                     CKP_VERSION_MAJOR, CKP_VERSION_MINOR);
     if (cku_le64(h + H_FILE_SIZE) != file_size)
-        return rerr(err, cap, r->file, CKP_ERR_CORRUPT, "file is %llu bytes but its header says %llu (truncated?)",
-                    (unsigned long long)file_size, (unsigned long long)cku_le64(h + H_FILE_SIZE));
+        return rerr(err, cap, r->file, CKP_ERR_CORRUPT, "file is %llu bytes but its header says %llu (%s)",
+                    (unsigned long long)file_size, (unsigned long long)cku_le64(h + H_FILE_SIZE),
+                    file_size < cku_le64(h + H_FILE_SIZE) ? "truncated?" : "bytes appended after its end");
     uint64_t toc_off = cku_le64(h + H_TOC_OFF), toc_size = cku_le64(h + H_TOC_SIZE);
     if (toc_off % 8 || toc_off < CKP_HEADER_SIZE || toc_size < CKP_TOC_HEADER_SIZE ||
         toc_size > CKP_MAX_TOC || toc_off > file_size || file_size - toc_off != toc_size)

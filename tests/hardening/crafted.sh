@@ -20,6 +20,12 @@ for spec in "16777216 16777216" "26214401 16777216" "9437185 9437184"; do
     "$CKPTFS" unpack "$T/dst" "$T/out" >"$T/log" 2>&1 || { cat "$T/log"; fail "unpack of $1 bytes in $2-byte chunks"; }
     cmp "$T/orig" "$T/out/big.bin" || fail "unpacked bytes differ ($spec)"
 done
+# A .ckpt longer than its header says is not called truncated.
+printf x >>"$T/dst/big.bin.ckpt"
+if "$CKPTFS" verify "$T/dst" >"$T/log" 2>&1; then fail "verify accepted bytes appended to a .ckpt"; fi
+grep -q "bytes appended after its end" "$T/log" && ! grep -q truncated "$T/log" ||
+    { cat "$T/log"; fail "appended bytes reported as: $(cat "$T/log")"; }
+
 if [ "$(id -u)" != 0 ] || [ ! -c /dev/fuse ]; then
     echo "crafted: ok (mount part skipped: needs root and /dev/fuse)"
     exit 0
