@@ -71,7 +71,9 @@ char *cku_human(uint64_t bytes, char *out)
 char *cku_human_rate(uint64_t bytes, double secs, char *out)
 {
     char h[16];
-    if (secs < 1e-3)
+    if (bytes == 0) /* nothing done (a resumed pack with nothing left): however short the time */
+        snprintf(out, 24, "0 B/s");
+    else if (secs < 1e-3)
         snprintf(out, 24, "-");
     else
         snprintf(out, 24, "%s/s", cku_human((uint64_t)((double)bytes / secs), h));

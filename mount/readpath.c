@@ -334,17 +334,33 @@ int ckfs_file_open(ckfs_ctx *c, uint32_t file, ckfs_ofile **out)
     if (!of)
         return ENOMEM;
     of->file = file;
+    of->c = c;
     pthread_mutex_init(&of->lock, NULL);
+    pthread_mutex_lock(&c->ofiles_lock);
+    of->next = c->ofiles;
+    if (c->ofiles)
+        c->ofiles->prev = of;
+    c->ofiles = of;
+    pthread_mutex_unlock(&c->ofiles_lock);
     *out = of;
     return 0;
 }
 
 void ckfs_file_close(ckfs_ofile *of)
 {
-    if (of) {
-        pthread_mutex_destroy(&of->lock);
-        free(of);
-    }
+    if (!of)
+        return;
+    ckfs_ctx *c = of->c;
+    pthread_mutex_lock(&c->ofiles_lock);
+    if (of->prev)
+        of->prev->next = of->next;
+    else
+        c->ofiles = of->next;
+    if (of->next)
+        of->next->prev = of->prev;
+    pthread_mutex_unlock(&c->ofiles_lock);
+    pthread_mutex_destroy(&of->lock);
+    free(of);
 }
 
 /* ---- reads ------------------------------------------------------------------ */
@@ -446,6 +462,9 @@ int ckfs_read(ckfs_ctx *c, ckfs_ofile *of, uint64_t fsize, uint64_t off, size_t 
 
 void ckfs_ctx_free(ckfs_ctx *c)
 {
+    while (c->ofiles)
+        ckfs_file_close(c->ofiles);
+    pthread_mutex_destroy(&c->ofiles_lock);
     if (c->files) {
         for (size_t i = 0; i < c->m->n_files; i++) {
             ckp_close(atomic_load(&c->files[i].r));
@@ -460,6 +479,7 @@ void ckfs_ctx_free(ckfs_ctx *c)
 
 int ckfs_ctx_load(ckfs_ctx *c, char *err, size_t errCapacity)
 {
+    pthread_mutex_init(&c->ofiles_lock, NULL);
     c->dst = realpath(c->o.dst, NULL);
     if (!c->dst) {
         snprintf(err, errCapacity, "%s: %s", c->o.dst, strerror(errno));

@@ -35,8 +35,11 @@ typedef struct {
     int open_err;                  /* remembered damage (EIO) after a failed open; by lock */
 } ckfs_mfile;
 
+struct ckfs_ofile;
+
 /* The mounted directory.  Immutable after ckfs_ctx_load but for the readers
- * of files (opened once, by their lock), the cache and the counters. */
+ * of files (opened once, by their lock), the cache, the counters and the
+ * list of open files. */
 typedef struct {
     ckfs_mount_opts o;
     char *dst;                     /* absolute path of the packed directory */
@@ -49,10 +52,17 @@ typedef struct {
     uint64_t total_size;
     atomic_ulong reads, read_bytes, big_reads; /* big: >= 512 KiB */
     atomic_ulong decoded_bytes, decode_errors; /* by fill_chunk */
+    pthread_mutex_t ofiles_lock;
+    struct ckfs_ofile *ofiles;     /* every open file (by ofiles_lock): libfuse
+                                    * sends no release for files still open at
+                                    * unmount (fusermount3 -uz); ckfs_ctx_free
+                                    * frees them */
 } ckfs_ctx;
 
 /* An open file: the state of sequential-read detection (by lock). */
-typedef struct {
+typedef struct ckfs_ofile {
+    ckfs_ctx *c;
+    struct ckfs_ofile *prev, *next; /* in c->ofiles, by c->ofiles_lock */
     uint32_t file;                 /* index in the manifest */
     pthread_mutex_t lock;
     uint64_t next_off;             /* end of the furthest recent read */

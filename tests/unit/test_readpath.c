@@ -192,6 +192,31 @@ START_TEST(reads_return_the_original_bytes)
 }
 END_TEST
 
+/* Files still open at unmount (libfuse sends no release after
+ * fusermount3 -uz) are on the context's list and freed with it: under the
+ * sanitizer builds, LeakSanitizer fails this test if they are not. */
+START_TEST(open_files_freed_with_the_context)
+{
+    model md;
+    ckfs_ctx c;
+    uint64_t size;
+    int err;
+    write_model(&md);
+    ctx_open(&c, 0, 0);
+    ckfs_ofile *a = open_w(&c, &size, &err), *b = open_w(&c, &size, &err), *d = open_w(&c, &size, &err);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_ptr_nonnull(d);
+    ckfs_file_close(b); /* from the middle of the list */
+    ck_assert_ptr_eq(c.ofiles, d);
+    ck_assert_ptr_eq(d->next, a);
+    ck_assert_ptr_eq(a->prev, d);
+    ctx_close(&c);      /* a and d are still open */
+    ck_assert_ptr_null(c.ofiles);
+    free(md.orig);
+}
+END_TEST
+
 /* Sequential readers get decode-ahead; one random read does not. */
 START_TEST(sequential_reads_prefetch)
 {
@@ -414,6 +439,7 @@ int main(void)
     tcase_set_timeout(t, 120);
     tcase_add_loop_test(t, reads_return_the_original_bytes, 0, 2);
     tcase_add_test(t, sequential_reads_prefetch);
+    tcase_add_test(t, open_files_freed_with_the_context);
     tcase_add_test(t, damaged_chunk_is_eio);
     tcase_add_test(t, bad_packed_files);
     tcase_add_test(t, inode_table_tree);
