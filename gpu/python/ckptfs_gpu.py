@@ -62,25 +62,29 @@ class TensorInfo:
 _lib = None
 
 
-def load_library(path=None):
-    """Load libckgpu once; later calls return the same handle."""
-    global _lib
-    if _lib is not None:
-        return _lib
+def open_cdll(name, env, build_dir, path=None):
+    """The shared library `name`: from path, $env, beside this file, the
+    build folder's build_dir, or the loader's search path, first found."""
     here = os.path.dirname(os.path.abspath(__file__))
-    cands = [path, os.environ.get("CKPTFS_GPU_LIB"), os.path.join(here, "libckgpu.so"),
-             os.path.join(here, "..", "..", "build", "gpu", "libckgpu.so"), "libckgpu.so"]
+    cands = [path, os.environ.get(env), os.path.join(here, name),
+             os.path.join(here, "..", "..", "build", build_dir, name), name]
     err = None
     for c in cands:
         if not c:
             continue
         try:
-            lib = C.CDLL(c)
-            break
+            return C.CDLL(c)
         except OSError as e:
             err = e
-    else:
-        raise OSError(f"libckgpu.so not found (set CKPTFS_GPU_LIB): {err}")
+    raise OSError(f"{name} not found (set {env}): {err}")
+
+
+def load_library(path=None):
+    """Load libckgpu once; later calls return the same handle."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    lib = open_cdll("libckgpu.so", "CKPTFS_GPU_LIB", "gpu", path)
     P, U64, I, S = C.c_void_p, C.c_uint64, C.c_int, C.c_int
     sigs = {
         "ckg_status_name": (C.c_char_p, [S]),

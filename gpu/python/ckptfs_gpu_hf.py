@@ -94,20 +94,8 @@ def load_read_library(path=None):
     global _rlib
     if _rlib is not None:
         return _rlib
-    here = os.path.dirname(os.path.abspath(__file__))
-    cands = [path, os.environ.get("CKPTFS_READ_LIB"), os.path.join(here, "libckread.so"),
-             os.path.join(here, "..", "..", "build", "format", "libckread.so"), "libckread.so"]
-    err = None
-    for c in cands:
-        if not c:
-            continue
-        try:
-            lib = C.CDLL(c)
-            break
-        except OSError as e:
-            err = e
-    else:
-        raise OSError(f"libckread.so not found (set CKPTFS_READ_LIB): {err}")
+    from ckptfs_gpu import open_cdll
+    lib = open_cdll("libckread.so", "CKPTFS_READ_LIB", "format", path)
     P, U64, S, SZ, ERR = C.c_void_p, C.c_uint64, C.c_int, C.c_size_t, C.c_char_p
     sigs = {
         "ckr_status_name": (C.c_char_p, [S]),
