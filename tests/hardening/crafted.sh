@@ -59,6 +59,12 @@ for opt in "" ",nommap"; do
     # bound in KiB: (2 x 16 threads + 2 workers) x 16 MiB chunks + 18 x 20 MiB packed bytes
     bound=$(( (34 * 16 + 18 * 20) * 1024 ))
     echo "mount$opt cache_size=0: RssAnon idle $idle KiB, peak $peak KiB (bound idle + $bound), after $after KiB"
+    if [ -n "${CKPTFS_SANITIZER_BUILD:-}" ]; then
+        # ASan's allocator keeps freed blocks in its quarantine (256 MiB) and
+        # ignores mallopt: memory bounds hold for the real allocator only
+        echo "(sanitizer build: memory bound not checked)"
+        continue
+    fi
     [ "$peak" -le $((idle + bound)) ] || fail "mount$opt: peak memory over the bound"
     [ "$after" -le $((idle + 32 * 1024)) ] || fail "mount$opt: $after KiB held with no read in flight (idle $idle)"
 done
