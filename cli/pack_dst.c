@@ -1,0 +1,191 @@
+/*
+ * pack_dst.c — the packed directory DST of `ckptfs pack`: created and locked
+ * for the run, cleaned of an interrupted run's temporaries, its manifest
+ * built from the packed files it holds, and what is left of it after a
+ * failure.
+ */
+#define _GNU_SOURCE
+#include "pack_internal.h"
+#include "util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+/* The mode of a new DST: no more open than the source (for a single file,
+ * a directory readable by whoever can read the file). */
+static mode_t dst_mode(const pack_ctx *c)
+{
+    struct stat st;
+    mode_t m = c->single_file ? c->list.v[0].st.st_mode : stat(c->src_root, &st) ? 0700 : st.st_mode;
+    if (c->single_file)
+        m = (m & 0044) | (m & 0044) >> 2;
+    return (m & 0777) | 0700;
+}
+
+/* Create DST if needed (*created = 1) and lock it for this run: a second
+ * pack into the same DST fails here instead of mixing its files in. */
+int open_dst(pack_ctx *c, int *created)
+{
+    struct stat st;
+    *created = 0;
+    if (stat(c->dst, &st)) {
+        char parent[PATH_MAX];
+        snprintf(parent, sizeof parent, "%s", c->dst);
+        *strrchr(parent, '/') = 0;
+        if (errno != ENOENT || c->src_missing || (*parent && cku_mkdirs(parent, 0755)) ||
+            (mkdir(c->dst, 0700) && errno != EEXIST)) {
+            fprintf(stderr, "ckptfs pack: %s: %s\n", c->o->dst, strerror(c->src_missing ? ENOENT : errno));
+            return -1;
+        }
+        *created = 1;
+    }
+    c->lock_fd = open(c->dst, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (c->lock_fd < 0) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", c->o->dst, errno == ENOTDIR ? "exists and is not a directory" : strerror(errno));
+        return -1;
+    }
+    if (flock(c->lock_fd, LOCK_EX | LOCK_NB)) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", c->o->dst,
+                errno == EWOULDBLOCK ? "another ckptfs pack is writing to it; wait for it to finish" : strerror(errno));
+        close(c->lock_fd);
+        c->lock_fd = -1;
+        *created = 0;
+        return -1;
+    }
+    if (*created && fchmod(c->lock_fd, dst_mode(c))) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", c->o->dst, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* After a failure: remove DST if this run created it and nothing is in it
+ * but the state, else say that what was packed is kept for a rerun. */
+void leave_dst(pack_ctx *c, int created)
+{
+    DIR *d = opendir(c->dst);
+    struct dirent *e;
+    int only_state = 1;
+    while (d && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, STATE_NAME) &&
+            strcmp(e->d_name, "." STATE_NAME ".tmp"))
+            only_state = 0;
+    if (d)
+        closedir(d);
+    if (created && only_state) {
+        char state[PATH_MAX];
+        snprintf(state, sizeof state, "%s/%s", c->dst, STATE_NAME);
+        unlink(state);
+        rmdir(c->dst);
+    } else if (!only_state) {
+        fprintf(stderr, "ckptfs pack: %s: kept what was packed so far; run the same command again to resume\n",
+                c->o->dst);
+    }
+}
+
+/* Remove temporaries left by an interrupted run. */
+void remove_temps(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (e->d_type == DT_DIR && strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            remove_temps(p);
+        else if (has_suffix(e->d_name, TMP_SUFFIX) || !strcmp(e->d_name, "." CKP_MANIFEST_NAME ".tmp"))
+            unlink(p);
+    }
+    closedir(d);
+}
+
+int scan_dst(const char *root, const char *rel, mf_build *b)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s%s%s", root, *rel ? "/" : "", rel);
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    struct dirent *e;
+    int rc = 0;
+    while (rc == 0 && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char r[PATH_MAX], full[PATH_MAX], err[512];
+        snprintf(r, sizeof r, "%s%s%s", rel, *rel ? "/" : "", e->d_name);
+        snprintf(full, sizeof full, "%s/%s", root, r);
+        struct stat st;
+        if (lstat(full, &st))
+            continue;
+        if (S_ISDIR(st.st_mode)) {
+            if (b->m.n_dirs == b->cap_dirs) {
+                b->cap_dirs = b->cap_dirs ? 2 * b->cap_dirs : 16;
+                b->m.dirs = realloc(b->m.dirs, b->cap_dirs * sizeof *b->m.dirs);
+            }
+            b->m.dirs[b->m.n_dirs].path = strdup(r);
+            b->m.dirs[b->m.n_dirs++].mode = st.st_mode & 07777;
+            rc = scan_dst(root, r, b);
+        } else if (S_ISREG(st.st_mode) && has_suffix(e->d_name, CKP_SUFFIX)) {
+            ckp_reader *rd;
+            if (ckp_open(full, &rd, err, sizeof err) != CKP_OK) {
+                fprintf(stderr, "ckptfs pack: %s\n", err);
+                rc = -1;
+                break;
+            }
+            const ckp_info *in = ckp_get_info(rd);
+            r[strlen(r) - strlen(CKP_SUFFIX)] = 0;
+            if (strcmp(in->path, r)) {
+                fprintf(stderr, "ckptfs pack: %s: records path \"%s\", expected \"%s\"\n", full, in->path, r);
+                rc = -1;
+            }
+            if (b->m.n_files == b->cap_files) {
+                b->cap_files = b->cap_files ? 2 * b->cap_files : 64;
+                b->m.files = realloc(b->m.files, b->cap_files * sizeof *b->m.files);
+            }
+            ckm_file *f = &b->m.files[b->m.n_files++];
+            f->path = strdup(r);
+            f->size = in->original_size;
+            memcpy(f->sha256, in->sha256, 32);
+            f->mode = in->mode;
+            f->mtime_ns = in->mtime_ns;
+            f->kind = in->kind;
+            b->packed += in->packed_size;
+            ckp_close(rd);
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+void mf_free(mf_build *b)
+{
+    for (size_t i = 0; i < b->m.n_files; i++)
+        free(b->m.files[i].path);
+    for (size_t i = 0; i < b->m.n_dirs; i++)
+        free(b->m.dirs[i].path);
+    free(b->m.files);
+    free(b->m.dirs);
+}
+
+int write_manifest(pack_ctx *c)
+{
+    mf_build b = {0};
+    char err[512];
+    int rc = scan_dst(c->dst, "", &b);
+    if (rc == 0 && ckm_write(c->dst, &b.m, err, sizeof err)) {
+        fprintf(stderr, "ckptfs pack: %s\n", err);
+        rc = -1;
+    }
+    char man[PATH_MAX];
+    struct stat st;
+    snprintf(man, sizeof man, "%s/%s", c->dst, CKP_MANIFEST_NAME);
+    c->packed_bytes = b.packed + (stat(man, &st) ? 0 : (uint64_t)st.st_size);
+    mf_free(&b);
+    return rc;
+}

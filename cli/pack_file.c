@@ -1,0 +1,403 @@
+/*
+ * pack_file.c — packing one source file, and the files of a run in parallel.
+ *
+ * A file is mapped, hashed (SHA-256, in its own thread) while it is encoded
+ * into a temporary packed file, then fsynced while it is read back and
+ * compared with the source chunk by chunk; only then is it renamed into
+ * place, its directory fsynced, and (with --delete-source) the source
+ * deleted if its name still holds the file that was read (pack.c's
+ * invariants).
+ */
+#define _GNU_SOURCE
+#include "hashing.h"
+#include "pack_internal.h"
+#include "source_map.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+void *sha_thread(void *arg)
+{
+    sha_job *j = arg;
+    cku_sha256 *s = cku_sha256_new();
+    for (uint64_t off = 0; s && off < j->size; off += 64u << 20)
+        cku_sha256_update(s, j->p + off, j->size - off < (64u << 20) ? j->size - off : 64u << 20);
+    if (s)
+        cku_sha256_final(s, j->sha);
+    return NULL;
+}
+
+/* Writing the packed file tmp failed with message why (errno err): name the
+ * destination; on a full disk say what is free there, what the files not yet
+ * packed need at most, and how to finish. */
+static void write_failed(pack_ctx *c, const char *tmp, const char *why, int err)
+{
+    struct statvfs sv;
+    int full = err == ENOSPC || err == EDQUOT || strstr(why, strerror(ENOSPC)) || strstr(why, strerror(EDQUOT));
+    if (!full || statvfs(c->dst, &sv)) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", tmp, why);
+        return;
+    }
+    char free_s[32], need_s[32];
+    cku_human((uint64_t)sv.f_bavail * sv.f_frsize, free_s);
+    cku_human(atomic_load(&c->left), need_s);
+    fprintf(stderr,
+            "ckptfs pack: %s: No space left on device (writing %s): %s free there; the files not yet packed\n"
+            "  need up to %s more (their size before packing).  Free some space, or move %s to a larger\n"
+            "  disk, and run the same command again to finish it.\n",
+            c->dst, tmp, free_s, need_s, c->dst);
+}
+
+/* Encode src into the writer: header extent + one extent per tensor, or one blob extent. */
+static int write_extents(pack_ctx *c, ckp_writer *w, const char *tmp, const uint8_t *p, uint64_t size,
+                         st_header *h)
+{
+    ckp_status s = CKP_OK;
+    if (!h) {
+        s = ckp_writer_add(w, CKC_ENC_ZSTD, p, size, NULL, 0);
+        cku_progress_add(c->progress, size);
+    } else {
+        s = ckp_writer_add(w, CKC_ENC_ZSTD, p, h->data_start, NULL, 0); /* JSON: zstd if it saves 3% */
+        cku_progress_add(c->progress, h->data_start);
+        for (size_t i = 0; s == CKP_OK && i < h->n_tensors; i++) {
+            const st_tensor *t = &h->tensors[i];
+            uint32_t enc = t->dtype == 7 ? c->o->encoding : CKC_ENC_ZSTD; /* 7 = BF16 */
+            s = ckp_writer_add(w, enc, p + h->data_start + t->begin, t->end - t->begin, t->name, t->dtype);
+            cku_progress_add(c->progress, t->end - t->begin);
+        }
+    }
+    if (s != CKP_OK) {
+        char why[640];
+        snprintf(why, sizeof why, "%s: %s", ckp_status_name(s), ckp_writer_error(w));
+        write_failed(c, tmp, why, 0);
+    }
+    return s == CKP_OK ? 0 : -1;
+}
+
+/* The read-back: every chunk of the packed file decoded and compared with
+ * the source, split over threads that take batches of chunks in file order. */
+typedef struct {
+    const ckp_reader *r;
+    const uint8_t *p;
+    const uint64_t *first;  /* first[e]: flat number of extent e's chunk 0; first[n_extents]: total */
+    atomic_uint_fast64_t next;
+    atomic_int bad;
+} cmp_job;
+
+#define CMP_BATCH 8
+
+static void *cmp_thread(void *arg)
+{
+    cmp_job *j = arg;
+    const ckp_info *in = ckp_get_info(j->r);
+    const uint64_t total = j->first[in->n_extents];
+    ckp_scratch *s = ckp_scratch_new();
+    uint8_t *buf = malloc(CKP_MAX_CHUNK);
+    uint32_t e = 0;
+    if (!s || !buf)
+        atomic_store(&j->bad, 1);
+    while (!atomic_load(&j->bad)) {
+        uint64_t k = atomic_fetch_add(&j->next, CMP_BATCH), end = k + CMP_BATCH < total ? k + CMP_BATCH : total;
+        if (k >= total)
+            break;
+        for (; k < end; k++) {
+            while (j->first[e + 1] <= k) /* batches come in increasing order: e only moves on */
+                e++;
+            const ckp_extent *x = ckp_get_extent(j->r, e);
+            uint64_t c = k - j->first[e], len = ckp_chunk_len(x, c), at = x->orig_offset + c * x->chunk_size;
+            if (ckp_read_chunk(j->r, e, c, buf, s) != CKP_OK || memcmp(buf, j->p + at, len)) {
+                atomic_store(&j->bad, 1);
+                break;
+            }
+        }
+    }
+    free(buf);
+    ckp_scratch_free(s);
+    return NULL;
+}
+
+/* Decode every chunk of r with `jobs` threads and compare it with the source
+ * bytes p[0..size); the recorded size and SHA-256 must be the source's too. */
+static int compare_with_source(const ckp_reader *r, const char *src_path, const uint8_t *p, uint64_t size,
+                               const uint8_t sha[32], int jobs)
+{
+    const ckp_info *in = ckp_get_info(r);
+    uint64_t *first = malloc(((size_t)in->n_extents + 1) * sizeof *first);
+    int rc = -1;
+    if (!first || in->original_size != size || memcmp(in->sha256, sha, 32))
+        goto out;
+    first[0] = 0;
+    for (uint32_t e = 0; e < in->n_extents; e++)
+        first[e + 1] = first[e] + ckp_get_extent(r, e)->n_chunks;
+    cmp_job j = {.r = r, .p = p, .first = first};
+    atomic_init(&j.next, 0);
+    atomic_init(&j.bad, 0);
+    uint64_t batches = (first[in->n_extents] + CMP_BATCH - 1) / CMP_BATCH;
+    cku_run_threads(jobs < 1 ? 1 : (uint64_t)jobs > batches ? (int)(batches ? batches : 1) : jobs, cmp_thread, &j);
+    rc = atomic_load(&j.bad) ? -1 : 0;
+out:
+    if (rc)
+        fprintf(stderr, "ckptfs pack: %s: packed copy does not read back equal to the source\n", src_path);
+    free(first);
+    return rc;
+}
+
+/* fsync in a thread, so that the read-back (from the page cache, like any
+ * read before or after the sync) overlaps the disk's work. */
+typedef struct {
+    int fd, err;
+} sync_job;
+
+static void *sync_thread(void *arg)
+{
+    sync_job *j = arg;
+    cku_fault_point();
+    j->err = fsync(j->fd) ? errno : 0;
+    return NULL;
+}
+
+/* Open the packed file just written and compare it with the source. */
+static int read_back(const char *tmp, const char *src_path, const uint8_t *p, uint64_t size,
+                     const uint8_t sha[32], int jobs)
+{
+    char err[512];
+    ckp_reader *r;
+    if (ckp_open(tmp, &r, err, sizeof err) != CKP_OK) {
+        fprintf(stderr, "ckptfs pack: read-back failed: %s\n", err);
+        return -1;
+    }
+    int rc = compare_with_source(r, src_path, p, size, sha, jobs);
+    ckp_close(r);
+    return rc;
+}
+
+/* The temporary name of a packed file: ".<base>.ckpt.tmp" beside it, or
+ * where that is over NAME_MAX, ".ckptfs-<hash of base>.ckpt.tmp". */
+void tmp_path(char *out, size_t cap, const char *dst, const char *rel)
+{
+    const char *slash = strrchr(rel, '/'), *base = slash ? slash + 1 : rel;
+    int dir_len = slash ? (int)(slash - rel) : 0;
+    char name[NAME_MAX + 1];
+    if (1 + strlen(base) + strlen(TMP_SUFFIX) <= NAME_MAX)
+        snprintf(name, sizeof name, ".%s" TMP_SUFFIX, base);
+    else
+        snprintf(name, sizeof name, ".ckptfs-%016llx" TMP_SUFFIX,
+                 (unsigned long long)ckc_hash64(base, strlen(base)));
+    snprintf(out, cap, "%s/%.*s%s%s", dst, dir_len, rel, slash ? "/" : "", name);
+}
+
+/* Delete the source file that was read (identity `read`: device, inode,
+ * size, mtime); if the name now holds another file, or this one changed,
+ * keep it and say so. */
+static int delete_source(pack_ctx *c, const char *src_path, const struct stat *read)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", src_path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = 0;
+    cku_fault_point();
+    struct stat now;
+    if (stat(src_path, &now) == 0 && !cks_same_file(&now, read)) {
+        fprintf(stderr,
+                "ckptfs pack: %s: not deleted: it was replaced or changed while it was being packed "
+                "(its packed copy holds what was read); run the same command again to pack it\n",
+                src_path);
+        return -1;
+    }
+    if (unlink(src_path) || cku_fsync_dir(slash ? dir : ".")) {
+        fprintf(stderr, "ckptfs pack: %s: cannot delete source: %s\n", src_path, strerror(errno));
+        return -1;
+    }
+    atomic_fetch_add(&c->deleted, 1);
+    atomic_fetch_add(&c->deleted_bytes, (uint64_t)read->st_size);
+    return 0;
+}
+
+/* Pack one file; on success the packed file is durable and verified. */
+static int pack_file(pack_ctx *c, const src_entry *e)
+{
+    char src_path[PATH_MAX], final[PATH_MAX], tmp[PATH_MAX];
+    join_path(src_path, sizeof src_path, c->src_root, e->rel, "");
+    join_path(final, sizeof final, c->dst, e->rel, CKP_SUFFIX);
+    tmp_path(tmp, sizeof tmp, c->dst, e->rel);
+    int tfd = -1, rc = -1;
+    cks_map sm;
+    st_header *h = NULL;
+    ckp_writer *w = NULL;
+    sha_job sj = {0};
+    pthread_t sha_th;
+    int sha_started = 0;
+    if (cks_map_open(src_path, &sm)) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", src_path, strerror(errno));
+        goto out;
+    }
+    const uint8_t *p = sm.p;
+    uint64_t size = sm.size;
+    if (!cks_same_file(&sm.st, &e->st)) {
+        fprintf(stderr, "ckptfs pack: %s: changed since the start of this run; run the same command again\n",
+                src_path);
+        goto out;
+    }
+    int is_st = has_suffix(e->rel, ".safetensors");
+    if (is_st && !(h = check_safetensors(src_path, p, size)))
+        goto out;
+    sj.p = p;
+    sj.size = size;
+    sha_started = pthread_create(&sha_th, NULL, sha_thread, &sj) == 0;
+    if (!sha_started)
+        sha_thread(&sj);
+    tfd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    cku_fault_point(); /* a kill test's step: the temporary exists, the source is being read */
+    if (tfd >= 0 && fchmod(tfd, (e->st.st_mode & 0777) | 0400)) { /* the source's mode, whatever the umask */
+        fprintf(stderr, "ckptfs pack: %s: %s\n", tmp, strerror(errno));
+        goto out;
+    }
+    ckp_writer_opts wo = {.path = e->rel, .kind = is_st ? CKP_KIND_SAFETENSORS : CKP_KIND_BLOB,
+                          .mode = e->st.st_mode & 07777, .mtime_ns = mtime_ns(&e->st), .jobs = c->jobs_each};
+    if (tfd < 0 || ckp_writer_new(tfd, &wo, &w) != CKP_OK) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", tmp, tfd < 0 ? strerror(errno) : "cannot start writer");
+        goto out;
+    }
+    if (write_extents(c, w, tmp, p, size, h))
+        goto out;
+    if (sha_started)
+        pthread_join(sha_th, NULL);
+    sha_started = 0;
+    if (ckp_writer_finish(w, sj.sha) != CKP_OK) {
+        int err = errno;
+        write_failed(c, tmp, *ckp_writer_error(w) ? ckp_writer_error(w) : strerror(err), err);
+        goto out;
+    }
+    /* fsync and read back at once; the rename waits for both */
+    sync_job sy = {.fd = tfd};
+    pthread_t sync_th;
+    int sync_started = pthread_create(&sync_th, NULL, sync_thread, &sy) == 0;
+    if (!sync_started)
+        sync_thread(&sy);
+    struct stat now;
+    int changed = fstat(sm.fd, &now) || !cks_same_file(&now, &e->st) || cks_map_truncated(&sm);
+    int bad = changed || read_back(tmp, src_path, p, size, sj.sha, c->jobs_each);
+    if (sync_started)
+        pthread_join(sync_th, NULL);
+    if (changed)
+        fprintf(stderr, "ckptfs pack: %s: source changed while it was being packed\n", src_path);
+    if (sy.err)
+        write_failed(c, tmp, strerror(sy.err), sy.err);
+    if (bad || sy.err)
+        goto out;
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", final);
+    *strrchr(dir, '/') = 0;
+    cku_fault_point();
+    if (rename(tmp, final) || cku_fsync_dir(dir)) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", final, strerror(errno));
+        goto out;
+    }
+    rc = 0;
+    if (c->o->delete_source)
+        rc = delete_source(c, src_path, &e->st);
+out:
+    if (sha_started)
+        pthread_join(sha_th, NULL);
+    if (rc && tfd >= 0)
+        unlink(tmp);
+    if (tfd >= 0)
+        close(tfd);
+    ckp_writer_free(w);
+    st_free(h);
+    cks_map_close(&sm);
+    return rc;
+}
+
+/* Is the packed file for e already complete and made from this source? */
+static int already_packed(pack_ctx *c, const src_entry *e)
+{
+    char final[PATH_MAX], err[512];
+    join_path(final, sizeof final, c->dst, e->rel, CKP_SUFFIX);
+    ckp_reader *r;
+    if (access(final, F_OK) || ckp_open(final, &r, err, sizeof err) != CKP_OK)
+        return 0;
+    const ckp_info *in = ckp_get_info(r);
+    int same = in->original_size == (uint64_t)e->st.st_size && in->mtime_ns == mtime_ns(&e->st) &&
+               !strcmp(in->path, e->rel);
+    if (!same || !c->o->delete_source) {
+        ckp_close(r);
+        return same;
+    }
+    /* About to delete: the source must hash to what the packed copy records,
+     * and the packed copy must read back equal to it now (it may have been
+     * damaged since the run that wrote it; then it is packed again). */
+    int equal = 0;
+    cks_map sm;
+    sha_job sj = {0};
+    char src_path[PATH_MAX];
+    join_path(src_path, sizeof src_path, c->src_root, e->rel, "");
+    if (cks_map_open(src_path, &sm) == 0 && cks_same_file(&sm.st, &e->st)) {
+        sj.p = sm.p;
+        sj.size = sm.size;
+        sha_thread(&sj);
+        equal = compare_with_source(r, src_path, sm.p, sm.size, sj.sha, c->jobs_each) == 0 &&
+                !cks_map_truncated(&sm);
+    }
+    cks_map_close(&sm);
+    ckp_close(r);
+    return equal && delete_source(c, src_path, &e->st) == 0 ? 2 : 0;
+}
+
+/* ---- files in parallel ---------------------------------------------------- */
+
+/* SHA-256 of a file is one sequential stream (~1.3-2 GB/s a core), so with
+ * many cores one file at a time would leave most of them idle: up to
+ * CKPT_MAX_FILES_AT_ONCE files are packed at once, each with jobs / files
+ * encoder threads. */
+
+typedef struct {
+    pack_ctx *c;
+    atomic_size_t next;    /* next entry of c->list to look at */
+    atomic_int failed;     /* a file failed: take no new ones */
+} file_pool;
+
+static void *file_worker(void *arg)
+{
+    file_pool *fp = arg;
+    pack_ctx *c = fp->c;
+    for (;;) {
+        size_t i = atomic_fetch_add(&fp->next, 1);
+        if (i >= c->list.n || atomic_load(&fp->failed))
+            break;
+        const src_entry *e = &c->list.v[i];
+        if (e->is_dir)
+            continue;
+        if (already_packed(c, e)) {
+            cku_progress_skip(c->progress, (uint64_t)e->st.st_size);
+            atomic_fetch_add(&c->kept, 1);
+        }
+        else if (pack_file(c, e))
+            atomic_store(&fp->failed, 1);
+        if (!atomic_load(&fp->failed))
+            atomic_fetch_sub(&c->left, (uint64_t)e->st.st_size);
+    }
+    return NULL;
+}
+
+int pack_files(pack_ctx *c, size_t n_files)
+{
+    int jobs = c->o->jobs < 1 ? 1 : c->o->jobs;
+    int at_once = (jobs + 1) / 2;  /* at least two threads per file where there are cores for it */
+    if (at_once > CKPT_MAX_FILES_AT_ONCE)
+        at_once = CKPT_MAX_FILES_AT_ONCE;
+    if ((size_t)at_once > n_files)
+        at_once = n_files ? (int)n_files : 1;
+    c->jobs_each = jobs / at_once > 0 ? jobs / at_once : 1;
+    file_pool fp = {.c = c};
+    atomic_init(&fp.next, 0);
+    atomic_init(&fp.failed, 0);
+    cku_run_threads(at_once, file_worker, &fp);
+    return atomic_load(&fp.failed) ? -1 : 0;
+}

@@ -1,0 +1,109 @@
+/*
+ * pack_internal.h — what the files of `ckptfs pack` share (pack.c describes
+ * the command and its invariants).  Not installed; nothing outside cli/pack*.c
+ * includes it.
+ */
+#ifndef CKPTFS_PACK_INTERNAL_H
+#define CKPTFS_PACK_INTERNAL_H
+
+#include "commands.h"
+#include "container.h"
+#include "manifest.h"
+#include "progress.h"
+#include "safetensors.h"
+
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define STATE_NAME CKP_STATE_NAME
+#define TMP_SUFFIX ".ckpt.tmp"
+
+typedef struct {
+    char *rel;        /* relative path */
+    int is_dir;
+    struct stat st;   /* of the file (symlinks followed) */
+} src_entry;
+
+typedef struct {
+    src_entry *v;
+    size_t n, cap;
+} src_list;
+
+typedef struct {
+    const ckpt_pack_opts *o;
+    char src_root[PATH_MAX];  /* directory holding the files */
+    int single_file;          /* SRC was one file */
+    char dst[PATH_MAX];       /* resolved: absolute, no symbolic links */
+    int src_missing;          /* SRC is gone (a rerun after a finished single-file --delete-source) */
+    int lock_fd;              /* DST opened and flock'ed for the run, or -1 */
+    src_list list;
+    cku_progress *progress;
+    int jobs_each;            /* encoder / read-back threads per file in flight */
+    atomic_uint_fast64_t left; /* source bytes of the files not yet packed */
+    /* for the summary: files kept from an earlier run, sources deleted */
+    atomic_uint_fast64_t kept, deleted, deleted_bytes;
+    uint64_t packed_bytes;     /* of the finished pack, manifest included */
+} pack_ctx;
+
+/* SHA-256 of p[0..size), computed by sha_thread (in a thread or called). */
+typedef struct {
+    const uint8_t *p;
+    uint64_t size;
+    uint8_t sha[32];
+} sha_job;
+
+/* A manifest being built by scan_dst from the packed files DST holds. */
+typedef struct {
+    ckm_manifest m;
+    size_t cap_files, cap_dirs;
+    uint64_t packed;     /* bytes of the packed files */
+} mf_build;
+
+static inline int has_suffix(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+static inline int64_t mtime_ns(const struct stat *st)
+{
+    return (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
+}
+
+static inline void join_path(char *out, size_t cap, const char *a, const char *b, const char *suffix)
+{
+    snprintf(out, cap, "%s/%s%s", a, b, suffix);
+}
+
+/* pack_source.c */
+void list_free(src_list *l);
+int cmp_entry(const void *a, const void *b);
+st_header *check_safetensors(const char *path, const uint8_t *p, uint64_t size);
+int validate_all(pack_ctx *c, uint64_t *total);
+int resolve_path(const char *path, char *out);
+int setup_source(pack_ctx *c, char *src_real);
+int overlap(const char *src_real, const char *dst_real, int single_file);
+int check_names(const pack_ctx *c);
+
+/* pack_file.c */
+void *sha_thread(void *arg);
+void tmp_path(char *out, size_t cap, const char *dst, const char *rel);
+int pack_files(pack_ctx *c, size_t n_files);
+
+/* pack_state.c */
+int prepare_dst(pack_ctx *c, const char *src_real);
+
+/* pack_dst.c */
+int open_dst(pack_ctx *c, int *created);
+void leave_dst(pack_ctx *c, int created);
+void remove_temps(const char *dir);
+int scan_dst(const char *root, const char *rel, mf_build *b);
+void mf_free(mf_build *b);
+int write_manifest(pack_ctx *c);
+
+#endif

@@ -1,0 +1,264 @@
+/*
+ * pack_source.c — what `ckptfs pack` reads before it writes anything: SRC
+ * and DST resolved, SRC walked into the sorted list of its entries, and every
+ * name and every safetensors header checked (pack.c's invariants: nothing is
+ * written or deleted before all of them pass).
+ */
+#define _GNU_SOURCE
+#include "pack_internal.h"
+#include "source_map.h"
+#include "util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static int list_add(src_list *l, const char *rel, int is_dir, const struct stat *st)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        src_entry *v = realloc(l->v, cap * sizeof *v);
+        if (!v)
+            return -1;
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n].rel = strdup(rel);
+    l->v[l->n].is_dir = is_dir;
+    l->v[l->n].st = *st;
+    return l->v[l->n++].rel ? 0 : -1;
+}
+
+void list_free(src_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i].rel);
+    free(l->v);
+}
+
+int cmp_entry(const void *a, const void *b)
+{
+    return strcmp(((const src_entry *)a)->rel, ((const src_entry *)b)->rel);
+}
+
+/* Walk root/rel recursively.  File symlinks are followed (their content is
+ * packed); directory symlinks are refused, so the walk cannot loop. */
+static int walk(pack_ctx *c, const char *rel)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s%s%s", c->src_root, *rel ? "/" : "", rel);
+    DIR *d = opendir(dir);
+    if (!d) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if (!cku_utf8_ok(e->d_name)) { /* the manifest is JSON and the spec's names are UTF-8 */
+            fprintf(stderr, "ckptfs pack: %s/%s: name is not valid UTF-8; rename it to pack it\n", dir, e->d_name);
+            rc = -1;
+            break;
+        }
+        char r[PATH_MAX], full[PATH_MAX];
+        if (strlen(c->src_root) + strlen(rel) + strlen(e->d_name) + 64 > PATH_MAX) {
+            fprintf(stderr, "ckptfs pack: %s/%s: path too long\n", dir, e->d_name);
+            rc = -1;
+            break;
+        }
+        snprintf(r, sizeof r, "%s%s%s", rel, *rel ? "/" : "", e->d_name);
+        snprintf(full, sizeof full, "%s/%s", c->src_root, r);
+        struct stat st, lst;
+        if (lstat(full, &lst) || stat(full, &st)) {
+            fprintf(stderr, "ckptfs pack: %s: %s\n", full, strerror(errno));
+            rc = -1;
+        } else if (S_ISDIR(st.st_mode) && S_ISLNK(lst.st_mode)) {
+            fprintf(stderr, "ckptfs pack: %s: symbolic link to a directory is not supported\n", full);
+            rc = -1;
+        } else if (S_ISDIR(st.st_mode)) {
+            if (!*rel && (!strcmp(e->d_name, CKP_MANIFEST_NAME) || !strcmp(e->d_name, STATE_NAME))) {
+                fprintf(stderr, "ckptfs pack: %s: this name is reserved for ckptfs\n", full);
+                rc = -1;
+            } else {
+                rc = list_add(&c->list, r, 1, &st) ? -1 : walk(c, r);
+            }
+        } else if (S_ISREG(st.st_mode)) {
+            rc = list_add(&c->list, r, 0, &st);
+        } else {
+            fprintf(stderr, "ckptfs pack: %s: not a regular file or directory\n", full);
+            rc = -1;
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+/* Validate a safetensors file's header; @return parsed header or NULL. */
+st_header *check_safetensors(const char *path, const uint8_t *p, uint64_t size)
+{
+    char err[512];
+    st_header *h = NULL;
+    if (st_parse(p, p ? size : 0, size, &h, err, sizeof err)) {
+        fprintf(stderr, "ckptfs pack: %s: invalid safetensors file: %s\n", path, err);
+        return NULL;
+    }
+    return h;
+}
+
+int validate_all(pack_ctx *c, uint64_t *total)
+{
+    *total = 0;
+    for (size_t i = 0; i < c->list.n; i++) {
+        const src_entry *e = &c->list.v[i];
+        if (e->is_dir)
+            continue;
+        *total += (uint64_t)e->st.st_size;
+        if (!has_suffix(e->rel, ".safetensors"))
+            continue;
+        char path[PATH_MAX];
+        join_path(path, sizeof path, c->src_root, e->rel, "");
+        cks_map sm;
+        if (cks_map_open(path, &sm)) {
+            fprintf(stderr, "ckptfs pack: %s: %s\n", path, strerror(errno));
+            return -1;
+        }
+        st_header *h = check_safetensors(path, sm.p, sm.size);
+        cks_map_close(&sm);
+        if (!h)
+            return -1;
+        st_free(h);
+    }
+    return 0;
+}
+
+/* The absolute, symlink-free form of path, which may not exist: components
+ * resolved while they exist, the missing rest appended with "." and ".."
+ * applied lexically (as mkdir -p would apply them).  @return 0, or -1 with
+ * errno. */
+int resolve_path(const char *path, char *out)
+{
+    char abs[PATH_MAX], cwd[PATH_MAX], next[PATH_MAX], *save = NULL;
+    if (*path == '/')
+        snprintf(abs, sizeof abs, "%s", path);
+    else if (getcwd(cwd, sizeof cwd))
+        snprintf(abs, sizeof abs, "%s/%s", cwd, path);
+    else
+        return -1;
+    strcpy(out, "/");
+    int missing = 0; /* components at the end of out that do not exist */
+    for (char *comp = strtok_r(abs, "/", &save); comp; comp = strtok_r(NULL, "/", &save)) {
+        if (!strcmp(comp, "."))
+            continue;
+        if (!strcmp(comp, "..")) { /* out is resolved: its lexical parent is its real one */
+            char *slash = strrchr(out, '/');
+            slash[slash == out] = 0;
+            missing -= missing > 0;
+            continue;
+        }
+        if (strlen(out) + strlen(comp) + 2 > sizeof next) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        snprintf(next, sizeof next, "%s%s%s", out, out[1] ? "/" : "", comp);
+        char real[PATH_MAX];
+        if (!missing && realpath(next, real)) {
+            strcpy(out, real);
+            continue;
+        }
+        if (!missing && errno != ENOENT)
+            return -1;
+        missing++;
+        strcpy(out, next);
+    }
+    return 0;
+}
+
+int setup_source(pack_ctx *c, char *src_real)
+{
+    const ckpt_pack_opts *o = c->o;
+    struct stat st;
+    if (resolve_path(o->src, src_real) || stat(src_real, &st)) {
+        if (errno != ENOENT || !*src_real) {
+            fprintf(stderr, "ckptfs pack: %s: %s\n", o->src, strerror(errno));
+            return -1;
+        }
+        c->src_missing = 1; /* acceptable only if DST's state says it packed all of it: see prepare_dst */
+        snprintf(c->src_root, sizeof c->src_root, "%s", src_real);
+        return 0;
+    }
+    if (S_ISREG(st.st_mode)) {
+        c->single_file = 1;
+        snprintf(c->src_root, sizeof c->src_root, "%s", src_real);
+        char *slash = strrchr(c->src_root, '/');
+        *slash = 0;
+        if (!*c->src_root)
+            strcpy(c->src_root, "/");
+        return list_add(&c->list, slash + 1, 0, &st);
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "ckptfs pack: %s: not a directory or a regular file\n", o->src);
+        return -1;
+    }
+    snprintf(c->src_root, sizeof c->src_root, "%s", src_real);
+    return walk(c, "");
+}
+
+/* 1 if DST is SRC or inside it (unless SRC is one file), or SRC is inside DST. */
+int overlap(const char *src_real, const char *dst_real, int single_file)
+{
+    size_t ls = strlen(src_real), ld = strlen(dst_real);
+    int dst_in_src = !strncmp(dst_real, src_real, ls) && (dst_real[ls] == '/' || !dst_real[ls] || ls == 1);
+    int src_in_dst = !strncmp(src_real, dst_real, ld) && (src_real[ld] == '/' || !src_real[ld] || ld == 1);
+    return (!single_file && dst_in_src) || src_in_dst;
+}
+
+/* Names DST keeps for itself at its top. */
+static int reserved_name(const char *rel)
+{
+    static const char *const names[] = {CKP_MANIFEST_NAME, "." CKP_MANIFEST_NAME ".tmp", STATE_NAME,
+                                        "." STATE_NAME ".tmp"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (!strcmp(rel, names[i]))
+            return 1;
+    return 0;
+}
+
+/* 1 if the list holds a directory named rel. */
+static int list_has_dir(const pack_ctx *c, const char *rel)
+{
+    src_entry key = {.rel = (char *)rel};
+    const src_entry *e = c->list.n ? bsearch(&key, c->list.v, c->list.n, sizeof key, cmp_entry) : NULL;
+    return e && e->is_dir;
+}
+
+/* Every name checked before anything is written or deleted: each must be
+ * storable (a valid relative path within the format's limits, a packed name
+ * within NAME_MAX), not reserved, and not collide in DST with another
+ * entry's packed or temporary name.  @return 0, or -1 after naming it. */
+int check_names(const pack_ctx *c)
+{
+    for (size_t i = 0; i < c->list.n; i++) {
+        const src_entry *e = &c->list.v[i];
+        const char *base = strrchr(e->rel, '/') ? strrchr(e->rel, '/') + 1 : e->rel;
+        char packed[PATH_MAX], tmp[PATH_MAX];
+        snprintf(packed, sizeof packed, "%s%s", e->rel, CKP_SUFFIX);
+        tmp_path(tmp, sizeof tmp, "", e->rel);
+        const char *why = NULL;
+        if (!ckp_path_ok(e->rel) || strlen(e->rel) > CKP_MAX_PATH)
+            why = "this path cannot be stored in a pack";
+        else if (!e->is_dir && strlen(base) + strlen(CKP_SUFFIX) > NAME_MAX)
+            why = "name too long: the packed file's name (with " CKP_SUFFIX ") would be over 255 bytes";
+        else if (base == e->rel && reserved_name(e->rel))
+            why = "this name is reserved for ckptfs";
+        else if (!e->is_dir && (list_has_dir(c, packed) || list_has_dir(c, tmp + 1)))
+            why = "its packed name is also the name of a directory in the source";
+        if (why) {
+            fprintf(stderr, "ckptfs pack: %s/%s: %s; nothing was packed\n", c->src_root, e->rel, why);
+            return -1;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,303 @@
+/*
+ * pack_state.c — DST/ckptfs.state, which lets a rerun of `ckptfs pack`
+ * resume, and the checks that decide whether DST may be resumed, refused, or
+ * (with --force) cleared without losing the only copy of a file.
+ */
+#define _GNU_SOURCE
+#include "pack_internal.h"
+#include "source_map.h"
+#include "util.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* ---- DST state ----------------------------------------------------------- */
+
+/* DST/ckptfs.state says what DST is being made from, so that rerunning the
+ * command resumes, from wherever the source now is:
+ *   "source"   SRC's absolute path when the last run started;
+ *   "format"   k15 or bytesplit;
+ *   "deletes"  true once a --delete-source run started: DST may then hold
+ *              the only copy of a file, and --force must not drop it;
+ *   "files"    the files DST is to hold, sorted by path: {"path", "size",
+ *              "mtime_ns" (a string)}: the source's, and those whose source
+ *              is gone but whose packed file DST holds.
+ * A rerun resumes if SRC is the recorded path, or (a moved source) if SRC's
+ * files are all recorded with the same size and mtime and every recorded
+ * file missing from SRC is held by DST. */
+
+static const char *enc_name(uint32_t enc) { return enc == CKC_ENC_K15 ? "k15" : "bytesplit"; }
+
+static cJSON *read_state(pack_ctx *c)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", c->dst, STATE_NAME);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    char *buf = NULL;
+    cJSON *o = NULL;
+    if (fd >= 0 && !fstat(fd, &st) && S_ISREG(st.st_mode) && st.st_size < (256 << 20) &&
+        (buf = malloc((size_t)st.st_size + 1)) && !cku_pread_full(fd, buf, (size_t)st.st_size, 0)) {
+        buf[st.st_size] = 0;
+        o = cJSON_Parse(buf);
+    }
+    free(buf);
+    if (fd >= 0)
+        close(fd);
+    return o;
+}
+
+static int held_by_dst(pack_ctx *c, const char *rel)
+{
+    char p[PATH_MAX];
+    join_path(p, sizeof p, c->dst, rel, CKP_SUFFIX);
+    return access(p, F_OK) == 0;
+}
+
+static cJSON *file_item(const char *rel, uint64_t size, int64_t mtime)
+{
+    char t[32];
+    snprintf(t, sizeof t, "%lld", (long long)mtime);
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(f, "path", rel);
+    cJSON_AddNumberToObject(f, "size", (double)size);
+    cJSON_AddStringToObject(f, "mtime_ns", t);
+    return f;
+}
+
+/* Walk the recorded files (rec: the state's "files", sorted; may be NULL)
+ * and SRC's together.  @return 1 if every source file is recorded with the
+ * same size and mtime and every recorded file missing from SRC is held by
+ * DST, else 0 with the first difference in why.  With out, append to it the
+ * files DST is to hold now (see above), in order. */
+static int walk_recorded(pack_ctx *c, const cJSON *rec, cJSON *out, char *why, size_t cap)
+{
+    const cJSON *r = rec ? rec->child : NULL;
+    size_t i = 0;
+    int same = rec != NULL;
+    if (!rec)
+        snprintf(why, cap, "its state lists no files");
+    while (r || i < c->list.n) {
+        const src_entry *e = i < c->list.n ? &c->list.v[i] : NULL;
+        if (e && e->is_dir) {
+            i++;
+            continue;
+        }
+        const cJSON *rp = cJSON_GetObjectItemCaseSensitive(r, "path");
+        const char *rrel = cJSON_IsString(rp) ? rp->valuestring : NULL;
+        int d = !r ? 1 : !e ? -1 : !rrel ? -1 : strcmp(rrel, e->rel);
+        if (d < 0) { /* recorded, gone from SRC */
+            int held = rrel && held_by_dst(c, rrel);
+            if (!held && same)
+                snprintf(why, cap, "%s is neither in the source nor packed", rrel ? rrel : "an entry");
+            same &= held;
+            if (held && out)
+                cJSON_AddItemToArray(out, cJSON_Duplicate(r, 1));
+            r = r->next;
+            continue;
+        }
+        if (d > 0 && same)
+            snprintf(why, cap, "%s is not one of its files", e->rel);
+        if (d == 0) {
+            const cJSON *sz = cJSON_GetObjectItemCaseSensitive(r, "size");
+            const cJSON *mt = cJSON_GetObjectItemCaseSensitive(r, "mtime_ns");
+            int eq = cJSON_IsNumber(sz) && sz->valuedouble == (double)e->st.st_size && cJSON_IsString(mt) &&
+                     strtoll(mt->valuestring, NULL, 10) == mtime_ns(&e->st);
+            if (!eq && same)
+                snprintf(why, cap, "%s differs in size or time from the file it holds", e->rel);
+            same &= eq;
+            r = r->next;
+        }
+        if (d > 0)
+            same = 0;
+        if (out)
+            cJSON_AddItemToArray(out, file_item(e->rel, (uint64_t)e->st.st_size, mtime_ns(&e->st)));
+        i++;
+    }
+    return same;
+}
+
+/* Write DST/ckptfs.state for this run; old: the state found (or NULL). */
+static int write_state(pack_ctx *c, const char *src_real, const cJSON *old)
+{
+    char path[PATH_MAX], tmp[PATH_MAX], why[64];
+    snprintf(path, sizeof path, "%s/%s", c->dst, STATE_NAME);
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", c->dst, STATE_NAME);
+    cJSON *o = cJSON_CreateObject(), *files = cJSON_CreateArray();
+    cJSON_AddStringToObject(o, "source", src_real);
+    cJSON_AddStringToObject(o, "format", enc_name(c->o->encoding));
+    cJSON_AddBoolToObject(o, "deletes",
+                          c->o->delete_source || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(old, "deletes")));
+    walk_recorded(c, cJSON_GetObjectItemCaseSensitive(old, "files"), files, why, sizeof why);
+    cJSON_AddItemToObject(o, "files", files);
+    char *txt = cJSON_Print(o);
+    cJSON_Delete(o);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600), rc = -1;
+    if (txt && fd >= 0 && !cku_pwrite_full(fd, txt, strlen(txt), 0) && (cku_fault_point(), !fsync(fd)) &&
+        (cku_fault_point(), !rename(tmp, path)) && !cku_fsync_dir(c->dst))
+        rc = 0;
+    if (rc)
+        fprintf(stderr, "ckptfs pack: %s: %s\n", path, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    free(txt);
+    return rc;
+}
+
+/* 1 if the state st says DST is a pack of this source in this format (see
+ * above), else 0 with why. */
+static int state_matches(pack_ctx *c, const cJSON *st, const char *src_real, char *why, size_t cap)
+{
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(st, "source");
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(st, "format");
+    snprintf(why, cap, "it holds a pack of %s (%s)", cJSON_IsString(s) ? s->valuestring : "?",
+             cJSON_IsString(f) ? f->valuestring : "?");
+    if (!cJSON_IsString(f) || strcmp(f->valuestring, enc_name(c->o->encoding)))
+        return 0;
+    if (cJSON_IsString(s) && !strcmp(s->valuestring, src_real) && !c->src_missing)
+        return 1;
+    size_t n = strlen(why);
+    snprintf(why + n, cap - n, " and ");
+    return walk_recorded(c, cJSON_GetObjectItemCaseSensitive(st, "files"), NULL, why + n + 5, cap - n - 5);
+}
+
+/* Remove what a packed directory holds (for --force): .ckpt files, the
+ * manifest, the state, temporaries, and directories left empty. */
+static int clear_dst(const char *dir, int top)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    struct dirent *e;
+    int rc = 0;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(p, &st))
+            continue;
+        if (S_ISDIR(st.st_mode)) {
+            if (clear_dst(p, 0) == 0)
+                rmdir(p);
+        } else if (has_suffix(e->d_name, CKP_SUFFIX) || has_suffix(e->d_name, TMP_SUFFIX) ||
+                   (top && (!strcmp(e->d_name, CKP_MANIFEST_NAME) || !strcmp(e->d_name, STATE_NAME)))) {
+            if (unlink(p))
+                rc = -1;
+        } else {
+            rc = -1;
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+/* Empty, or holding only the temporary of a first write_state that was
+ * interrupted (a kill right after DST was created must not block the rerun). */
+static int dir_is_empty(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    struct dirent *e;
+    int empty = 1;
+    while (empty && (e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, "." STATE_NAME ".tmp"))
+            empty = 0;
+    closedir(d);
+    return empty;
+}
+
+/* For --force over the pack described by state st: 0 if clearing DST loses
+ * no file, -1 after saying which one it would lose.  DST can hold the only
+ * copy of a file once a --delete-source run started on it (or when it has no
+ * state to say otherwise); each packed file must then have its original in
+ * SRC: the same path, size and SHA-256. */
+static int force_loses_nothing(pack_ctx *c, const cJSON *st)
+{
+    const cJSON *del = cJSON_GetObjectItemCaseSensitive(st, "deletes");
+    if (cJSON_IsFalse(del))
+        return 0;
+    mf_build b = {0};
+    int rc = scan_dst(c->dst, "", &b);
+    for (size_t i = 0; rc == 0 && i < b.m.n_files; i++) {
+        const ckm_file *f = &b.m.files[i];
+        src_entry key = {.rel = f->path};
+        const src_entry *e = c->list.n ? bsearch(&key, c->list.v, c->list.n, sizeof key, cmp_entry) : NULL;
+        char src_path[PATH_MAX];
+        join_path(src_path, sizeof src_path, c->src_root, f->path, "");
+        cks_map sm;
+        sha_job sj = {0};
+        if (e && !e->is_dir && (uint64_t)e->st.st_size == f->size && cks_map_open(src_path, &sm) == 0) {
+            sj.p = sm.p;
+            sj.size = sm.size;
+            sha_thread(&sj);
+            if (cks_map_truncated(&sm))
+                sj.sha[0] ^= 1;
+            cks_map_close(&sm);
+        }
+        if (!e || memcmp(sj.sha, f->sha256, 32) || sj.size != f->size) {
+            fprintf(stderr,
+                    "ckptfs pack: %s: --force refused: %s/%s%s may hold the only copy of %s (a --delete-source "
+                    "run deleted sources); unpack it first or remove it yourself\n",
+                    c->dst, c->dst, f->path, CKP_SUFFIX, f->path);
+            rc = -1;
+        }
+    }
+    if (rc && !b.m.n_files)
+        fprintf(stderr, "ckptfs pack: %s: --force refused: cannot read what it holds\n", c->dst);
+    mf_free(&b);
+    return rc;
+}
+
+/* Make DST (created and locked by open_dst) ready: new, resumable, or
+ * (with --force) cleared. */
+int prepare_dst(pack_ctx *c, const char *src_real)
+{
+    if (dir_is_empty(c->dst) && !c->src_missing)
+        return write_state(c, src_real, NULL);
+    cJSON *st = read_state(c);
+    char why[PATH_MAX + 256];
+    int m = st ? state_matches(c, st, src_real, why, sizeof why) : -1, rc = -1;
+    if (m == 1) { /* resume, recording where the source is now */
+        rc = write_state(c, src_real, st);
+        goto out;
+    }
+    if (c->src_missing) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", c->o->src, strerror(ENOENT));
+        goto out;
+    }
+    char man[PATH_MAX];
+    snprintf(man, sizeof man, "%s/%s", c->dst, CKP_MANIFEST_NAME);
+    int is_pack = m == 0 || access(man, F_OK) == 0;
+    if (!is_pack) { /* --force or not: never clear what ckptfs did not write */
+        fprintf(stderr,
+                "ckptfs pack: %s: exists, is not empty and is not a packed directory; pack into a new or empty\n"
+                "  directory (--force only replaces an earlier pack)\n",
+                c->dst);
+        goto out;
+    }
+    if (!c->o->force) {
+        fprintf(stderr, "ckptfs pack: %s: already exists and %s; use --force to replace it\n", c->dst,
+                m == 0 ? why : "holds a finished pack");
+        goto out;
+    }
+    if (force_loses_nothing(c, st))
+        goto out;
+    if (clear_dst(c->dst, 1)) {
+        fprintf(stderr,
+                "ckptfs pack: %s: refusing to overwrite: it holds files that ckptfs did not write (kept; the\n"
+                "  packed files of the earlier pack were removed); move them away, or pack into a new directory\n",
+                c->dst);
+        goto out;
+    }
+    rc = write_state(c, src_real, NULL);
+out:
+    cJSON_Delete(st);
+    return rc;
+}
