@@ -190,6 +190,9 @@ ckp_status ckp_pread(const ckp_reader *r, void *buf, size_t len, uint64_t off, s
  * absolute, no empty, "." or ".." component, no trailing slash (NUL cannot
  * occur in a C string). */
 int ckp_path_ok(const char *rel);
+/* NULL if rel is a safe relative path, else what is wrong with it ("is
+ * absolute", "has a \"..\" component", ...). */
+const char *ckp_path_problem(const char *rel);
 
 /* ---- writer ------------------------------------------------------------- */
 

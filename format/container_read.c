@@ -731,21 +731,25 @@ ckp_status ckp_pread(const ckp_reader *r, void *buf, size_t len, uint64_t off, s
     return *got == len ? CKP_OK : st;
 }
 
-int ckp_path_ok(const char *rel)
+const char *ckp_path_problem(const char *rel)
 {
-    if (!rel || !*rel || *rel == '/' || !cku_utf8_ok(rel))
-        return 0;
-    const char *p = rel;
-    while (*p) {
+    if (!rel || !*rel)
+        return "is empty";
+    if (*rel == '/')
+        return "is absolute";
+    if (!cku_utf8_ok(rel))
+        return "is not UTF-8";
+    for (const char *p = rel;;) {
         const char *q = strchr(p, '/');
         size_t n = q ? (size_t)(q - p) : strlen(p);
-        if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
-            return 0;
+        if (n == 0)
+            return q ? "has an empty component" : "ends with '/'";
+        if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+            return n == 1 ? "has a \".\" component" : "has a \"..\" component";
         if (!q)
-            break;
+            return NULL;
         p = q + 1;
-        if (!*p)
-            return 0; /* trailing slash */
     }
-    return 1;
 }
+
+int ckp_path_ok(const char *rel) { return ckp_path_problem(rel) == NULL; }

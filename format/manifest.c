@@ -37,41 +37,107 @@ void ckm_free(ckm_manifest *m)
     free(m);
 }
 
-static int get_int(const cJSON *o, const char *k, int64_t lo, int64_t hi, int64_t *v)
+/* The getters below read one field of a manifest entry: @return NULL, or
+ * what is wrong with it, for a message that names the field. */
+static const char *get_int(const cJSON *o, const char *k, int64_t hi, const char *range, int64_t *v)
 {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!cJSON_IsNumber(j) || j->valuedouble < (double)lo || j->valuedouble > (double)hi ||
+    if (!j)
+        return "is missing";
+    if (!cJSON_IsNumber(j) || j->valuedouble < 0 || j->valuedouble > (double)hi ||
         j->valuedouble != (double)(int64_t)j->valuedouble)
-        return -1;
+        return range;
     *v = (int64_t)j->valuedouble;
-    return 0;
+    return NULL;
 }
 
 /* mtime_ns is a decimal string: nanosecond times exceed JSON's exact integers. */
-static int get_mtime(const cJSON *o, int64_t *v)
+static const char *get_mtime(const cJSON *o, int64_t *v)
 {
+    static const char grammar[] = "is not a string of an optional '-' and 1 to 19 digits within int64";
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, "mtime_ns");
+    if (!j)
+        return "is missing";
     if (!cJSON_IsString(j))
-        return -1;
+        return grammar;
     /* format §7: an optional '-' then 1-19 digits (strtoll alone would take
      * leading spaces and '+') */
     const char *d = j->valuestring + (j->valuestring[0] == '-');
     size_t nd = strspn(d, "0123456789");
     if (nd == 0 || nd > 19 || d[nd])
-        return -1;
+        return grammar;
     char *end;
     errno = 0;
     long long t = strtoll(j->valuestring, &end, 10);
     if (*end || errno)
-        return -1;
+        return grammar;
     *v = t;
-    return 0;
+    return NULL;
 }
 
-static const char *get_path(const cJSON *o)
+static const char *get_path(const cJSON *o, const char **p)
 {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, "path");
-    return cJSON_IsString(j) && ckm_path_ok(j->valuestring) ? j->valuestring : NULL;
+    if (!j)
+        return "is missing";
+    if (!cJSON_IsString(j))
+        return "is not a string";
+    *p = j->valuestring;
+    return ckp_path_problem(j->valuestring);
+}
+
+static const char *get_string(const cJSON *o, const char *k, const char **s)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
+    *s = cJSON_IsString(j) ? j->valuestring : NULL;
+    return !j ? "is missing" : !*s ? "is not a string" : NULL;
+}
+
+/* Report field k of entry idx of the array kind ("file", "directory") as
+ * invalid for reason why, naming the entry's path if it has a valid one. */
+static int bad_entry(char *err, size_t cap, const char *name, const char *kind, size_t idx, const cJSON *e,
+                     const char *k, const char *why)
+{
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(e, "path");
+    char esc[CKU_ESC_NAME];
+    if (cJSON_IsString(p))
+        cku_escape(p->valuestring, esc, sizeof esc);
+    if (!strcmp(k, "path") && cJSON_IsString(p))
+        return merr(err, cap, "%s: %s entry %zu: \"path\" \"%s\" %s", name, kind, idx, esc, why);
+    if (cJSON_IsString(p) && ckp_path_ok(p->valuestring))
+        return merr(err, cap, "%s: %s entry %zu (\"%s\"): \"%s\" %s", name, kind, idx, esc, k, why);
+    if (!*k)
+        return merr(err, cap, "%s: %s entry %zu %s", name, kind, idx, why);
+    return merr(err, cap, "%s: %s entry %zu: \"%s\" %s", name, kind, idx, k, why);
+}
+
+/* Fill f from the file entry e; @return NULL, or the name of the bad field
+ * with what is wrong in *why. */
+static const char *parse_file(const cJSON *e, ckm_file *f, const char **path, const char **why)
+{
+    const char *sha, *kind;
+    int64_t size, mode, mtime;
+    if (!cJSON_IsObject(e))
+        return *why = "is not an object", "";
+    if ((*why = get_path(e, path)))
+        return "path";
+    if ((*why = get_int(e, "size", (int64_t)1 << 53, "is not an integer from 0 to 2^53", &size)))
+        return "size";
+    if ((*why = get_string(e, "sha256", &sha)) ||
+        (*why = cku_unhex(sha, f->sha256, 32) ? "is not 64 lowercase hex digits" : NULL))
+        return "sha256";
+    if ((*why = get_int(e, "mode", 07777, "is not an integer from 0 to 07777", &mode)))
+        return "mode";
+    if ((*why = get_mtime(e, &mtime)))
+        return "mtime_ns";
+    if ((*why = get_string(e, "kind", &kind)) ||
+        (*why = strcmp(kind, "safetensors") && strcmp(kind, "blob") ? "is neither \"safetensors\" nor \"blob\"" : NULL))
+        return "kind";
+    f->size = (uint64_t)size;
+    f->mode = (uint32_t)mode;
+    f->mtime_ns = mtime;
+    f->kind = strcmp(kind, "safetensors") == 0 ? CKP_KIND_SAFETENSORS : CKP_KIND_BLOB;
+    return NULL;
 }
 
 static int parse_files(const cJSON *arr, ckm_manifest *m, const char *name, char *err, size_t cap)
@@ -80,25 +146,14 @@ static int parse_files(const cJSON *arr, ckm_manifest *m, const char *name, char
     m->files = calloc(n ? (size_t)n : 1, sizeof *m->files);
     if (!m->files)
         return merr(err, cap, "%s: out of memory", name);
-    const int64_t lim = (int64_t)1 << 53;
     for (const cJSON *e = arr->child; e; e = e->next) {
         ckm_file *f = &m->files[m->n_files];
-        const char *p = get_path(e);
-        const cJSON *sha = cJSON_GetObjectItemCaseSensitive(e, "sha256");
-        const cJSON *kind = cJSON_GetObjectItemCaseSensitive(e, "kind");
-        int64_t size, mode, mtime;
-        if (!p || !cJSON_IsString(sha) || cku_unhex(sha->valuestring, f->sha256, 32) ||
-            get_int(e, "size", 0, lim, &size) || get_int(e, "mode", 0, 07777, &mode) ||
-            get_mtime(e, &mtime) || !cJSON_IsString(kind) ||
-            (strcmp(kind->valuestring, "safetensors") && strcmp(kind->valuestring, "blob")))
-            return merr(err, cap, "%s: file entry %zu is invalid", name, m->n_files);
+        const char *p = NULL, *why = NULL, *field = parse_file(e, f, &p, &why);
+        if (field)
+            return bad_entry(err, cap, name, "file", m->n_files, e, field, why);
         if (!(f->path = strdup(p)))
             return merr(err, cap, "%s: out of memory", name);
         m->n_files++;
-        f->size = (uint64_t)size;
-        f->mode = (uint32_t)mode;
-        f->mtime_ns = mtime;
-        f->kind = strcmp(kind->valuestring, "safetensors") == 0 ? CKP_KIND_SAFETENSORS : CKP_KIND_BLOB;
     }
     return 0;
 }
@@ -111,10 +166,16 @@ static int parse_dirs(const cJSON *arr, ckm_manifest *m, const char *name, char 
         return merr(err, cap, "%s: out of memory", name);
     for (const cJSON *e = arr->child; e; e = e->next) {
         ckm_dir *d = &m->dirs[m->n_dirs];
-        const char *p = get_path(e);
+        const char *p = NULL, *why = NULL, *field = "";
         int64_t mode;
-        if (!p || get_int(e, "mode", 0, 07777, &mode))
-            return merr(err, cap, "%s: directory entry %zu is invalid", name, m->n_dirs);
+        if (!cJSON_IsObject(e))
+            why = "is not an object";
+        else if ((why = get_path(e, &p)))
+            field = "path";
+        else if ((why = get_int(e, "mode", 07777, "is not an integer from 0 to 07777", &mode)))
+            field = "mode";
+        if (why)
+            return bad_entry(err, cap, name, "directory", m->n_dirs, e, field, why);
         if (!(d->path = strdup(p)))
             return merr(err, cap, "%s: out of memory", name);
         m->n_dirs++;
@@ -136,21 +197,23 @@ static int cmp_dir(const void *a, const void *b)
  * entry must be a listed directory. */
 static int check_tree(const ckm_manifest *m, const char *name, char *err, size_t cap)
 {
+    char esc[CKU_ESC_NAME];
     for (size_t i = 1; i < m->n_files; i++)
         if (!strcmp(m->files[i - 1].path, m->files[i].path))
-            return merr(err, cap, "%s: duplicate file \"%s\"", name, m->files[i].path);
+            return merr(err, cap, "%s: duplicate file \"%s\"", name,
+                        cku_escape(m->files[i].path, esc, sizeof esc));
     for (size_t i = 1; i < m->n_dirs; i++)
         if (!strcmp(m->dirs[i - 1].path, m->dirs[i].path))
-            return merr(err, cap, "%s: duplicate directory \"%s\"", name, m->dirs[i].path);
+            return merr(err, cap, "%s: duplicate directory \"%s\"", name,
+                        cku_escape(m->dirs[i].path, esc, sizeof esc));
     for (size_t i = 0; i < m->n_files + m->n_dirs; i++) {
         const char *p = i < m->n_files ? m->files[i].path : m->dirs[i - m->n_files].path;
         const char *slash = strrchr(p, '/');
         if (i >= m->n_files) {
-            ckm_dir key = {.path = (char *)p};
             ckm_file fkey = {.path = (char *)p};
             if (m->n_files && bsearch(&fkey, m->files, m->n_files, sizeof fkey, cmp_file))
-                return merr(err, cap, "%s: \"%s\" is both a file and a directory", name, p);
-            (void)key;
+                return merr(err, cap, "%s: \"%s\" is both a file and a directory", name,
+                            cku_escape(p, esc, sizeof esc));
         }
         if (!slash)
             continue;
@@ -159,7 +222,8 @@ static int check_tree(const ckm_manifest *m, const char *name, char *err, size_t
         int found = parent && m->n_dirs && bsearch(&key, m->dirs, m->n_dirs, sizeof key, cmp_dir) != NULL;
         free(parent);
         if (!found)
-            return merr(err, cap, "%s: parent directory of \"%s\" is not listed", name, p);
+            return merr(err, cap, "%s: parent directory of \"%s\" is not listed", name,
+                        cku_escape(p, esc, sizeof esc));
     }
     return 0;
 }
@@ -243,8 +307,11 @@ int ckm_load(const char *dst, ckm_manifest **out, char *err, size_t cap)
         merr(err, cap, "%s: manifest is damaged (checksum mismatch)", name);
         goto out;
     }
-    if (memchr(buf + hdr, 0, size - hdr) || !cku_utf8_ok(buf + hdr)) { /* JSON is UTF-8 (RFC 8259) */
-        merr(err, cap, "%s: invalid manifest JSON (not UTF-8 text)", name);
+    /* JSON is UTF-8 (RFC 8259), and a \u0000 would cut a path short */
+    const char *nul = memchr(buf + hdr, 0, size - hdr), *why;
+    size_t at = nul ? (size_t)(nul - (buf + hdr)) : 0;
+    if (nul || (why = cku_json_lex(buf + hdr, size - hdr, 0, &at))) {
+        merr(err, cap, "%s: invalid manifest JSON: %s at byte %zu", name, nul ? "a NUL byte" : why, hdr + at);
         goto out;
     }
     root = cJSON_ParseWithLength(buf + hdr, size - hdr);

@@ -175,28 +175,142 @@ void cku_run_threads(int n, void *(*fn)(void *), void *arg)
         pthread_join(th[i], NULL);
 }
 
+/* Length of the well-formed UTF-8 sequence (RFC 3629: no overlong forms, no
+ * surrogates, nothing above U+10FFFF) at s, of at most avail bytes; 0 if the
+ * bytes there are not one.  *cp gets its code point. */
+static size_t utf8_seq(const unsigned char *s, size_t avail, unsigned *cp)
+{
+    unsigned c = s[0], n, min;
+    if (c < 0x80)
+        return *cp = c, 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        n = 1, min = 0x80, *cp = c & 0x1F;
+    else if (c >= 0xE0 && c <= 0xEF)
+        n = 2, min = 0x800, *cp = c & 0x0F;
+    else if (c >= 0xF0 && c <= 0xF4)
+        n = 3, min = 0x10000, *cp = c & 0x07;
+    else
+        return 0; /* a continuation byte first, or a lead byte never used */
+    if (avail < n + 1)
+        return 0;
+    for (unsigned k = 1; k <= n; k++) {
+        if ((s[k] & 0xC0) != 0x80)
+            return 0;
+        *cp = *cp << 6 | (s[k] & 0x3F);
+    }
+    if (*cp < min || *cp > 0x10FFFF || (*cp >= 0xD800 && *cp <= 0xDFFF))
+        return 0;
+    return n + 1;
+}
+
 int cku_utf8_ok(const char *str)
 {
     const unsigned char *s = (const unsigned char *)str;
-    while (*s) {
-        unsigned c = *s++, n, min, cp;
-        if (c < 0x80)
-            continue;
-        if (c >= 0xC2 && c <= 0xDF)
-            n = 1, min = 0x80, cp = c & 0x1F;
-        else if (c >= 0xE0 && c <= 0xEF)
-            n = 2, min = 0x800, cp = c & 0x0F;
-        else if (c >= 0xF0 && c <= 0xF4)
-            n = 3, min = 0x10000, cp = c & 0x07;
-        else
-            return 0; /* a continuation byte first, or a lead byte never used */
-        for (unsigned k = 0; k < n; k++, s++) {
-            if ((*s & 0xC0) != 0x80)
-                return 0; /* also stops at the NUL */
-            cp = cp << 6 | (*s & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+    size_t n = strlen(str);
+    unsigned cp;
+    for (size_t i = 0, k; i < n; i += k)
+        if (!(k = utf8_seq(s + i, n - i, &cp)))
             return 0;
-    }
     return 1;
+}
+
+/* Code points a terminal acts on instead of showing: C0, DEL, C1, and the
+ * bidirectional formatting characters that reorder what follows them. */
+static int unprintable(unsigned cp)
+{
+    return cp < 0x20 || (cp >= 0x7F && cp <= 0x9F) || cp == 0x061C || cp == 0x200E || cp == 0x200F ||
+           (cp >= 0x2028 && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+const char *cku_escape(const char *str, char *out, size_t cap)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    size_t n = strlen(str), o = 0;
+    for (size_t i = 0, k; i < n; i += k) {
+        char piece[16];
+        unsigned cp;
+        k = utf8_seq(s + i, n - i, &cp);
+        if (!k)
+            k = 1, snprintf(piece, sizeof piece, "\\x%02x", s[i]);
+        else if (cp == '\\' || cp == '"')
+            snprintf(piece, sizeof piece, "\\%c", cp);
+        else if (cp == '\n' || cp == '\t' || cp == '\r')
+            snprintf(piece, sizeof piece, "\\%c", cp == '\n' ? 'n' : cp == '\t' ? 't' : 'r');
+        else if (unprintable(cp))
+            snprintf(piece, sizeof piece, cp < 0x80 ? "\\x%02x" : "\\u%04x", cp);
+        else
+            snprintf(piece, sizeof piece, "%.*s", (int)k, str + i);
+        size_t len = strlen(piece);
+        if (o + len + 4 > cap) { /* room for "..." and the NUL */
+            snprintf(out + o, cap - o, "%s", cap - o >= 4 ? "..." : "");
+            return out;
+        }
+        memcpy(out + o, piece, len);
+        o += len;
+    }
+    out[o] = 0;
+    return out;
+}
+
+/* The string starting at json[*i] (a '"'): *i moves past it, or to the
+ * offending byte. */
+static const char *lex_string(const unsigned char *s, size_t n, size_t *i)
+{
+    unsigned cp;
+    for (++*i; *i < n; ) {
+        size_t k = *i;
+        if (s[k] == '"') {
+            *i = k + 1;
+            return NULL;
+        }
+        if (s[k] == '\\' && k + 5 < n && s[k + 1] == 'u' && !memcmp(s + k + 2, "0000", 4))
+            return "a \\u0000 (NUL) escape in a string";
+        if (s[k] < 0x20)
+            return "a raw control character in a string";
+        size_t len = s[k] == '\\' ? 2 : utf8_seq(s + k, n - k, &cp);
+        if (!len)
+            return "bytes that are not UTF-8";
+        *i = k + len;
+    }
+    return NULL; /* unterminated: the JSON parser says so */
+}
+
+/* The number starting at json[*i]: *i moves past it. */
+static const char *lex_uint(const unsigned char *s, size_t n, size_t *i)
+{
+    size_t k = *i, digits = 0;
+    uint64_t v = 0;
+    for (; k < n && s[k] && strchr("0123456789+-.eE", s[k]); k++)
+        if (s[k] >= '0' && s[k] <= '9' && v <= (1ull << 53))
+            v = v * 10 + (s[k] - '0'), digits++;
+        else
+            digits = 0, v = UINT64_MAX; /* a sign, fraction or exponent */
+    int bad = digits != k - *i || (digits > 1 && s[*i] == '0') || v > (1ull << 53);
+    if (!bad)
+        *i = k;
+    return bad ? "a number that is not an integer from 0 to 2^53 written in plain digits" : NULL;
+}
+
+const char *cku_json_lex(const char *json, size_t n, int uints_only, size_t *at)
+{
+    const unsigned char *s = (const unsigned char *)json;
+    const char *why = NULL;
+    unsigned cp;
+    size_t i = 0;
+    if (n >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3))
+        why = "a byte order mark (U+FEFF) before the JSON";
+    while (!why && i < n) {
+        if (s[i] == '"')
+            why = lex_string(s, n, &i);
+        else if (uints_only && (s[i] == '-' || (s[i] >= '0' && s[i] <= '9')))
+            why = lex_uint(s, n, &i);
+        else if (s[i] < 0x20 && s[i] != '\t' && s[i] != '\n' && s[i] != '\r')
+            why = "a control character outside a string";
+        else if (s[i] >= 0x80 && !utf8_seq(s + i, n - i, &cp))
+            why = "bytes that are not UTF-8";
+        else
+            i++;
+    }
+    *at = i;
+    return why;
 }

@@ -40,6 +40,22 @@ int cku_unhex(const char *s, uint8_t *out, size_t n);    /* 0 on success */
  * nothing above U+10FFFF), as format §2 requires of names. */
 int cku_utf8_ok(const char *s);
 
+/* s as a person may safely read it in a message or a table: valid UTF-8
+ * kept; backslash and '"' escaped, so are \n \t \r; other control
+ * characters (C0, DEL, C1, bidirectional overrides) as \xNN or \uNNNN and
+ * bytes that are not UTF-8 as \xNN.  Cut with "..." to fit cap (>= 4).
+ * @return out.  Every printer of a name from a file (tensor, path) uses it. */
+const char *cku_escape(const char *s, char *out, size_t cap);
+#define CKU_ESC_NAME 256 /* a buffer for one escaped name in a message */
+
+/* The checks of RFC 8259 that cJSON does not make, on JSON text json[0..n):
+ * UTF-8 throughout, no byte order mark, whitespace only space, tab, LF and
+ * CR, no raw control character in a string, and no \u0000 escape (a C
+ * string would stop there).  With uints_only, also every number an integer
+ * from 0 to 2^53 in plain digits (no sign, fraction, exponent or leading
+ * zero).  @return NULL, or what is wrong ("a ... ") with its byte offset in *at. */
+const char *cku_json_lex(const char *json, size_t n, int uints_only, size_t *at);
+
 static inline uint64_t cku_le64(const uint8_t *p)
 {
     uint64_t v = 0;

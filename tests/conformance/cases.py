@@ -320,16 +320,18 @@ def cases():
     rej("manifest-size", "R52 manifest = TOC", "does not match its manifest entry", manifest_edit=lambda d: set_file(d, size=1))
     rej("manifest-sha", "R52 manifest = TOC", "does not match its manifest entry", manifest_edit=lambda d: set_file(d, sha256="ab" * 32))
     rej("manifest-format-2", "R53 format 1", "manifest format 2", manifest_edit=lambda d: dict(d, format=2))
-    rej("manifest-kind", "R54 kind", "file entry 0 is invalid", manifest_edit=lambda d: set_file(d, kind="tensor"))
-    rej("manifest-mode", "R54 mode <= 07777", "file entry 0 is invalid", manifest_edit=lambda d: set_file(d, mode=0o100644))
-    rej("manifest-mtime", "R54 mtime_ns grammar", "file entry 0 is invalid", manifest_edit=lambda d: set_file(d, mtime_ns="1e9"))
-    rej("manifest-mtime-plus", "R54 mtime_ns grammar", "file entry 0 is invalid",
+    rej("manifest-kind", "R54 kind", '"kind" is neither', manifest_edit=lambda d: set_file(d, kind="tensor"))
+    rej("manifest-mode", "R54 mode <= 07777", '"mode" is not an integer from 0 to 07777', manifest_edit=lambda d: set_file(d, mode=0o100644))
+    rej("manifest-mtime", "R54 mtime_ns grammar", '"mtime_ns" is not a string of', manifest_edit=lambda d: set_file(d, mtime_ns="1e9"))
+    rej("manifest-mtime-plus", "R54 mtime_ns grammar", '"mtime_ns" is not a string of',
         manifest_edit=lambda d: set_file(d, mtime_ns="+17"))
-    rej("manifest-mtime-space", "R54 mtime_ns grammar", "file entry 0 is invalid",
+    rej("manifest-mtime-space", "R54 mtime_ns grammar", '"mtime_ns" is not a string of',
         manifest_edit=lambda d: set_file(d, mtime_ns=" 17"))
+    rej("manifest-path-nul", "R54 path without NUL (\\u0000)", "NUL",
+        manifest_edit=lambda d: set_file(d, path=d["files"][0]["path"] + "\0x"))
     rej("manifest-not-utf8", "R56 UTF-8 JSON", "invalid manifest JSON",
         manifest_edit=lambda d: raw_json(dict(d, note="caf\udce9")))
-    rej("manifest-sha-upper", "R54 sha256 lowercase", "file entry 0 is invalid",
+    rej("manifest-sha-upper", "R54 sha256 lowercase", '"sha256" is not 64 lowercase hex digits',
         manifest_edit=lambda d: set_file(d, sha256=d["files"][0]["sha256"].upper()))
     rej("manifest-parent", "R55 parents listed", "parent", blob("d/x.json"), dirs=[("d", 0o755)],
         manifest_edit=lambda d: dict(d, dirs=[]))

@@ -372,6 +372,51 @@ START_TEST(paths)
 }
 END_TEST
 
+/* cku_escape: what a terminal would act on comes out as text; the rest as is. */
+START_TEST(escape_names)
+{
+    char out[64];
+    ck_assert_str_eq(cku_escape("model-00001.safetensors", out, sizeof out), "model-00001.safetensors");
+    ck_assert_str_eq(cku_escape("a\nb\tc\rd", out, sizeof out), "a\\nb\\tc\\rd");
+    ck_assert_str_eq(cku_escape("\x1b[31mred\x7f", out, sizeof out), "\\x1b[31mred\\x7f");
+    ck_assert_str_eq(cku_escape("q\"\\", out, sizeof out), "q\\\"\\\\");
+    ck_assert_str_eq(cku_escape("caf\xc3\xa9 \xe2\x80\xae", out, sizeof out), "caf\xc3\xa9 \\u202e"); /* é kept, RLO not */
+    ck_assert_str_eq(cku_escape("\xc2\x85|\xff|\xc0\xaf", out, sizeof out), "\\u0085|\\xff|\\xc0\\xaf");
+    ck_assert_str_eq(cku_escape("0123456789\n", out, 12), "01234567...");
+}
+END_TEST
+
+/* cku_json_lex: the RFC 8259 rules cJSON lets through. */
+START_TEST(json_lex)
+{
+    size_t at = 0;
+    const char ok[] = "{\"a\": [0, 12, 9007199254740992],\t\"b\\u0001\\\\u0000\": \"\xc3\xa9\"}\r\n";
+    ck_assert_ptr_null(cku_json_lex(ok, strlen(ok), 1, &at));
+    static const struct {
+        const char *json, *why;
+        size_t at;
+        int uints;
+    } bad[] = {
+        {"\xef\xbb\xbf{}", "byte order mark", 0, 0},
+        {"{\"a\xff\": 1}", "not UTF-8", 3, 0},
+        {"{\"a\xc0\xaf\": 1}", "not UTF-8", 3, 0},
+        {"{\"a\\u0000\": 1}", "NUL", 3, 0},
+        {"{\"a\n\": 1}", "raw control", 3, 0},
+        {"{\x0c\"a\": 1}", "outside a string", 1, 0},
+        {"{\"a\": 2.0}", "plain digits", 6, 1},
+        {"{\"a\": -0}", "plain digits", 6, 1},
+        {"{\"a\": 1e3}", "plain digits", 6, 1},
+        {"{\"a\": 01}", "plain digits", 6, 1},
+        {"{\"a\": 9007199254740993}", "plain digits", 6, 1},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *why = cku_json_lex(bad[i].json, strlen(bad[i].json), bad[i].uints, &at);
+        ck_assert_msg(why && strstr(why, bad[i].why) && at == bad[i].at, "case %zu: %s at %zu", i, why, at);
+    }
+    ck_assert_ptr_null(cku_json_lex("{\"a\": 2.5e3}", 12, 0, &at)); /* numbers are free without uints_only */
+}
+END_TEST
+
 START_TEST(manifest_roundtrip_and_damage)
 {
     ckm_file f[2] = {{.path = "sub/b", .size = 5, .mode = 0644, .mtime_ns = 1700000000123456789LL},
@@ -505,6 +550,8 @@ int main(void)
     tcase_add_test(t, safetensors_valid);
     tcase_add_test(t, safetensors_invalid);
     tcase_add_test(t, paths);
+    tcase_add_test(t, escape_names);
+    tcase_add_test(t, json_lex);
     tcase_add_test(t, manifest_roundtrip_and_damage);
     tcase_add_test(t, sha256_pipe);
     tcase_add_loop_test(t, golden_files_decode, 0, 2);
