@@ -35,7 +35,7 @@ static ckp_reader *open_member_why(const char *cmd, const char *dst, const ckm_f
     char path[PATH_MAX], err[768];
     snprintf(path, sizeof path, "%s/%s%s", dst, f->path, CKP_SUFFIX);
     ckp_reader *r;
-    ckp_status st = ckp_open(path, &r, err, sizeof err);
+    ckp_status st = ckp_open_at(dst, f->path, 0, &r, err, sizeof err);
     if (why)
         *why = st == CKP_OK ? CKP_ERR_CORRUPT : st;
     if (st != CKP_OK) {
@@ -71,10 +71,10 @@ static uint64_t packed_size(const char *dst, const ckm_manifest *m)
     char path[PATH_MAX];
     struct stat st;
     snprintf(path, sizeof path, "%s/%s", dst, CKP_MANIFEST_NAME);
-    uint64_t n = stat(path, &st) ? 0 : (uint64_t)st.st_size;
+    uint64_t n = lstat(path, &st) ? 0 : (uint64_t)st.st_size;
     for (size_t i = 0; i < m->n_files; i++) {
         snprintf(path, sizeof path, "%s/%s%s", dst, m->files[i].path, CKP_SUFFIX);
-        n += stat(path, &st) ? 0 : (uint64_t)st.st_size;
+        n += lstat(path, &st) ? 0 : (uint64_t)st.st_size;
     }
     return n;
 }
@@ -770,7 +770,7 @@ int ckpt_stat(const char *dst, int json)
     char path[PATH_MAX];
     struct stat st;
     snprintf(path, sizeof path, "%s/%s", dst, CKP_MANIFEST_NAME);
-    uint64_t msize = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+    uint64_t msize = lstat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
     if (rc == 0 && json)
         print_json(dst, &t, fs, msize);
     else if (rc == 0)

@@ -56,17 +56,10 @@ static ckr_status from_ckp(ckp_status s)
     }
 }
 
-/* Open dir/rel.ckpt. */
+/* Open dir/rel.ckpt (no link below dir followed: ckp_open_at). */
 static ckr_status open_packed(const ckr_model *m, const char *rel, ckp_reader **r, char *err, size_t cap)
 {
-    size_t plen = strlen(m->dir) + strlen(rel) + strlen(CKP_SUFFIX) + 2;
-    char *path = malloc(plen);
-    if (!path)
-        return CKR_ERR_NOMEM;
-    snprintf(path, plen, "%s/%s%s", m->dir, rel, CKP_SUFFIX);
-    ckp_status ps = ckp_open(path, r, err, cap);
-    free(path);
-    return from_ckp(ps);
+    return from_ckp(ckp_open_at(m->dir, rel, 0, r, err, cap));
 }
 
 static ckr_status grow_table(ckr_model *m, size_t cap_n)

@@ -123,6 +123,15 @@ const char *ckp_check(const ckp_reader *r);
  * its reads (e.g. sigsetjmp/siglongjmp) and treat it as EIO. */
 ckp_status ckp_open_ex(const char *path, unsigned flags, ckp_reader **out, char *err,
                        size_t errCapacity);
+/* ckp_open_ex of DIR/REL.ckpt, the packed file of a manifest entry REL:
+ * how every reader of a packed directory opens its members.  No symbolic link
+ * below DIR is followed, and only a regular file is opened: a FIFO, device or
+ * socket is refused without being opened (CKP_ERR_FORMAT, the message naming
+ * the path and what is there; util.h, cku_open_regular).  ckp_open and
+ * ckp_open_ex take a path the caller chose (links in it are followed) and
+ * also open nothing but a regular file. */
+ckp_status ckp_open_at(const char *dir, const char *rel, unsigned flags, ckp_reader **out, char *err,
+                       size_t errCapacity);
 /* 1 if reads of r go through a mapping (ckp_open_ex with CKP_OPEN_MMAP). */
 int ckp_is_mapped(const ckp_reader *r);
 /* Hint that chunks c0..c1-1 of extent e will be read soon: start reading

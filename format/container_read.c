@@ -7,6 +7,7 @@
  * After ckp_open the reader is immutable: concurrent readers share it, each
  * with its own ckp_scratch.
  */
+#define _GNU_SOURCE /* asprintf */
 #include "container.h"
 #include "container_internal.h"
 #include "util.h"
@@ -382,12 +383,37 @@ const char *ckp_check(const ckp_reader *r)
     return NULL;
 }
 
+static ckp_status open_reader(const char *root, const char *rel, const char *path, unsigned flags,
+                              ckp_reader **out, char *err, size_t cap);
+
 ckp_status ckp_open(const char *path, ckp_reader **out, char *err, size_t cap)
 {
     return ckp_open_ex(path, 0, out, err, cap);
 }
 
 ckp_status ckp_open_ex(const char *path, unsigned flags, ckp_reader **out, char *err, size_t cap)
+{
+    return open_reader(NULL, path, path, flags, out, err, cap);
+}
+
+ckp_status ckp_open_at(const char *dir, const char *rel, unsigned flags, ckp_reader **out, char *err, size_t cap)
+{
+    char *name = NULL, *path = NULL;
+    *out = NULL;
+    if (asprintf(&name, "%s%s", rel, CKP_SUFFIX) < 0 || asprintf(&path, "%s/%s", dir, name) < 0) {
+        free(name);
+        return rerr(err, cap, rel, CKP_ERR_NOMEM, "out of memory");
+    }
+    ckp_status s = open_reader(dir, name, path, flags, out, err, cap);
+    free(name);
+    free(path);
+    return s;
+}
+
+/* Open root/rel (path: the two joined, for messages; root NULL: rel is the
+ * path) with cku_open_regular, then read and validate it. */
+static ckp_status open_reader(const char *root, const char *rel, const char *path, unsigned flags,
+                              ckp_reader **out, char *err, size_t cap)
 {
     *out = NULL;
     ckp_reader *r = calloc(1, sizeof *r);
@@ -398,14 +424,14 @@ ckp_status ckp_open_ex(const char *path, unsigned flags, ckp_reader **out, char 
     uint8_t h[CKP_HEADER_SIZE], *toc = NULL;
     struct stat st;
     ckp_status s;
-    r->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (r->fd < 0 || fstat(r->fd, &st)) {
-        s = rerr(err, cap, path, CKP_ERR_IO, "%s", strerror(errno));
+    char why[512];
+    r->fd = cku_open_regular(root, rel, &st, why, sizeof why);
+    if (r->fd < 0) {
+        s = rerr(err, cap, path, cku_open_refused(errno) ? CKP_ERR_FORMAT : CKP_ERR_IO, "%s", why);
         goto fail;
     }
-    if (!S_ISREG(st.st_mode) || st.st_size < (off_t)CKP_HEADER_SIZE) {
-        s = rerr(err, cap, path, CKP_ERR_FORMAT, S_ISREG(st.st_mode) ? "too short for a packed file"
-                                                                     : "not a regular file");
+    if (st.st_size < (off_t)CKP_HEADER_SIZE) {
+        s = rerr(err, cap, path, CKP_ERR_FORMAT, "too short for a packed file");
         goto fail;
     }
     if (cku_pread_full(r->fd, h, sizeof h, 0)) {

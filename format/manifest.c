@@ -228,17 +228,18 @@ static int check_tree(const ckm_manifest *m, const char *name, char *err, size_t
     return 0;
 }
 
-static char *read_file(const char *path, size_t *size, char *err, size_t cap)
+/* Read dst/name whole (cku_open_regular: a link or FIFO there is refused). */
+static char *read_file(const char *dst, const char *name, const char *path, size_t *size, char *err, size_t cap)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
-    char *buf = NULL;
-    if (fd < 0 || fstat(fd, &st)) {
-        merr(err, cap, "%s: %s", path, strerror(errno));
+    char *buf = NULL, why[512];
+    int fd = cku_open_regular(dst, name, &st, why, sizeof why);
+    if (fd < 0) {
+        merr(err, cap, "%s: %s", path, why);
         goto out;
     }
-    if (!S_ISREG(st.st_mode) || st.st_size > MANIFEST_MAX) {
-        merr(err, cap, "%s: not a regular file of at most 1 GiB", path);
+    if (st.st_size > MANIFEST_MAX) {
+        merr(err, cap, "%s: larger than 1 GiB", path);
         goto out;
     }
     buf = malloc((size_t)st.st_size + 1);
@@ -280,10 +281,11 @@ int ckm_load(const char *dst, ckm_manifest **out, char *err, size_t cap)
     *out = NULL;
     char name[4096];
     snprintf(name, sizeof name, "%s/%s", dst, CKP_MANIFEST_NAME);
-    if (access(name, F_OK) && (errno == ENOENT || errno == ENOTDIR))
+    struct stat lst;
+    if (lstat(name, &lst) && (errno == ENOENT || errno == ENOTDIR))
         return explain_missing(dst, err, cap);
     size_t size = 0;
-    char *buf = read_file(name, &size, err, cap);
+    char *buf = read_file(dst, CKP_MANIFEST_NAME, name, &size, err, cap);
     if (!buf)
         return -1;
     int rc = -1;

@@ -14,6 +14,23 @@
  * unexpected end of file on read). */
 int cku_pread_full(int fd, void *buf, size_t len, uint64_t off);
 int cku_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
+/* Open root/rel for reading if it is a regular file: how every reader opens
+ * a file of a packed directory (README "Security and trust").  root is taken
+ * as given (a link in it is the user's); below it no component of rel is
+ * followed if it is a symbolic link, every one but the last must be a
+ * directory, and the last a regular file: a FIFO, device, socket, directory
+ * or link is refused without being opened, so nothing there can block the
+ * reader.  root NULL: rel is a whole path, the caller's to name: links in it
+ * are followed, but still only a regular file is opened.  @return a blocking O_RDONLY|O_CLOEXEC descriptor with *st
+ * (if given) filled by fstat, or -1 with errno (ELOOP: a link; EINVAL,
+ * EISDIR: not a regular file; ENOTDIR) and in err what is wrong, naming the
+ * component of rel at fault if it is not the last (the caller names the
+ * path). */
+struct stat;
+int cku_open_regular(const char *root, const char *rel, struct stat *st, char *err, size_t errCapacity);
+/* 1 if errno e from cku_open_regular means "there, but not a regular file
+ * reached without links" rather than an I/O or permission error. */
+int cku_open_refused(int e);
 /* fsync the directory holding path (or path itself if it is a directory). */
 int cku_fsync_dir(const char *dir);
 

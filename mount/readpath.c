@@ -140,11 +140,8 @@ static int install_sigbus(void)
 static int open_reader(ckfs_ctx *c, uint32_t i, ckp_reader **out)
 {
     const ckm_file *f = &c->m->files[i];
-    char *path, msg[512];
-    if (asprintf(&path, "%s/%s%s", c->dst, f->path, CKP_SUFFIX) < 0)
-        return ENOMEM;
-    ckp_status st = ckp_open_ex(path, c->o.mmap ? CKP_OPEN_MMAP : 0, out, msg, sizeof msg);
-    free(path);
+    char msg[512];
+    ckp_status st = ckp_open_at(c->dst, f->path, c->o.mmap ? CKP_OPEN_MMAP : 0, out, msg, sizeof msg);
     if (st != CKP_OK) {
         ckfs_log("%s: cannot open packed file: %s", f->path, msg);
         return ckp_status_errno(st);
