@@ -355,10 +355,12 @@ static int verify_file(const char *dst, const char *src_path, const ckm_file *f,
     int bad = 0, sfd = -1, differs = 0;
     if (src_path) {
         struct stat st;
-        sfd = open(src_path, O_RDONLY | O_CLOEXEC);
-        if (sfd < 0 || fstat(sfd, &st) || (uint64_t)st.st_size != f->size) {
+        char msg[512];
+        /* the source as pack took it (links followed), but never a FIFO */
+        sfd = cku_open_regular(NULL, src_path, &st, msg, sizeof msg);
+        if (sfd < 0 || (uint64_t)st.st_size != f->size) {
             fprintf(stderr, "ckptfs verify: %s: %s\n", src_path,
-                    sfd < 0 ? strerror(errno) : "size differs from the packed file's original");
+                    sfd < 0 ? msg : "size differs from the packed file's original");
             differs = 1;
         }
     }

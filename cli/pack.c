@@ -101,10 +101,20 @@ int ckpt_pack(const ckpt_pack_opts *o)
     for (size_t i = 0; i < c.list.n; i++) { /* directories first (a parent sorts before its children) */
         const src_entry *e = &c.list.v[i];
         char path[PATH_MAX];
+        struct stat ds;
         join_path(path, sizeof path, c.dst, e->rel, "");
         n_files += !e->is_dir;
-        if (e->is_dir && mkdir(path, (e->st.st_mode & 07777) | 0700) && errno != EEXIST) {
-            fprintf(stderr, "ckptfs pack: %s: %s\n", path, strerror(errno));
+        /* one there must be a directory itself: nothing is written through a
+         * link in DST (its files would land elsewhere, and the manifest, which
+         * readers follow no link to, would leave them out) */
+        if (e->is_dir && mkdir(path, (e->st.st_mode & 07777) | 0700) &&
+            (errno != EEXIST || lstat(path, &ds) || !S_ISDIR(ds.st_mode))) {
+            fprintf(stderr, "ckptfs pack: %s: %s\n", path,
+                    errno != EEXIST ? strerror(errno)
+                                    : S_ISLNK(ds.st_mode) ? "a symbolic link where the pack has a directory "
+                                                            "(links inside a packed directory are not followed); "
+                                                            "remove it"
+                                                          : "not a directory; remove it");
             goto out;
         }
     }

@@ -133,13 +133,13 @@ int scan_dst(const char *root, const char *rel, mf_build *b)
             rc = scan_dst(root, r, b);
         } else if (S_ISREG(st.st_mode) && has_suffix(e->d_name, CKP_SUFFIX)) {
             ckp_reader *rd;
-            if (ckp_open(full, &rd, err, sizeof err) != CKP_OK) {
+            r[strlen(r) - strlen(CKP_SUFFIX)] = 0;
+            if (ckp_open_at(root, r, 0, &rd, err, sizeof err) != CKP_OK) {
                 fprintf(stderr, "ckptfs pack: %s\n", err);
                 rc = -1;
                 break;
             }
             const ckp_info *in = ckp_get_info(rd);
-            r[strlen(r) - strlen(CKP_SUFFIX)] = 0;
             if (strcmp(in->path, r)) {
                 fprintf(stderr, "ckptfs pack: %s: records path \"%s\", expected \"%s\"\n", full, in->path, r);
                 rc = -1;

@@ -321,7 +321,9 @@ static int already_packed(pack_ctx *c, const src_entry *e)
     char final[PATH_MAX], err[512];
     join_path(final, sizeof final, c->dst, e->rel, CKP_SUFFIX);
     ckp_reader *r;
-    if (access(final, F_OK) || ckp_open(final, &r, err, sizeof err) != CKP_OK)
+    /* ckp_open_at: a link in DST (to a valid pack elsewhere) is not "already
+     * packed", else the source was deleted and DST held only the link */
+    if (access(final, F_OK) || ckp_open_at(c->dst, e->rel, 0, &r, err, sizeof err) != CKP_OK)
         return 0;
     const ckp_info *in = ckp_get_info(r);
     int same = in->original_size == (uint64_t)e->st.st_size && in->mtime_ns == mtime_ns(&e->st) &&

@@ -84,6 +84,38 @@ if [ "$(id -u)" = 0 ]; then
     case_ device-ckpt config.json.ckpt 'rm config.json.ckpt && mknod config.json.ckpt c 1 3'
 fi
 
+# verify --against: a FIFO in the source (links there are followed, as pack
+# follows them) is a difference, not a hang.
+rm -rf "$T/src2" && cp -a "$T/src" "$T/src2" && rm "$T/src2/config.json" && mkfifo "$T/src2/config.json"
+run against-fifo "$CKPTFS" verify --against "$T/src2" "$T/good"
+[ $rc != 0 ] && grep -q "$T/src2/config.json: a FIFO" "$T/err" || { cat "$T/err"; fail "verify --against a FIFO: exit $rc"; }
+
+# pack run again with --delete-source over a DST that holds a link: a .ckpt
+# linked to a valid pack elsewhere is not "already packed" (the source was
+# deleted and the manifest left the file out); a linked subdirectory is
+# refused before anything is written or deleted (its files went elsewhere).
+rm -rf "$T/src2" "$T/dst2" "$T/unp"
+cp -a "$T/src" "$T/src2"
+run pack2 "$CKPTFS" pack "$T/src2" "$T/dst2"
+rm "$T/dst2/config.json.ckpt" && ln -s "$T/elsewhere/config.json.ckpt" "$T/dst2/config.json.ckpt"
+run pack-over-link "$CKPTFS" pack --delete-source "$T/src2" "$T/dst2"
+[ $rc = 0 ] || { cat "$T/err"; fail "pack over a linked .ckpt: exit $rc"; }
+[ -f "$T/dst2/config.json.ckpt" ] && [ ! -L "$T/dst2/config.json.ckpt" ] || fail "pack kept the linked .ckpt"
+run unpack-after-link "$CKPTFS" unpack "$T/dst2" "$T/unp"
+[ $rc = 0 ] || { cat "$T/err"; fail "unpack after pack over a linked .ckpt: exit $rc"; }
+diff -r "$T/src" "$T/unp" >/dev/null || fail "pack over a linked .ckpt lost a file"
+rm -rf "$T/src2" "$T/dst2" "$T/elsewhere2"
+cp -a "$T/src" "$T/src2" && cp -a "$T/good" "$T/elsewhere2"
+run pack3 "$CKPTFS" pack "$T/src2" "$T/dst2"
+rm -r "$T/dst2/extra" && ln -s "$T/elsewhere2/extra" "$T/dst2/extra"
+ls -liR "$T/elsewhere2" >"$T/inodes.before"
+run pack-over-dirlink "$CKPTFS" pack --delete-source "$T/src2" "$T/dst2"
+[ $rc != 0 ] && grep -q "$T/dst2/extra: a symbolic link" "$T/err" ||
+    { cat "$T/err"; fail "pack over a linked subdirectory: exit $rc"; }
+diff -r "$T/src" "$T/src2" >/dev/null || fail "pack over a linked subdirectory deleted sources"
+ls -liR "$T/elsewhere2" | cmp -s - "$T/inodes.before" || fail "pack wrote through a linked subdirectory"
+echo "pack over links in DST: no source lost, nothing written through a link"
+
 # The good pack, named through a link (the packed directory itself may be
 # one): the original bytes come back.
 ln -s "$T/good" "$T/good-link"
