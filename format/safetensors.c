@@ -2,10 +2,16 @@
  * safetensors.c — parse and validate a safetensors header (see safetensors.h).
  *
  * The header is hostile input: every number is checked before use, and the
- * rules are those of the reference implementation (contiguous tensors that
- * exactly cover the data buffer, shapes that match their byte ranges),
- * plus a rejection of duplicate keys, which the JSON object model would
- * otherwise silently collapse.
+ * rules are those of the reference implementation (the Rust `safetensors`
+ * crate): UTF-8 JSON as RFC 8259 writes it, no byte order mark, integers
+ * written as such, contiguous tensors that exactly cover the data buffer,
+ * shapes that match their byte ranges, no repeated field.  Stricter than
+ * the reference on purpose: a repeated tensor name (even with identical
+ * values), a \u0000 in any string (a C string would be cut there), fields
+ * other than the three, "__metadata__": null.
+ *
+ * st_parse runs in steps: header length, JSON text and parse, each member
+ * (metadata, tensors), names unique, layout of the data buffer.
  */
 #include "safetensors.h"
 #include "util.h"
@@ -94,55 +100,186 @@ static int cmp_name(const void *a, const void *b)
     return strcmp(((const st_tensor *)a)->name, ((const st_tensor *)b)->name);
 }
 
-/* Fill t from the tensor object j; @return 0 or -1 with err set. */
-static int parse_tensor(const cJSON *j, st_tensor *t, char *err, size_t cap)
+/* The three fields of a tensor object, each exactly once and nothing else
+ * (the reference rejects a repeated field; cJSON would keep the first). */
+static int check_fields(const cJSON *j, const char *name, char *err, size_t cap)
+{
+    static const char *const known[] = {"dtype", "shape", "data_offsets"};
+    unsigned seen = 0;
+    char esc[CKU_ESC_NAME];
+    for (const cJSON *k = j->child; k; k = k->next) {
+        unsigned i = 0;
+        while (i < 3 && strcmp(k->string, known[i]))
+            i++;
+        if (i == 3 || seen & 1u << i)
+            return fail(err, cap, "tensor \"%s\" has %s field \"%s\"", name, i == 3 ? "an unknown" : "a repeated",
+                        cku_escape(k->string, esc, sizeof esc));
+        seen |= 1u << i;
+    }
+    return seen == 7 ? 0 : fail(err, cap, "tensor \"%s\" lacks dtype, shape or data_offsets", name);
+}
+
+/* Fill t from the tensor object j; @return 0 or -1 with err set.  name is
+ * t->name escaped for messages. */
+static int parse_tensor(const cJSON *j, st_tensor *t, const char *name, char *err, size_t cap)
 {
     if (!cJSON_IsObject(j))
-        return fail(err, cap, "tensor \"%s\" is not an object", t->name);
+        return fail(err, cap, "tensor \"%s\" is not an object", name);
+    if (check_fields(j, name, err, cap))
+        return -1;
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(j, "dtype");
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(j, "shape");
     const cJSON *off = cJSON_GetObjectItemCaseSensitive(j, "data_offsets");
     if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(off))
-        return fail(err, cap, "tensor \"%s\" lacks dtype, shape or data_offsets", t->name);
-    for (const cJSON *k = j->child; k; k = k->next)
-        if (strcmp(k->string, "dtype") && strcmp(k->string, "shape") && strcmp(k->string, "data_offsets"))
-            return fail(err, cap, "tensor \"%s\" has an unknown field \"%s\"", t->name, k->string);
+        return fail(err, cap, "tensor \"%s\" lacks dtype, shape or data_offsets", name);
+    char esc[CKU_ESC_NAME];
     t->dtype = st_dtype_code(dt->valuestring, &t->elem_bits);
     if (!t->dtype)
-        return fail(err, cap, "tensor \"%s\" has unknown dtype \"%s\"", t->name, dt->valuestring);
+        return fail(err, cap, "tensor \"%s\" has unknown dtype \"%s\"", name,
+                    cku_escape(dt->valuestring, esc, sizeof esc));
     int nd = cJSON_GetArraySize(sh);
     if (nd > ST_MAX_DIMS)
-        return fail(err, cap, "tensor \"%s\" has %d dimensions (at most %d)", t->name, nd, ST_MAX_DIMS);
+        return fail(err, cap, "tensor \"%s\" has %d dimensions (at most %d)", name, nd, ST_MAX_DIMS);
     t->ndim = (uint32_t)nd;
     uint64_t numel = 1;
     int i = 0, overflow = 0;
     for (const cJSON *d = sh->child; d; d = d->next, i++) {
         if (get_u64(d, &t->shape[i]))
-            return fail(err, cap, "tensor \"%s\" has a shape entry that is not a non-negative integer", t->name);
+            return fail(err, cap, "tensor \"%s\" has a shape entry that is not a non-negative integer", name);
         if (t->shape[i] && numel > UINT64_MAX / t->shape[i])
             overflow = 1;
         numel *= t->shape[i];
     }
     if (cJSON_GetArraySize(off) != 2 || get_u64(off->child, &t->begin) || get_u64(off->child->next, &t->end))
-        return fail(err, cap, "tensor \"%s\" data_offsets must be two non-negative integers", t->name);
+        return fail(err, cap, "tensor \"%s\" data_offsets must be two non-negative integers", name);
     if (t->end < t->begin)
-        return fail(err, cap, "tensor \"%s\" has reversed data_offsets [%llu, %llu]", t->name,
+        return fail(err, cap, "tensor \"%s\" has reversed data_offsets [%llu, %llu]", name,
                     (unsigned long long)t->begin, (unsigned long long)t->end);
     if (overflow || numel > UINT64_MAX / t->elem_bits || (numel * t->elem_bits) % 8 ||
         numel * t->elem_bits / 8 != t->end - t->begin)
         return fail(err, cap, "tensor \"%s\": shape and dtype %s need %s bytes but data_offsets span %llu",
-                    t->name, dt->valuestring, overflow ? "too many" : "another number of",
+                    name, st_dtype_name(t->dtype), overflow ? "too many" : "another number of",
                     (unsigned long long)(t->end - t->begin));
     return 0;
 }
 
 static int check_metadata(const cJSON *m, char *err, size_t cap)
 {
+    char esc[CKU_ESC_NAME];
     if (!cJSON_IsObject(m))
         return fail(err, cap, "__metadata__ is not an object");
     for (const cJSON *k = m->child; k; k = k->next)
         if (!cJSON_IsString(k))
-            return fail(err, cap, "__metadata__ value \"%s\" is not a string", k->string);
+            return fail(err, cap, "__metadata__ value \"%s\" is not a string",
+                        cku_escape(k->string, esc, sizeof esc));
+    return 0;
+}
+
+/* The n header bytes at json: checked as text (what the reference's UTF-8
+ * and JSON decoders refuse and cJSON takes: see cku_json_lex; every number
+ * of a valid header is a shape entry or an offset), parsed, and checked to
+ * be one object followed by nothing but whitespace (the padding writers add).
+ * @return the object, or NULL with err set. */
+static cJSON *parse_json(const char *json, uint64_t n, char *err, size_t cap)
+{
+    const char *nul = memchr(json, 0, n), *why;
+    size_t at;
+    if (nul) {
+        fail(err, cap, "header contains a NUL byte (byte %llu)", (unsigned long long)(nul - json) + 8);
+        return NULL;
+    }
+    if ((why = cku_json_lex(json, n, 1, &at))) {
+        size_t tok = 0; /* a bad number is quoted */
+        while (at + tok < n && tok < 24 && json[at + tok] && strchr("0123456789+-.eE", json[at + tok]))
+            tok++;
+        fail(err, cap, "header has %s (byte %llu%s%.*s)", why, (unsigned long long)at + 8, tok ? ": " : "",
+             (int)tok, json + at);
+        return NULL;
+    }
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(json, n, &end, 0);
+    if (!root) {
+        fail(err, cap, "header is not valid JSON (near byte %lld)",
+             (long long)((cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() : json) - json) + 8);
+        return NULL;
+    }
+    for (const char *p = end; p && p < json + n; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            fail(err, cap, "header has bytes after the JSON object");
+            goto bad;
+        }
+    if (cJSON_IsObject(root))
+        return root;
+    fail(err, cap, "header is not a JSON object");
+bad:
+    cJSON_Delete(root);
+    return NULL;
+}
+
+/* Every member of root: __metadata__ checked, the others parsed into
+ * h->tensors (in header order). */
+static int collect_tensors(const cJSON *root, st_header *h, char *err, size_t cap)
+{
+    size_t cnt = 0;
+    for (const cJSON *k = root->child; k; k = k->next)
+        cnt++;
+    h->tensors = calloc(cnt ? cnt : 1, sizeof *h->tensors);
+    if (!h->tensors)
+        return fail(err, cap, "out of memory");
+    int seen_meta = 0;
+    char esc[CKU_ESC_NAME];
+    for (const cJSON *k = root->child; k; k = k->next) {
+        if (strcmp(k->string, "__metadata__") == 0) {
+            if (seen_meta++)
+                return fail(err, cap, "duplicate __metadata__");
+            if (check_metadata(k, err, cap))
+                return -1;
+            continue;
+        }
+        st_tensor *t = &h->tensors[h->n_tensors++];
+        if (!(t->name = strdup(k->string)))
+            return fail(err, cap, "out of memory");
+        if (parse_tensor(k, t, cku_escape(t->name, esc, sizeof esc), err, cap))
+            return -1;
+    }
+    return 0;
+}
+
+/* No name twice: cJSON keeps both members of a repeated key (the reference
+ * keeps the last, whose offsets then leave a hole: it rejects the file unless
+ * the two copies are identical, which is refused here too). */
+static int check_unique_names(st_header *h, char *err, size_t cap)
+{
+    char esc[CKU_ESC_NAME];
+    qsort(h->tensors, h->n_tensors, sizeof *h->tensors, cmp_name);
+    for (size_t i = 1; i < h->n_tensors; i++)
+        if (strcmp(h->tensors[i - 1].name, h->tensors[i].name) == 0)
+            return fail(err, cap, "duplicate tensor name \"%s\"", cku_escape(h->tensors[i].name, esc, sizeof esc));
+    return 0;
+}
+
+/* Sorted by data offset, the tensors are contiguous and cover the data
+ * buffer exactly. */
+static int check_layout(st_header *h, char *err, size_t cap)
+{
+    char esc[CKU_ESC_NAME];
+    qsort(h->tensors, h->n_tensors, sizeof *h->tensors, cmp_begin);
+    uint64_t buffer = h->file_size - h->data_start, pos = 0;
+    for (size_t i = 0; i < h->n_tensors; i++) {
+        const st_tensor *t = &h->tensors[i];
+        if (t->begin != pos)
+            return fail(err, cap, t->begin < pos ? "tensor \"%s\" overlaps the previous tensor"
+                                                 : "tensor \"%s\" leaves a gap before it in the data buffer",
+                        cku_escape(t->name, esc, sizeof esc));
+        if (t->end > buffer)
+            return fail(err, cap, "tensor \"%s\" data_offsets end at %llu, past the data buffer (%llu bytes)",
+                        cku_escape(t->name, esc, sizeof esc), (unsigned long long)t->end,
+                        (unsigned long long)buffer);
+        pos = t->end;
+    }
+    if (pos != buffer)
+        return fail(err, cap, "data buffer has %llu bytes but the tensors cover %llu", (unsigned long long)buffer,
+                    (unsigned long long)pos);
     return 0;
 }
 
@@ -155,83 +292,24 @@ int st_parse(const uint8_t *buf, size_t bufSize, uint64_t file_size, st_header *
         return -1;
     if (bufSize < 8 + n)
         return fail(err, cap, "header buffer too short");
-    const char *json = (const char *)buf + 8;
-    if (memchr(json, 0, n))
-        return fail(err, cap, "header contains a NUL byte");
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(json, n, &end, 0);
+    cJSON *root = parse_json((const char *)buf + 8, n, err, cap);
     if (!root)
-        return fail(err, cap, "header is not valid JSON (near byte %lld)",
-                    (long long)((cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() : json) - json) + 8);
+        return -1;
     int rc = -1;
     st_header *h = calloc(1, sizeof *h);
-    for (const char *p = end; p && p < json + n; p++)
-        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-            fail(err, cap, "header has bytes after the JSON object");
-            goto out_json;
-        }
-    if (!h || !cJSON_IsObject(root)) {
-        fail(err, cap, h ? "header is not a JSON object" : "out of memory");
-        goto out_json;
+    if (!h) {
+        fail(err, cap, "out of memory");
+        goto out;
     }
     h->header_size = n;
     h->data_start = 8 + n;
     h->file_size = file_size;
-    size_t cnt = 0;
-    for (const cJSON *k = root->child; k; k = k->next)
-        cnt++;
-    h->tensors = calloc(cnt ? cnt : 1, sizeof *h->tensors);
-    if (!h->tensors) {
-        fail(err, cap, "out of memory");
-        goto out_json;
-    }
-    int seen_meta = 0;
-    for (const cJSON *k = root->child; k; k = k->next) {
-        if (strcmp(k->string, "__metadata__") == 0) {
-            if (seen_meta++ || check_metadata(k, err, cap)) {
-                if (seen_meta > 1)
-                    fail(err, cap, "duplicate __metadata__");
-                goto out_json;
-            }
-            continue;
-        }
-        st_tensor *t = &h->tensors[h->n_tensors++];
-        t->name = strdup(k->string);
-        if (!t->name || parse_tensor(k, t, err, cap))
-            goto out_json;
-    }
-    qsort(h->tensors, h->n_tensors, sizeof *h->tensors, cmp_name);
-    for (size_t i = 1; i < h->n_tensors; i++)
-        if (strcmp(h->tensors[i - 1].name, h->tensors[i].name) == 0) {
-            fail(err, cap, "duplicate tensor name \"%s\"", h->tensors[i].name);
-            goto out_json;
-        }
-    qsort(h->tensors, h->n_tensors, sizeof *h->tensors, cmp_begin);
-    uint64_t buffer = file_size - h->data_start, pos = 0;
-    for (size_t i = 0; i < h->n_tensors; i++) {
-        const st_tensor *t = &h->tensors[i];
-        if (t->begin != pos) {
-            fail(err, cap, t->begin < pos ? "tensor \"%s\" overlaps the previous tensor"
-                                          : "tensor \"%s\" leaves a gap before it in the data buffer",
-                 t->name);
-            goto out_json;
-        }
-        if (t->end > buffer) {
-            fail(err, cap, "tensor \"%s\" data_offsets end at %llu, past the data buffer (%llu bytes)",
-                 t->name, (unsigned long long)t->end, (unsigned long long)buffer);
-            goto out_json;
-        }
-        pos = t->end;
-    }
-    if (pos != buffer) {
-        fail(err, cap, "data buffer has %llu bytes but the tensors cover %llu",
-             (unsigned long long)buffer, (unsigned long long)pos);
-        goto out_json;
-    }
+    if (collect_tensors(root, h, err, cap) || check_unique_names(h, err, cap) || check_layout(h, err, cap))
+        goto out;
     rc = 0;
     *out = h;
     h = NULL;
-out_json:
+out:
     cJSON_Delete(root);
     st_free(h);
     return rc;

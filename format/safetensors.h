@@ -4,11 +4,14 @@
  * The file is: u64 little-endian N, N bytes of UTF-8 JSON, then the data
  * buffer.  The JSON maps tensor names to {"dtype", "shape", "data_offsets"},
  * plus an optional "__metadata__" object of string values.  st_parse checks
- * everything the format requires (DESIGN §4 invariant 4): N within the file
- * and at most 100 MB, valid JSON object, known dtype, shape of non-negative
- * integers whose product times the dtype size equals end - begin, offsets
- * ordered and inside the buffer, tensors contiguous and non-overlapping and
- * covering the whole buffer.  Tensors are returned in data-offset order.
+ * everything the format requires (DESIGN §4 invariant 4) and refuses what the
+ * reference reader refuses: N within the file and at most 100 MB; UTF-8
+ * JSON text without a byte order mark, control characters or numbers other
+ * than plain non-negative integers; one object, then only whitespace; no
+ * repeated name or field; known dtype, shape whose product times the dtype
+ * size equals end - begin, offsets ordered and inside the buffer, tensors
+ * contiguous and non-overlapping and covering the whole buffer.  Tensors are
+ * returned in data-offset order.  Messages print names escaped (cku_escape).
  */
 #ifndef ST_SAFETENSORS_H
 #define ST_SAFETENSORS_H
