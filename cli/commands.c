@@ -44,7 +44,7 @@ static ckp_reader *open_member_why(const char *cmd, const char *dst, const ckm_f
     }
     const ckp_info *in = ckp_get_info(r);
     if (in->original_size != f->size || memcmp(in->sha256, f->sha256, 32) || strcmp(in->path, f->path)) {
-        fprintf(stderr, "ckptfs %s: %s: does not match its manifest entry\n", cmd, path);
+        fprintf(stderr, "ckptfs %s: %s: does not match its manifest entry\n", cmd, cku_escape(path, err, sizeof err));
         ckp_close(r);
         return NULL;
     }
@@ -60,8 +60,10 @@ static void describe_chunk(const ckp_reader *r, uint32_t e, uint64_t c, char *ou
 {
     const ckp_extent *x = ckp_get_extent(r, e);
     uint64_t a = x->orig_offset + c * x->chunk_size;
+    char esc[CKU_ESC_NAME];
     snprintf(out, cap, "%s, chunk %llu (original bytes %llu-%llu)",
-             *x->name ? x->name : (e == 0 && ckp_get_info(r)->kind == CKP_KIND_SAFETENSORS ? "header" : "data"),
+             *x->name ? cku_escape(x->name, esc, sizeof esc)
+                      : (e == 0 && ckp_get_info(r)->kind == CKP_KIND_SAFETENSORS ? "header" : "data"),
              (unsigned long long)c, (unsigned long long)a, (unsigned long long)(a + ckp_chunk_len(x, c) - 1));
 }
 
@@ -112,6 +114,7 @@ static int unpack_flush(int fd, const char *tmp, cku_sha256_pipe *sha, const uin
 
 static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_scratch *s)
 {
+    char esc[PATH_MAX]; /* f->path as messages print it */
     ckp_reader *r = open_member("unpack", dst, f);
     if (!r)
         return -1;
@@ -148,8 +151,8 @@ static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_
             if (st != CKP_OK) {
                 char where[512];
                 describe_chunk(r, e, c, where, sizeof where);
-                fprintf(stderr, "ckptfs unpack: %s%s: %s: %s; refusing to unpack damaged data\n", f->path,
-                        CKP_SUFFIX, where, ckp_status_name(st));
+                fprintf(stderr, "ckptfs unpack: %s%s: %s: %s; refusing to unpack damaged data\n",
+                        cku_escape(f->path, esc, sizeof esc), CKP_SUFFIX, where, ckp_status_name(st));
                 goto out;
             }
             used += len;
@@ -160,7 +163,8 @@ static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_
     cku_sha256_pipe_final(sha, d);
     sha = NULL;
     if (memcmp(d, in->sha256, 32)) {
-        fprintf(stderr, "ckptfs unpack: %s: SHA-256 of the decoded file differs from the recorded one\n", f->path);
+        fprintf(stderr, "ckptfs unpack: %s: SHA-256 of the decoded file differs from the recorded one\n",
+                cku_escape(f->path, esc, sizeof esc));
         goto out;
     }
     struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT},
@@ -348,6 +352,7 @@ enum { VERIFY_OK = 0, VERIFY_DAMAGED = 1, VERIFY_DIFFERS = 2, VERIFY_NEWER = 3 }
 static int verify_file(const char *dst, const char *src_path, const ckm_file *f, ckp_scratch *s,
                        uint8_t *src_buf)
 {
+    char esc[PATH_MAX]; /* a path as messages print it */
     ckp_status why;
     ckp_reader *r = open_member_why("verify", dst, f, &why);
     if (!r)
@@ -359,7 +364,7 @@ static int verify_file(const char *dst, const char *src_path, const ckm_file *f,
         /* the source as pack took it (links followed), but never a FIFO */
         sfd = cku_open_regular(NULL, src_path, &st, msg, sizeof msg);
         if (sfd < 0 || (uint64_t)st.st_size != f->size) {
-            fprintf(stderr, "ckptfs verify: %s: %s\n", src_path,
+            fprintf(stderr, "ckptfs verify: %s: %s\n", cku_escape(src_path, esc, sizeof esc),
                     sfd < 0 ? msg : "size differs from the packed file's original");
             differs = 1;
         }
@@ -391,14 +396,17 @@ static int verify_file(const char *dst, const char *src_path, const ckm_file *f,
             ckp_status st = ckp_read_chunk(r, e, c, b + used, s);
             if (st != CKP_OK) {
                 describe_chunk(r, e, c, where, sizeof where);
-                fprintf(stderr, "ckptfs verify: %s%s: %s: %s\n", f->path, CKP_SUFFIX, where, ckp_status_name(st));
+                fprintf(stderr, "ckptfs verify: %s%s: %s: %s\n", cku_escape(f->path, esc, sizeof esc), CKP_SUFFIX,
+                        where, ckp_status_name(st));
                 bad = 1;
                 chunks_ok = 0; /* the hash is of no use now: keep going to name every damaged chunk */
                 continue;
             }
             if (sfd >= 0 && !differs && (cku_pread_full(sfd, src_buf, len, at) || memcmp(b + used, src_buf, len))) {
                 describe_chunk(r, e, c, where, sizeof where);
-                fprintf(stderr, "ckptfs verify: %s: %s differs from the source %s\n", f->path, where, src_path);
+                char esrc[PATH_MAX];
+                fprintf(stderr, "ckptfs verify: %s: %s differs from the source %s\n",
+                        cku_escape(f->path, esc, sizeof esc), where, cku_escape(src_path, esrc, sizeof esrc));
                 differs = 1;
             }
             used += len;
@@ -408,7 +416,8 @@ static int verify_file(const char *dst, const char *src_path, const ckm_file *f,
     cku_sha256_pipe_submit(sha, used);
     cku_sha256_pipe_final(sha, d);
     if (chunks_ok && memcmp(d, in->sha256, 32)) {
-        fprintf(stderr, "ckptfs verify: %s: SHA-256 differs from the recorded one\n", f->path);
+        fprintf(stderr, "ckptfs verify: %s: SHA-256 differs from the recorded one\n",
+                cku_escape(f->path, esc, sizeof esc));
         bad = 1;
     }
     if (sfd >= 0)
@@ -685,8 +694,8 @@ static void print_text(const char *dst, const stats *t, const file_stats *fs, ui
     printf("\n  %-36s %9s %9s %7s %7s %8s  %s\n", "file", "original", "packed", "saved", "bits/w", "escapes",
            "encoding");
     for (uint64_t i = 0; i < t->files; i++) {
-        const char *name = fs[i].path;
-        size_t n = strlen(name);
+        char name[PATH_MAX];
+        size_t n = strlen(cku_escape(fs[i].path, name, sizeof name));
         print_row(n > 36 ? name + n - 36 : name, &fs[i], 0); /* long paths: their end */
     }
     print_row("total (with the manifest)", &t->all, manifest_size);

@@ -40,7 +40,7 @@ static void write_failed(pack_ctx *c, const char *tmp, const char *why, int err)
     struct statvfs sv;
     int full = err == ENOSPC || err == EDQUOT || strstr(why, strerror(ENOSPC)) || strstr(why, strerror(EDQUOT));
     if (!full || statvfs(c->dst, &sv)) {
-        fprintf(stderr, "ckptfs pack: %s: %s\n", tmp, why);
+        fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(tmp), why);
         return;
     }
     char free_s[32], need_s[32];
@@ -50,7 +50,7 @@ static void write_failed(pack_ctx *c, const char *tmp, const char *why, int err)
             "ckptfs pack: %s: No space left on device (writing %s): %s free there; the files not yet packed\n"
             "  need up to %s more (their size before packing).  Free some space, or move %s to a larger\n"
             "  disk, and run the same command again to finish it.\n",
-            c->dst, tmp, free_s, need_s, c->dst);
+            c->dst, CKU_ESC(tmp), free_s, need_s, c->dst);
 }
 
 /* Encode src into the writer: header extent + one extent per tensor, or one blob extent. */
@@ -142,7 +142,7 @@ static int compare_with_source(const ckp_reader *r, const char *src_path, const 
     rc = atomic_load(&j.bad) ? -1 : 0;
 out:
     if (rc)
-        fprintf(stderr, "ckptfs pack: %s: packed copy does not read back equal to the source\n", src_path);
+        fprintf(stderr, "ckptfs pack: %s: packed copy does not read back equal to the source\n", CKU_ESC(src_path));
     free(first);
     return rc;
 }
@@ -207,11 +207,11 @@ static int delete_source(pack_ctx *c, const char *src_path, const struct stat *r
         fprintf(stderr,
                 "ckptfs pack: %s: not deleted: it was replaced or changed while it was being packed "
                 "(its packed copy holds what was read); run the same command again to pack it\n",
-                src_path);
+                CKU_ESC(src_path));
         return -1;
     }
     if (unlink(src_path) || cku_fsync_dir(slash ? dir : ".")) {
-        fprintf(stderr, "ckptfs pack: %s: cannot delete source: %s\n", src_path, strerror(errno));
+        fprintf(stderr, "ckptfs pack: %s: cannot delete source: %s\n", CKU_ESC(src_path), strerror(errno));
         return -1;
     }
     atomic_fetch_add(&c->deleted, 1);
@@ -234,14 +234,14 @@ static int pack_file(pack_ctx *c, const src_entry *e)
     pthread_t sha_th;
     int sha_started = 0;
     if (cks_map_open(src_path, &sm)) {
-        fprintf(stderr, "ckptfs pack: %s: %s\n", src_path, strerror(errno));
+        fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(src_path), strerror(errno));
         goto out;
     }
     const uint8_t *p = sm.p;
     uint64_t size = sm.size;
     if (!cks_same_file(&sm.st, &e->st)) {
         fprintf(stderr, "ckptfs pack: %s: changed since the start of this run; run the same command again\n",
-                src_path);
+                CKU_ESC(src_path));
         goto out;
     }
     int is_st = has_suffix(e->rel, ".safetensors");
@@ -255,13 +255,13 @@ static int pack_file(pack_ctx *c, const src_entry *e)
     tfd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     cku_fault_point(); /* a kill test's step: the temporary exists, the source is being read */
     if (tfd >= 0 && fchmod(tfd, (e->st.st_mode & 0777) | 0400)) { /* the source's mode, whatever the umask */
-        fprintf(stderr, "ckptfs pack: %s: %s\n", tmp, strerror(errno));
+        fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(tmp), strerror(errno));
         goto out;
     }
     ckp_writer_opts wo = {.path = e->rel, .kind = is_st ? CKP_KIND_SAFETENSORS : CKP_KIND_BLOB,
                           .mode = e->st.st_mode & 07777, .mtime_ns = mtime_ns(&e->st), .jobs = c->jobs_each};
     if (tfd < 0 || ckp_writer_new(tfd, &wo, &w) != CKP_OK) {
-        fprintf(stderr, "ckptfs pack: %s: %s\n", tmp, tfd < 0 ? strerror(errno) : "cannot start writer");
+        fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(tmp), tfd < 0 ? strerror(errno) : "cannot start writer");
         goto out;
     }
     if (write_extents(c, w, tmp, p, size, h))
@@ -286,7 +286,7 @@ static int pack_file(pack_ctx *c, const src_entry *e)
     if (sync_started)
         pthread_join(sync_th, NULL);
     if (changed)
-        fprintf(stderr, "ckptfs pack: %s: source changed while it was being packed\n", src_path);
+        fprintf(stderr, "ckptfs pack: %s: source changed while it was being packed\n", CKU_ESC(src_path));
     if (sy.err)
         write_failed(c, tmp, strerror(sy.err), sy.err);
     if (bad || sy.err)
@@ -296,7 +296,7 @@ static int pack_file(pack_ctx *c, const src_entry *e)
     *strrchr(dir, '/') = 0;
     cku_fault_point();
     if (rename(tmp, final) || cku_fsync_dir(dir)) {
-        fprintf(stderr, "ckptfs pack: %s: %s\n", final, strerror(errno));
+        fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(final), strerror(errno));
         goto out;
     }
     rc = 0;

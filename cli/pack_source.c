@@ -55,11 +55,13 @@ static int walk(pack_ctx *c, const char *rel)
     }
     int rc = 0;
     struct dirent *e;
+    char esc[PATH_MAX]; /* a source name as messages print it */
     while (rc == 0 && (e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
             continue;
         if (!cku_utf8_ok(e->d_name)) { /* the manifest is JSON and the spec's names are UTF-8 */
-            fprintf(stderr, "ckptfs pack: %s/%s: name is not valid UTF-8; rename it to pack it\n", dir, e->d_name);
+            fprintf(stderr, "ckptfs pack: %s/%s: name is not valid UTF-8; rename it to pack it\n", dir,
+                    cku_escape(e->d_name, esc, sizeof esc));
             rc = -1;
             break;
         }
@@ -73,14 +75,15 @@ static int walk(pack_ctx *c, const char *rel)
         snprintf(full, sizeof full, "%s/%s", c->src_root, r);
         struct stat st, lst;
         if (lstat(full, &lst) || stat(full, &st)) {
-            fprintf(stderr, "ckptfs pack: %s: %s\n", full, strerror(errno));
+            fprintf(stderr, "ckptfs pack: %s: %s\n", cku_escape(full, esc, sizeof esc), strerror(errno));
             rc = -1;
         } else if (S_ISDIR(st.st_mode) && S_ISLNK(lst.st_mode)) {
-            fprintf(stderr, "ckptfs pack: %s: symbolic link to a directory is not supported\n", full);
+            fprintf(stderr, "ckptfs pack: %s: symbolic link to a directory is not supported\n",
+                    cku_escape(full, esc, sizeof esc));
             rc = -1;
         } else if (S_ISDIR(st.st_mode)) {
             if (!*rel && (!strcmp(e->d_name, CKP_MANIFEST_NAME) || !strcmp(e->d_name, STATE_NAME))) {
-                fprintf(stderr, "ckptfs pack: %s: this name is reserved for ckptfs\n", full);
+                fprintf(stderr, "ckptfs pack: %s: this name is reserved for ckptfs\n", cku_escape(full, esc, sizeof esc));
                 rc = -1;
             } else {
                 rc = list_add(&c->list, r, 1, &st) ? -1 : walk(c, r);
@@ -88,7 +91,7 @@ static int walk(pack_ctx *c, const char *rel)
         } else if (S_ISREG(st.st_mode)) {
             rc = list_add(&c->list, r, 0, &st);
         } else {
-            fprintf(stderr, "ckptfs pack: %s: not a regular file or directory\n", full);
+            fprintf(stderr, "ckptfs pack: %s: not a regular file or directory\n", cku_escape(full, esc, sizeof esc));
             rc = -1;
         }
     }
@@ -99,10 +102,10 @@ static int walk(pack_ctx *c, const char *rel)
 /* Validate a safetensors file's header; @return parsed header or NULL. */
 st_header *check_safetensors(const char *path, const uint8_t *p, uint64_t size)
 {
-    char err[512];
+    char err[512], esc[PATH_MAX];
     st_header *h = NULL;
     if (st_parse(p, p ? size : 0, size, &h, err, sizeof err)) {
-        fprintf(stderr, "ckptfs pack: %s: invalid safetensors file: %s\n", path, err);
+        fprintf(stderr, "ckptfs pack: %s: invalid safetensors file: %s\n", cku_escape(path, esc, sizeof esc), err);
         return NULL;
     }
     return h;
@@ -122,7 +125,8 @@ int validate_all(pack_ctx *c, uint64_t *total)
         join_path(path, sizeof path, c->src_root, e->rel, "");
         cks_map sm;
         if (cks_map_open(path, &sm)) {
-            fprintf(stderr, "ckptfs pack: %s: %s\n", path, strerror(errno));
+            char esc[PATH_MAX];
+            fprintf(stderr, "ckptfs pack: %s: %s\n", cku_escape(path, esc, sizeof esc), strerror(errno));
             return -1;
         }
         st_header *h = check_safetensors(path, sm.p, sm.size);
@@ -256,7 +260,9 @@ int check_names(const pack_ctx *c)
         else if (!e->is_dir && (list_has_dir(c, packed) || list_has_dir(c, tmp + 1)))
             why = "its packed name is also the name of a directory in the source";
         if (why) {
-            fprintf(stderr, "ckptfs pack: %s/%s: %s; nothing was packed\n", c->src_root, e->rel, why);
+            char esc[PATH_MAX];
+            fprintf(stderr, "ckptfs pack: %s/%s: %s; nothing was packed\n", c->src_root,
+                    cku_escape(e->rel, esc, sizeof esc), why);
             return -1;
         }
     }

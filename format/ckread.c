@@ -100,7 +100,9 @@ static ckr_status add_tensors(ckr_model *m, const ckp_reader *r, const st_header
             const ckp_extent *x = e < fi->n_extents ? ckp_get_extent(r, e) : NULL;
             if (!x || strcmp(x->name, t->name) != 0 || x->orig_offset != h->data_start + t->begin ||
                 x->orig_size != t->end - t->begin) {
-                cku_errf(err, cap, "%s: tensor %s does not match the packed extents", fi->path, t->name);
+                char ep[CKU_ESC_NAME], et[CKU_ESC_NAME];
+                cku_errf(err, cap, "%s: tensor %s does not match the packed extents",
+                         cku_escape(fi->path, ep, sizeof ep), cku_escape(t->name, et, sizeof et));
                 return CKR_ERR_FORMAT;
             }
             m->t_extent[m->n] = e++;

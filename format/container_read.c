@@ -81,7 +81,9 @@ int ckp_status_errno(ckp_status s)
 static ckp_status rerr(char *err, size_t cap, const char *file, ckp_status s, const char *fmt, ...)
 {
     if (err && cap) {
-        int n = snprintf(err, cap, "%s: ", file);
+        cku_escape(file, err, cap); /* a name from a packed directory */
+        size_t len = strlen(err);
+        int n = snprintf(err + len, cap - len, ": ") + (int)len;
         va_list ap;
         va_start(ap, fmt);
         if (n >= 0 && (size_t)n < cap)

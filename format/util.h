@@ -64,6 +64,9 @@ int cku_utf8_ok(const char *s);
  * @return out.  Every printer of a name from a file (tensor, path) uses it. */
 const char *cku_escape(const char *s, char *out, size_t cap);
 #define CKU_ESC_NAME 256 /* a buffer for one escaped name in a message */
+/* s escaped into a buffer that lives to the end of the enclosing block (a
+ * compound literal): for a path in one printf argument list. */
+#define CKU_ESC(s) cku_escape((s), (char[4096]){0}, 4096)
 
 /* The checks of RFC 8259 that cJSON does not make, on JSON text json[0..n):
  * UTF-8 throughout, no byte order mark, whitespace only space, tab, LF and

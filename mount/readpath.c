@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "readpath.h"
+#include "util.h"
 
 #include <cjson/cJSON.h>
 
@@ -143,15 +144,15 @@ static int open_reader(ckfs_ctx *c, uint32_t i, ckp_reader **out)
     char msg[512];
     ckp_status st = ckp_open_at(c->dst, f->path, c->o.mmap ? CKP_OPEN_MMAP : 0, out, msg, sizeof msg);
     if (st != CKP_OK) {
-        ckfs_log("%s: cannot open packed file: %s", f->path, msg);
+        ckfs_log("%s: cannot open packed file: %s", CKU_ESC(f->path), msg);
         return ckp_status_errno(st);
     }
     const ckp_info *in = ckp_get_info(*out);
     if (in->original_size != f->size || strcmp(in->path, f->path) || memcmp(in->sha256, f->sha256, 32)) {
         /* bound to its manifest entry by path, size and the original's
          * SHA-256 in its TOC: another valid pack copied over it is refused */
-        ckfs_log("%s: packed file holds %s (%llu bytes), not the manifest's entry (%llu bytes%s)", f->path,
-                 in->path, (unsigned long long)in->original_size, (unsigned long long)f->size,
+        ckfs_log("%s: packed file holds %s (%llu bytes), not the manifest's entry (%llu bytes%s)",
+                 CKU_ESC(f->path), CKU_ESC(in->path), (unsigned long long)in->original_size, (unsigned long long)f->size,
                  memcmp(in->sha256, f->sha256, 32) ? ", another SHA-256" : "");
         ckp_close(*out);
         *out = NULL;
@@ -223,10 +224,10 @@ static int fill_chunk(void *arg, const ckcache_key *k, void *dst, size_t len)
     uint64_t start = x->orig_offset + k->chunk * x->chunk_size;
     if (bus)
         ckfs_log("%s: packed file changed size while mounted (SIGBUS reading it)",
-                 c->m->files[k->file].path);
+                 CKU_ESC(c->m->files[k->file].path));
     ckfs_log("%s: extent %u (%s) chunk %llu (original bytes %llu..%llu) unreadable: %s; "
              "reads touching it fail with EIO",
-             c->m->files[k->file].path, k->extent, x->name[0] ? x->name : "header",
+             CKU_ESC(c->m->files[k->file].path), k->extent, x->name[0] ? CKU_ESC(x->name) : "header",
              (unsigned long long)k->chunk, (unsigned long long)start,
              (unsigned long long)(start + len), ckp_status_name(st));
     return ckp_status_errno(st);

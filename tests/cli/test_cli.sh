@@ -305,5 +305,50 @@ check "damage: unpack leaves no output" test ! -e "$T/u-dmg"
 "$CK" unpack --jobs 8 "$T/dmg" "$T/u-dmg" 2> "$T/err"
 check "damage: unpack of several files at once refuses, leaves no output" test $? -ne 0 -a ! -e "$T/u-dmg"
 
+# names with control characters (newline, ANSI escapes) from the files are
+# printed escaped: no escape byte reaches the terminal, a message stays one
+# line; stat --json keeps them exact (cJSON escapes them)
+N="$T/names"; mkdir -p "$N/src" "$N/bad"
+python3 - "$N" <<'PY'
+import json, os, struct, sys
+d = sys.argv[1]
+def st(path, name, dtype="BF16"):
+    data = bytes(range(256)) * 64
+    h = json.dumps({name: {"dtype": dtype, "shape": [len(data) // 2], "data_offsets": [0, len(data)]}}).encode()
+    h += b" " * (-len(h) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + data)
+st(os.path.join(d, "src", "m\n\x1b[2J.safetensors"), "w\n\x1b[31mred")
+open(os.path.join(d, "src", "c\x1b[31m.json"), "w").write("{}")
+st(os.path.join(d, "bad", "b\n\x1b[2J.safetensors"), "t\x1b[1m", dtype="X")
+PY
+ESC=$(printf '\033')
+"$CK" pack "$N/src" "$N/p" > "$N/out" 2>&1
+check "names: pack of names with control characters" test $? -eq 0
+"$CK" stat "$N/p" > "$N/out" 2>&1
+check "names: stat prints no escape byte" sh -c "! grep -q '$ESC' '$N/out'"
+check "names: stat prints the names escaped" sh -c "grep -qF 'm\\n\\x1b[2J.safetensors' '$N/out' && grep -qF 'c\\x1b[31m.json' '$N/out'"
+"$CK" stat --json "$N/p" > "$N/json"
+check "names: stat --json is valid JSON" python3 -c "import json, sys; json.load(open(sys.argv[1]))" "$N/json"
+python3 - "$N/p" <<PY
+import sys; sys.path.insert(0, "$HERE/../hardening")
+import ckpt_layout
+f = sys.argv[1] + "/m\n\x1b[2J.safetensors.ckpt"
+x = [x for x in ckpt_layout.layout(f)["extents"] if x.name == "w\n\x1b[31mred"][0]
+b = bytearray(open(f, "rb").read()); b[x.planes[0][0] + 5] ^= 0xff; open(f, "wb").write(b)
+PY
+"$CK" verify "$N/p" 2> "$N/err"
+check "names: verify names the damaged tensor, escaped" grep -qF 'm\n\x1b[2J.safetensors.ckpt: w\n\x1b[31mred, chunk 0' "$N/err"
+check "names: verify prints no escape byte" sh -c "! grep -q '$ESC' '$N/err'"
+printf '\377' | dd of="$N/p/m"$'\n\e[2J'".safetensors.ckpt" bs=1 seek=20 conv=notrunc status=none
+mkdir "$N/mnt"
+"$CK" mount "$N/p" "$N/mnt" 2> "$N/err"
+rc=$?
+mountpoint -q "$N/mnt" && fusermount3 -u "$N/mnt"
+check "names: mount refuses a damaged file and names it escaped" sh -c "test $rc -ne 0 &&
+  grep -qF 'm\\n\\x1b[2J.safetensors: cannot open packed file' '$N/err' && ! grep -q '$ESC' '$N/err'"
+"$CK" pack "$N/bad" "$N/pb" 2> "$N/err"
+check "names: a bad header's message is one line, names escaped" sh -c "test \$(wc -l < '$N/err') -eq 1 &&
+  grep -qF 'b\\n\\x1b[2J.safetensors: invalid safetensors file: tensor \"t\\x1b[1m\" has unknown dtype' '$N/err'"
+
 echo "$pass passed, $fail failed"
 test $fail -eq 0

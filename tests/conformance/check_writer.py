@@ -148,7 +148,8 @@ def main(ck):
     os.mkdir(bsrc)
     open(os.path.join(bsrc, b"caf\xe9.bin"), "wb").close()
     p = subprocess.run([ck, "pack", bsrc, os.path.join(tmp, "bad.out")], stderr=subprocess.PIPE)
-    if p.returncode == 0 or b"caf\xe9.bin" not in p.stderr or b"UTF-8" not in p.stderr:
+    # (printed escaped: the byte 0xe9 as the text \xe9, not raw to the terminal)
+    if p.returncode == 0 or b"caf\\xe9.bin" not in p.stderr or b"UTF-8" not in p.stderr:
         bad.append("non-UTF-8 name: exit %d, %r" % (p.returncode, p.stderr))
     if os.path.exists(os.path.join(tmp, "bad.out", "ckptfs.manifest")):
         bad.append("non-UTF-8 name: a manifest was written")
