@@ -105,7 +105,7 @@ static size_t batch_capacity(const ckp_reader *r)
 static int unpack_flush(int fd, const char *tmp, cku_sha256_pipe *sha, const uint8_t *b, uint64_t used, uint64_t at)
 {
     if (used && cku_pwrite_full(fd, b, used, at)) {
-        fprintf(stderr, "ckptfs unpack: %s: %s\n", tmp, strerror(errno));
+        fprintf(stderr, "ckptfs unpack: %s: %s\n", CKU_ESC(tmp), strerror(errno));
         return -1;
     }
     cku_sha256_pipe_submit(sha, used);
@@ -129,7 +129,7 @@ static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_
     cku_sha256_pipe *sha = fd >= 0 ? cku_sha256_pipe_new(cap) : NULL;
     uint8_t d[32];
     if (fd < 0 || !sha) {
-        fprintf(stderr, "ckptfs unpack: %s: %s\n", tmp, fd < 0 ? strerror(errno) : "out of memory");
+        fprintf(stderr, "ckptfs unpack: %s: %s\n", CKU_ESC(tmp), fd < 0 ? strerror(errno) : "out of memory");
         goto out;
     }
     const ckp_info *in = ckp_get_info(r);
@@ -174,7 +174,7 @@ static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_
         ts[1].tv_nsec += 1000000000;
     }
     if (fchmod(fd, f->mode) || futimens(fd, ts) || (cku_fault_point(), fsync(fd))) {
-        fprintf(stderr, "ckptfs unpack: %s: %s\n", tmp, strerror(errno));
+        fprintf(stderr, "ckptfs unpack: %s: %s\n", CKU_ESC(tmp), strerror(errno));
         goto out;
     }
     rc = 0;
@@ -300,7 +300,7 @@ int ckpt_unpack(const char *dst, const char *out_arg, int jobs)
         char p[PATH_MAX];
         snprintf(p, sizeof p, "%s/%s", stage, m->dirs[i].path);
         if (mkdir(p, m->dirs[i].mode | 0700)) {
-            fprintf(stderr, "ckptfs unpack: %s: %s\n", p, strerror(errno));
+            fprintf(stderr, "ckptfs unpack: %s: %s\n", CKU_ESC(p), strerror(errno));
             goto out;
         }
     }

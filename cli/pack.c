@@ -109,7 +109,7 @@ int ckpt_pack(const ckpt_pack_opts *o)
          * readers follow no link to, would leave them out) */
         if (e->is_dir && mkdir(path, (e->st.st_mode & 07777) | 0700) &&
             (errno != EEXIST || lstat(path, &ds) || !S_ISDIR(ds.st_mode))) {
-            fprintf(stderr, "ckptfs pack: %s: %s\n", path,
+            fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(path),
                     errno != EEXIST ? strerror(errno)
                                     : S_ISLNK(ds.st_mode) ? "a symbolic link where the pack has a directory "
                                                             "(links inside a packed directory are not followed); "

@@ -141,7 +141,8 @@ int scan_dst(const char *root, const char *rel, mf_build *b)
             }
             const ckp_info *in = ckp_get_info(rd);
             if (strcmp(in->path, r)) {
-                fprintf(stderr, "ckptfs pack: %s: records path \"%s\", expected \"%s\"\n", full, in->path, r);
+                fprintf(stderr, "ckptfs pack: %s: records path \"%s\", expected \"%s\"\n", CKU_ESC(full),
+                        CKU_ESC(in->path), CKU_ESC(r));
                 rc = -1;
             }
             if (b->m.n_files == b->cap_files) {

@@ -245,7 +245,7 @@ static int force_loses_nothing(pack_ctx *c, const cJSON *st)
             fprintf(stderr,
                     "ckptfs pack: %s: --force refused: %s/%s%s may hold the only copy of %s (a --delete-source "
                     "run deleted sources); unpack it first or remove it yourself\n",
-                    c->dst, c->dst, f->path, CKP_SUFFIX, f->path);
+                    c->dst, c->dst, CKU_ESC(f->path), CKP_SUFFIX, CKU_ESC(f->path));
             rc = -1;
         }
     }
