@@ -123,6 +123,33 @@ def big_window(b):
     return f
 
 
+def zstd_bound(n):
+    """The longest frame a chunk of n bytes may have (format §6.1, zstd's ZSTD_COMPRESSBOUND)."""
+    return n + (n >> 8) + (((128 << 10) - n) >> 11 if n < 128 << 10 else 0)
+
+
+def raw_block_frame(extra_empty):
+    """A frame of one raw block holding the chunk, after extra_empty empty raw
+    blocks (3 bytes each): valid zstd (RFC 8878 §3.1.1.2) of any length."""
+    def f(b):
+        hdr = b"\x28\xb5\x2f\xfd\x00\x38"           # magic; no content size; window 128 KiB
+        blocks = struct.pack("<I", 0)[:3] * extra_empty  # Raw_Block of size 0, not last
+        last = struct.pack("<I", len(b) << 3 | 1)[:3] + b
+        return hdr + blocks + last
+    return f
+
+
+def frame_of_length(extra):
+    """A raw-block frame zstd_bound(n) + extra bytes long (empty blocks fill it)."""
+    def f(b):
+        room = zstd_bound(len(b)) + extra - len(raw_block_frame(0)(b))
+        assert room >= 0 and room % 3 == 0, "pick a chunk length whose room is a multiple of 3"
+        fr = raw_block_frame(room // 3)(b)
+        assert zstandard.ZstdDecompressor().decompress(fr, max_output_size=len(b)) == b
+        return fr
+    return f
+
+
 def dict_id_frame(b):
     """A frame whose header names dictionary id 7 (content itself needs none)."""
     f = bytearray(zstandard.ZstdCompressor(level=3, write_dict_id=False).compress(b))
@@ -183,6 +210,8 @@ def cases():
          [File("b.bin", [Extent(ZSTD, T, chunk_size=1000, frame=lambda b: zframe(b, write_content_size=False))])])
     case("zstd-raw-blocks", "§6.1 any block types", A,
          [File("b.bin", [Extent(ZSTD, noise(3000), chunk_size=1000)])])
+    case("zstd-frame-at-bound", "§6.1 a frame as long as zstd's bound", A,
+         [File("b.bin", [Extent(ZSTD, T, chunk_size=1000, frame=frame_of_length(0))])])
     case("mode-high-bits", "§3.2 TOC mode bits above 07777 ignored", A, [blob(mode=0o100644)])
     case("names-share-bytes", "§3.2 strings may share bytes", A,
          [File("w.bin", [Extent(RAW, T[:10], name=b"x"), Extent(RAW, T[10:20], name=b"x")])])
@@ -310,6 +339,14 @@ def cases():
         File("b.bin", [Extent(ZSTD, T, chunk_size=1000, frame=dict_id_frame)]))
     rej("zstd-window", "R44 zstd profile: window <= 16 MiB", "damaged chunk",
         File("b.bin", [Extent(ZSTD, T, chunk_size=1000, frame=big_window)]))
+    rej("zstd-frame-over-bound", "R47 zstd frame longer than zstd's bound", "damaged chunk",
+        File("b.bin", [Extent(ZSTD, T[:1000], chunk_size=1000, frame=frame_of_length(3)),
+                       Extent(RAW, T[1000:])]), damaged=(0, 1000))
+    # all weights escaped, then chunk 0 claims one escape of chunk 1: 257 escapes for
+    # 256 weights (R46, refused before its planes are read) and chunk 1 one short (R42)
+    rej("escapes-over-weights", "R46 more escapes than weights in a chunk", "damaged chunk",
+        File("w.bin", [Extent(K15, W, chunk_size=CS, codebook=[511] * 15 + [0])], damage=set_datum(0, 1, 257)),
+        damaged=(0, 2 * CS))
     rej("sha256", "R45 whole-file SHA-256", "SHA-256",
         File("b.bin", [Extent(RAW, T)], edit=edit("toc", sha256=bytes(32))),
         manifest_edit=lambda d: set_file(d, sha256="00" * 32))
