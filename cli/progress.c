@@ -75,8 +75,9 @@ char *cku_human_rate(uint64_t bytes, double secs, char *out)
         snprintf(out, 24, "0 B/s");
     else if (secs < 1e-3)
         snprintf(out, 24, "-");
-    else
-        snprintf(out, 24, "%s/s", cku_human((uint64_t)((double)bytes / secs), h));
+    else /* a rate past 2^64 (sizes from a damaged manifest) would not convert */
+        snprintf(out, 24, "%s/s", cku_human((double)bytes / secs < 1e19 ? (uint64_t)((double)bytes / secs)
+                                                                          : (uint64_t)1e19, h));
     return out;
 }
 
@@ -91,7 +92,10 @@ static void progress_print(cku_progress *p, double now, int final)
     cku_human(p->done, d);
     cku_human(p->total, t);
     cku_human_rate(worked, el, r);
-    snprintf(e, sizeof e, "%d:%02d", (int)eta / 60, (int)eta % 60);
+    if (eta < 1e8) /* minutes:seconds; past 3 years (a damaged manifest's sizes) it would not fit an int */
+        snprintf(e, sizeof e, "%d:%02d", (int)eta / 60, (int)eta % 60);
+    else
+        snprintf(e, sizeof e, "-");
     int pct = p->total ? (int)(100.0 * (double)p->done / (double)p->total) : 100;
     if (p->mode == CKU_PROGRESS_PLAIN) {
         fprintf(stderr, "%s: %s of %s (%d%%), %s%s%s\n", p->what, d, t, pct, r, final ? "" : ", ETA ",
