@@ -3,8 +3,9 @@
 # (built with -DCMAKE_C_COMPILER=clang -DCKPTFS_FUZZ=ON; BUILD_FUZZ_DIR is
 # <build>/tests/fuzz) for SECONDS each, on one core each, sequentially.
 #   sh tests/fuzz/run_fuzz.sh /tmp/build-fuzz/tests/fuzz 3600      # an hour each
-# Seeds come from seedgen (regenerated every run) plus the golden-error
-# inputs; the growing corpus is kept in BUILD_FUZZ_DIR/corpus/<target>.
+# Seeds come from seedgen and, for packdir, packdir_seeds.py (the conformance
+# packs; needs python3 with xxhash and zstandard), regenerated every run,
+# plus the golden-error inputs; the growing corpus is kept in BUILD_FUZZ_DIR/corpus/<target>.
 # Crashes land in BUILD_FUZZ_DIR/crashes/<target>/: minimize them
 # (fuzz_<target> -minimize_crash=1 FILE), fix the bug, and add the input to
 # tests/golden-errors/<target>/ (replayed by the golden_errors test).
@@ -15,8 +16,9 @@ SECS=$2
 shift 2
 HERE=$(cd "$(dirname "$0")" && pwd)
 GOLDEN=$HERE/../golden-errors
-TARGETS=${*:-safetensors container decode manifest}
+TARGETS=${*:-safetensors container decode manifest packdir}
 "$B/seedgen" seeds "$B/seeds" >/dev/null
+case " $TARGETS " in *" packdir "*) python3 "$HERE/packdir_seeds.py" "$B/seeds/packdir" >/dev/null ;; esac
 rc=0
 for t in $TARGETS; do
     mkdir -p "$B/corpus/$t" "$B/crashes/$t"
