@@ -435,6 +435,14 @@ static void mutate_coherent(uint64_t *s, layout *l)
     }
 }
 
+/* obj[key] = item, replaced or added; item is freed if obj is no object. */
+static void json_set(cJSON *obj, const char *key, cJSON *item)
+{
+    if (!cJSON_ReplaceItemInObjectCaseSensitive(obj, key, item) && !(cJSON_IsObject(obj) &&
+                                                                     cJSON_AddItemToObject(obj, key, item)))
+        cJSON_Delete(item);
+}
+
 /* The manifest entry of the packed file `name` takes its TOC's size and
  * SHA-256 (and, sometimes, path). */
 static void sync_manifest(uint64_t *s, ckz_pd *d, int mi, const char *name, const layout *l)
@@ -454,15 +462,15 @@ static void sync_manifest(uint64_t *s, ckz_pd *d, int mi, const char *name, cons
             continue;
         char hex[65];
         cku_hex(l->toc + T_SHA, 32, hex);
-        cJSON_ReplaceItemInObjectCaseSensitive(f, "size", cJSON_CreateNumber((double)cku_le64(l->toc + T_ORIG)));
-        cJSON_ReplaceItemInObjectCaseSensitive(f, "sha256", cJSON_CreateString(hex));
+        json_set(f, "size", cJSON_CreateNumber((double)cku_le64(l->toc + T_ORIG)));
+        json_set(f, "sha256", cJSON_CreateString(hex));
         uint32_t pl = cku_le32(l->toc + T_PATH_LEN);
         uint64_t at = CKP_TOC_HEADER_SIZE + (uint64_t)cku_le32(l->toc + T_NEXT) * CKP_EXTENT_SIZE;
         if (below(s, 4) == 0 && pl < 200 && at + pl <= (uint64_t)(l->b + l->n - l->toc)) {
             char np[201];
             memcpy(np, l->toc + at, pl);
             np[pl] = 0;
-            cJSON_ReplaceItemInObjectCaseSensitive(f, "path", cJSON_CreateString(np));
+            json_set(f, "path", cJSON_CreateString(np));
         }
     }
     char *txt = j ? cJSON_PrintUnformatted(j) : NULL;
@@ -548,13 +556,13 @@ static void mutate_manifest(uint64_t *s, ckz_pd *d, int mi, size_t maxSize)
             if (cJSON_IsString(old) && *old->valuestring) {
                 char *v = strdup(old->valuestring);
                 v[below(s, strlen(v))] = "0af/.x\x7f\xc3-"[below(s, 9)];
-                cJSON_ReplaceItemInObjectCaseSensitive(f, k, cJSON_CreateString(v));
+                json_set(f, k, cJSON_CreateString(v));
                 free(v);
             }
             break;
         case 2: /* a field of another entry */
             if (f && g && f != g && cJSON_GetObjectItemCaseSensitive(g, k))
-                cJSON_ReplaceItemInObjectCaseSensitive(
+                json_set(
                     f, k, cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(g, k), 1));
             break;
         case 3: /* an entry dropped */
@@ -567,14 +575,14 @@ static void mutate_manifest(uint64_t *s, ckz_pd *d, int mi, size_t maxSize)
             break;
         case 5: /* a field dropped or of another type */
             if (f)
-                cJSON_ReplaceItemInObjectCaseSensitive(f, k, below(s, 2) ? cJSON_CreateNull() : cJSON_CreateString("1"));
+                json_set(f, k, below(s, 2) ? cJSON_CreateNull() : cJSON_CreateString("1"));
             break;
         case 6:
-            cJSON_ReplaceItemInObjectCaseSensitive(j, "format", cJSON_CreateNumber((double)below(s, 3)));
+            json_set(j, "format", cJSON_CreateNumber((double)below(s, 3)));
             break;
         default: /* mode or size at a limit */
             if (f)
-                cJSON_ReplaceItemInObjectCaseSensitive(
+                json_set(
                     f, below(s, 2) ? "mode" : "size",
                     cJSON_CreateNumber(below(s, 2) ? 07777 + below(s, 2) : 9007199254740992.0 + 2 * below(s, 2)));
         }
