@@ -191,32 +191,92 @@ void tmp_path(char *out, size_t cap, const char *dst, const char *rel)
     snprintf(out, cap, "%s/%.*s%s%s", dst, dir_len, rel, slash ? "/" : "", name);
 }
 
+/* The private name a source file has while it is being deleted
+ * (delete_source); "" if base is too long for one. */
+static void aside_name(char *out, size_t cap, const char *base)
+{
+    if (strlen(ASIDE_PREFIX) + strlen(base) <= NAME_MAX)
+        snprintf(out, cap, ASIDE_PREFIX "%s", base);
+    else
+        *out = 0;
+}
+
+/* dir/base is gone but dir/<aside name of base> is there: a run was killed
+ * while it deleted base (before it checked what it had renamed), so it is
+ * put back, and packed or deleted again like any source.  @return 1 if it
+ * was put back. */
+int restore_aside(const char *dir, const char *base)
+{
+    char aside[NAME_MAX + 1];
+    aside_name(aside, sizeof aside, base);
+    int dfd = *aside ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    int put = dfd >= 0 && renameat2(dfd, aside, dfd, base, RENAME_NOREPLACE) == 0 && fsync(dfd) == 0;
+    if (put)
+        fprintf(stderr, "ckptfs pack: %s/%s: put back from %s, where a killed run was deleting it\n", CKU_ESC(dir),
+                CKU_ESC(base), CKU_ESC(aside));
+    if (dfd >= 0)
+        close(dfd);
+    return put;
+}
+
 /* Delete the source file that was read (identity `read`: device, inode,
- * size, mtime); if the name now holds another file, or this one changed,
- * keep it and say so. */
+ * size, mtime) and no other.  Checking the name and then unlinking it would
+ * leave a window in which a file renamed over the name is deleted instead;
+ * so the name is first renamed to a private one beside it (atomic: what is
+ * moved is what the name held at that instant, and a file put at the name
+ * afterwards is not touched), the moved file's identity is checked, and
+ * only then is it unlinked.  Another file, or this one changed, is renamed
+ * back and kept.  What remains, as POSIX has no "unlink if unchanged":
+ * bytes written after the check into the file by a process that holds it
+ * open are deleted with it, as with any delete; a kill between the rename
+ * and the unlink leaves the file under the private name, which the next
+ * run puts back (restore_aside); and for a name too long for a private
+ * one (over NAME_MAX - 17 bytes) the check and the unlink are two system
+ * calls on the directory's descriptor, the window of before. */
 static int delete_source(pack_ctx *c, const char *src_path, const struct stat *read)
 {
-    char dir[PATH_MAX];
+    char dir[PATH_MAX], aside[NAME_MAX + 1];
     snprintf(dir, sizeof dir, "%s", src_path);
     char *slash = strrchr(dir, '/');
+    const char *base = slash ? src_path + (slash - dir) + 1 : src_path;
     if (slash)
         *slash = 0;
+    aside_name(aside, sizeof aside, base);
+    const char *victim = *aside ? aside : base;
     cku_fault_point();
     struct stat now;
-    if (stat(src_path, &now) == 0 && !cks_same_file(&now, read)) {
-        fprintf(stderr,
-                "ckptfs pack: %s: not deleted: it was replaced or changed while it was being packed "
-                "(its packed copy holds what was read); run the same command again to pack it\n",
-                CKU_ESC(src_path));
+    int dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = -1;
+    if (dfd < 0 || (*aside && renameat2(dfd, base, dfd, aside, RENAME_NOREPLACE)))
+        goto fail;
+    cku_fault_point(); /* the kill sweep's step: the source under its private name */
+    if (fstatat(dfd, victim, &now, AT_SYMLINK_NOFOLLOW) == 0 && !cks_same_file(&now, read)) {
+        if (*aside && renameat2(dfd, aside, dfd, base, RENAME_NOREPLACE))
+            fprintf(stderr, "ckptfs pack: %s: not deleted: it was replaced or changed while it was being packed, "
+                    "and another file took its name since; it is kept as %s/%s\n", CKU_ESC(src_path), CKU_ESC(dir),
+                    CKU_ESC(aside));
+        else
+            fprintf(stderr,
+                    "ckptfs pack: %s: not deleted: it was replaced or changed while it was being packed "
+                    "(its packed copy holds what was read); run the same command again to pack it\n",
+                    CKU_ESC(src_path));
+        close(dfd);
         return -1;
     }
-    if (unlink(src_path) || cku_fsync_dir(slash ? dir : ".")) {
-        fprintf(stderr, "ckptfs pack: %s: cannot delete source: %s\n", CKU_ESC(src_path), strerror(errno));
-        return -1;
-    }
+    cku_fault_point(); /* the step a file put at the name now must survive (pack_safety.py) */
+    if (unlinkat(dfd, victim, 0))
+        goto fail;
+    cku_fault_point();
+    if (fsync(dfd))
+        goto fail;
+    rc = 0;
     atomic_fetch_add(&c->deleted, 1);
     atomic_fetch_add(&c->deleted_bytes, (uint64_t)read->st_size);
-    return 0;
+fail:
+    if (rc)
+        fprintf(stderr, "ckptfs pack: %s: cannot delete source: %s\n", CKU_ESC(src_path), strerror(errno));
+    if (dfd >= 0)
+        close(dfd);
+    return rc;
 }
 
 /* Pack one file; on success the packed file is durable and verified. */

@@ -22,6 +22,7 @@
 
 #define STATE_NAME CKP_STATE_NAME
 #define TMP_SUFFIX ".ckpt.tmp"
+#define ASIDE_PREFIX ".ckptfs-deleting." /* a source while --delete-source deletes it (pack_file.c) */
 
 typedef struct {
     char *rel;        /* relative path */
@@ -93,6 +94,7 @@ int check_names(const pack_ctx *c);
 /* pack_file.c */
 void *sha_thread(void *arg);
 void tmp_path(char *out, size_t cap, const char *dst, const char *rel);
+int restore_aside(const char *dir, const char *base);
 int pack_files(pack_ctx *c, size_t n_files);
 
 /* pack_state.c */

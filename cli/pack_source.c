@@ -56,6 +56,11 @@ static int walk(pack_ctx *c, const char *rel)
     int rc = 0;
     struct dirent *e;
     char esc[PATH_MAX]; /* a source name as messages print it */
+    size_t np = strlen(ASIDE_PREFIX);
+    while ((e = readdir(d))) /* sources a killed run was deleting: back first */
+        if (!strncmp(e->d_name, ASIDE_PREFIX, np) && e->d_name[np])
+            restore_aside(dir, e->d_name + np);
+    rewinddir(d); /* then the names, those put back included */
     while (rc == 0 && (e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
             continue;
@@ -88,6 +93,10 @@ static int walk(pack_ctx *c, const char *rel)
             } else {
                 rc = list_add(&c->list, r, 1, &st) ? -1 : walk(c, r);
             }
+        } else if (S_ISREG(st.st_mode) && !strncmp(e->d_name, ASIDE_PREFIX, np)) {
+            fprintf(stderr, "ckptfs pack: %s: not packed: a killed run was deleting a file of the same name "
+                    "without the prefix, which exists again; keep the one you want\n",
+                    cku_escape(full, esc, sizeof esc));
         } else if (S_ISREG(st.st_mode)) {
             rc = list_add(&c->list, r, 0, &st);
         } else {
@@ -184,7 +193,17 @@ int setup_source(pack_ctx *c, char *src_real)
 {
     const ckpt_pack_opts *o = c->o;
     struct stat st;
-    if (resolve_path(o->src, src_real) || stat(src_real, &st)) {
+    int resolved = resolve_path(o->src, src_real) == 0;
+    if (resolved && stat(src_real, &st) && errno == ENOENT) { /* a killed --delete-source may have it aside */
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof dir, "%s", src_real);
+        char *slash = strrchr(dir, '/');
+        if (slash && slash[1]) {
+            *slash = 0;
+            restore_aside(*dir ? dir : "/", slash + 1);
+        }
+    }
+    if (!resolved || stat(src_real, &st)) {
         if (errno != ENOENT || !*src_real) {
             fprintf(stderr, "ckptfs pack: %s: %s\n", o->src, strerror(errno));
             return -1;

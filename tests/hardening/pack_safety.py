@@ -9,7 +9,10 @@ and 11), each checked against the original bytes (SHA-256):
      reserved names, names too long) are refused before anything is written
      or deleted;
   6  a source replaced while it is packed is not deleted; one truncated while
-     it is packed is an error naming it (not SIGBUS);
+     it is packed is an error naming it (not SIGBUS); a file renamed over the
+     source's name at any step of its deletion survives, and a run killed
+     while the source is under its private name (.ckptfs-deleting.NAME) puts
+     it back on the rerun;
   7  an interrupted `unpack` can be rerun; a failed pack says DST was kept;
   8  modes: a 0600 file stays 0600 packed and unpacked, DST no more open
      than SRC;
@@ -237,6 +240,57 @@ def item6():
     check("6: ... and no temporary file left", not left, str(left))
 
 
+def item6_window():
+    """The window between the identity check and the unlink (issue 11 item 6):
+    stopped at each step after the packed copy is final, a new file is
+    renamed over the source's name; it must survive whatever step it lands
+    in.  Then: killed at each step, the rerun finishes and empties SRC, no
+    private name left behind (single-file and directory sources)."""
+    new = os.urandom(3000)
+    lost, steps = [], 0
+    for n in range(1, 60):
+        src, dst = fresh("s6w"), fresh("d6w")
+        make_src(src, {"a.bin": 20000})
+        ap = os.path.join(src, "a.bin")
+        hit = {}
+
+        def replace():
+            if not os.path.exists(os.path.join(dst, "a.bin.ckpt")):
+                return
+            hit["n"] = n
+            with open(os.path.join(src, ".new"), "wb") as f:
+                f.write(new)
+            os.rename(os.path.join(src, ".new"), ap)
+        res = stopped(["pack", "--delete-source", "--jobs", "1", src, dst], n, replace)
+        if res is None:
+            break
+        if hit:
+            steps += 1
+            if not (os.path.exists(ap) and sha(ap) == hashlib.sha256(new).hexdigest()):
+                lost.append(n)
+    check("6: a file renamed over the source at each of the %d steps after its packed copy is final survives"
+          % steps, steps >= 4 and not lost, "lost at steps %s" % lost)
+    for single in (False, True):
+        bad, kills = [], 0
+        for n in range(1, 60):
+            src, dst = fresh("s6k"), fresh("d6k")
+            want = make_src(src, {"a.bin": 20000} if single else {"a.bin": 20000, "sub/b.bin": 5000})
+            arg = os.path.join(src, "a.bin") if single else src
+            r = run("pack", "--delete-source", "--jobs", "1", arg, dst, fault="step:%d" % n)
+            if r.returncode != FAULT_EXIT:
+                break
+            kills += 1
+            r = run("pack", "--delete-source", "--jobs", "1", arg, dst)
+            left = tree(src) if os.path.isdir(src) else {}
+            out = fresh("o6k")
+            u = run("unpack", dst, out)
+            if r.returncode or left or u.returncode or tree(out) != want:
+                bad.append((n, r.stderr.strip()[-200:], sorted(left)))
+        check("6: %s --delete-source killed at each of its %d steps: the rerun finishes, SRC empty, "
+              "every original in the pack" % ("single-file" if single else "directory", kills),
+              kills >= 6 and not bad, str(bad[:3]))
+
+
 def item7():
     src, dst = fresh("s7"), fresh("d7")
     want = make_src(src, {"a.bin": 30000, "sub/b.bin": 20000, "c.bin": 10})
@@ -300,7 +354,7 @@ def item11():
 
 
 try:
-    for t in (item3, item4, item5, item6, item7, item8, item11):
+    for t in (item3, item4, item5, item6, item6_window, item7, item8, item11):
         t()
 finally:
     shutil.rmtree(T, ignore_errors=True)
