@@ -56,6 +56,41 @@ static ckp_reader *open_member(const char *cmd, const char *dst, const ckm_file 
     return open_member_why(cmd, dst, f, NULL);
 }
 
+/* A shared lock on DST while a command reads it.  `pack` holds an exclusive
+ * one while it writes (pack_dst.c), so reading a pack being written is
+ * refused with that reason (not "no manifest", or damage reported in files
+ * half replaced), and no pack starts writing under a reader.  The mount
+ * takes none: it notices files replaced under it instead.
+ * @return the locked descriptor (close it to release), -1 if DST cannot be
+ * opened (loading the manifest then says why), -2 after saying it is busy. */
+static int read_lock(const char *cmd, const char *dst)
+{
+    int fd = open(dst, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    if (flock(fd, LOCK_SH | LOCK_NB) == 0)
+        return fd;
+    int e = errno;
+    close(fd);
+    if (e != EWOULDBLOCK)
+        return -1;
+    fprintf(stderr, "ckptfs %s: %s: a ckptfs pack is writing it; run this again once it has finished\n", cmd, dst);
+    return -2;
+}
+
+/* Run a reading command under read_lock. */
+static int locked(const char *cmd, const char *dst, int (*fn)(const char *, const char *, int), const char *arg,
+                  int jobs)
+{
+    int lock = read_lock(cmd, dst);
+    if (lock == -2)
+        return CKPT_EXIT_FAIL;
+    int rc = fn(dst, arg, jobs);
+    if (lock >= 0)
+        close(lock);
+    return rc;
+}
+
 static void describe_chunk(const ckp_reader *r, uint32_t e, uint64_t c, char *out, size_t cap)
 {
     const ckp_extent *x = ckp_get_extent(r, e);
@@ -275,7 +310,7 @@ static int make_staging(const char *out, const char *stage)
     return fd;
 }
 
-int ckpt_unpack(const char *dst, const char *out_arg, int jobs)
+static int unpack_locked(const char *dst, const char *out_arg, int jobs)
 {
     char err[768], out[PATH_MAX], stage[PATH_MAX + 32];
     ckm_manifest *m;
@@ -464,7 +499,7 @@ static void *verify_worker(void *arg)
     return NULL;
 }
 
-int ckpt_verify(const char *dst, const char *against, int jobs)
+static int verify_locked(const char *dst, const char *against, int jobs)
 {
     char err[768];
     ckm_manifest *m;
@@ -519,6 +554,12 @@ int ckpt_verify(const char *dst, const char *against, int jobs)
                against ? " and every byte against the source" : "", secs, cku_human_rate(bytes, secs, rate));
     ckm_free(m);
     return damaged ? CKPT_EXIT_DAMAGED : newer ? CKPT_EXIT_FAIL : differ ? CKPT_EXIT_DIFFERS : CKPT_EXIT_OK;
+}
+
+int ckpt_unpack(const char *dst, const char *out, int jobs) { return locked("unpack", dst, unpack_locked, out, jobs); }
+int ckpt_verify(const char *dst, const char *against, int jobs)
+{
+    return locked("verify", dst, verify_locked, against, jobs);
 }
 
 /* ---- stat ----------------------------------------------------------------- */

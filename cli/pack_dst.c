@@ -50,7 +50,8 @@ int open_dst(pack_ctx *c, int *created)
     }
     if (flock(c->lock_fd, LOCK_EX | LOCK_NB)) {
         fprintf(stderr, "ckptfs pack: %s: %s\n", c->o->dst,
-                errno == EWOULDBLOCK ? "another ckptfs pack is writing to it; wait for it to finish" : strerror(errno));
+                errno == EWOULDBLOCK ? "another ckptfs command is using it (a pack writing it, or a verify or unpack "
+                                       "reading it); wait for it to finish" : strerror(errno));
         close(c->lock_fd);
         c->lock_fd = -1;
         *created = 0;

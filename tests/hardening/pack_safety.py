@@ -344,13 +344,32 @@ def item11():
 
     def race():
         second["r"] = run("pack", src, dst)
+        second["v"] = run("verify", dst)
+        second["u"] = run("unpack", dst, os.path.join(b, "out"))
     res = stopped(["pack", src, dst], 1, race)
-    r2 = second.get("r")
+    r2, v, u = second.get("r"), second.get("v"), second.get("u")
     check("11: a second pack into the same DST is refused",
-          r2 is not None and r2.returncode != 0 and "another ckptfs pack" in r2.stderr, r2 and r2.stderr)
+          r2 is not None and r2.returncode != 0 and "another ckptfs command" in r2.stderr, r2 and r2.stderr)
+    busy = "a ckptfs pack is writing it"
+    check("11: verify during a pack says the pack is being written",
+          v is not None and v.returncode == 1 and busy in v.stderr, v and v.stderr)
+    check("11: unpack during a pack says so and writes nothing",
+          u is not None and u.returncode == 1 and busy in u.stderr and not os.path.exists(os.path.join(b, "out")),
+          u and u.stderr)
     check("11: ... and the first finishes", res is not None and res[0] == 0, str(res))
     v = run("verify", dst)
     check("11: ... with a good pack", v.returncode == 0, v.stderr)
+    # the other way: a pack into a DST that an unpack is reading waits its turn
+    third = {}
+
+    def repack():
+        third["r"] = run("pack", "--force", src, dst)
+    res = stopped(["unpack", dst, os.path.join(b, "out2")], 1, repack)
+    r3 = third.get("r")
+    check("11: a pack into a DST being unpacked is refused, saying why",
+          r3 is not None and r3.returncode != 0 and "verify or unpack" in r3.stderr, r3 and r3.stderr)
+    check("11: ... and the unpack finishes", res is not None and res[0] == 0 and
+          tree(os.path.join(b, "out2")) == tree(src), str(res))
 
 
 try:
