@@ -56,10 +56,27 @@ static ckr_status from_ckp(ckp_status s)
     }
 }
 
-/* Open dir/rel.ckpt (no link below dir followed: ckp_open_at). */
+/* Open dir/rel.ckpt (no link below dir followed: ckp_open_at), bound to
+ * rel's manifest entry: its TOC's path, size and SHA-256 must be the entry's
+ * (format R30, R52), as verify, unpack and the mount require, so a .ckpt
+ * copied over another one of the same size is refused, never read as it. */
 static ckr_status open_packed(const ckr_model *m, const char *rel, ckp_reader **r, char *err, size_t cap)
 {
-    return from_ckp(ckp_open_at(m->dir, rel, 0, r, err, cap));
+    ckr_status st = from_ckp(ckp_open_at(m->dir, rel, 0, r, err, cap));
+    if (st != CKR_OK)
+        return st;
+    const ckp_info *in = ckp_get_info(*r);
+    const ckm_file *f = NULL;
+    for (size_t i = 0; i < m->man->n_files && !f; i++)
+        if (!strcmp(m->man->files[i].path, rel))
+            f = &m->man->files[i];
+    if (!f || in->original_size != f->size || memcmp(in->sha256, f->sha256, 32) || strcmp(in->path, rel)) {
+        cku_errf(err, cap, "%s/%s%s: does not match its manifest entry", m->dir, rel, CKP_SUFFIX);
+        ckp_close(*r);
+        *r = NULL;
+        return CKR_ERR_CORRUPT;
+    }
+    return CKR_OK;
 }
 
 static ckr_status grow_table(ckr_model *m, size_t cap_n)

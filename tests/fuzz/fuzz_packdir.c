@@ -38,6 +38,7 @@
  * number of rounds from each of them: the ctest fuzz_packdir_replay.
  */
 #include "packdir.h"
+#include "ckread.h"
 #include "commands.h"
 #include "hashing.h"
 #include "manifest.h"
@@ -136,8 +137,9 @@ static void setup(void)
 static void hex32(const uint8_t *d, char *o) { cku_hex(d, 32, o); }
 
 /* 1 if DST/<f>.ckpt is intact and is f's: every chunk decodes and the bytes
- * hash to the recorded SHA-256.  *big: too large to decode here. */
-static int model_file(const ckm_file *f, uint64_t *budget, int *big)
+ * hash to the recorded SHA-256.  *bound: it opens and its TOC's path, size
+ * and SHA-256 are f's.  *big: too large to decode here. */
+static int model_file(const ckm_file *f, uint64_t *budget, int *big, int *bound)
 {
     char path[512], err[1024];
     snprintf(path, sizeof path, "%s/%s%s", dst, f->path, CKP_SUFFIX);
@@ -151,6 +153,7 @@ static int model_file(const ckm_file *f, uint64_t *budget, int *big)
         abort(); /* an open reader keeps R1-R7 (container.h) */
     const ckp_info *in = ckp_get_info(r);
     int ok = in->original_size == f->size && !memcmp(in->sha256, f->sha256, 32) && !strcmp(in->path, f->path);
+    *bound = ok;
     if (ok && in->original_size > *budget) {
         *big = 1;
         ok = 0;
@@ -217,6 +220,44 @@ static void fail(const char *what, const char *detail)
     abort();
 }
 
+/* The host read API (ckread.h: the Python serving path, the GPU loader) over
+ * the same directory: a file it reads must be the manifest's (a .ckpt whose
+ * TOC names another file is refused) with its bytes; an intact file reads. */
+static void check_ckread(const ckm_manifest *m, const int *good, const int *bound)
+{
+    ckr_model *cm = NULL;
+    char err[1024];
+    if (ckr_open(dst, &cm, err, sizeof err) != CKR_OK)
+        return; /* it also parses every safetensors header: other reasons to refuse */
+    for (size_t i = 0; i < m->n_files; i++) {
+        const ckm_file *f = &m->files[i];
+        uint64_t size = 0;
+        uint8_t *b = good[i] ? malloc(f->size + 1) : NULL;
+        ckr_status st = good[i] ? ckr_file_read(cm, f->path, b, f->size, &size, err, sizeof err) : CKR_ERR_ARG;
+        if (st == CKR_OK) {
+            uint8_t d[32];
+            cku_sha256 *h = cku_sha256_new();
+            cku_sha256_update(h, b, size);
+            cku_sha256_final(h, d);
+            if (size != f->size || memcmp(d, f->sha256, 32))
+                fail("ckr_file_read returned other bytes than the manifest's", f->path);
+        } else if (good[i]) {
+            fprintf(stderr, "fuzz_packdir: %s\n", err);
+            fail("ckr_file_read refused an intact file", f->path);
+        }
+        free(b);
+        if (!bound[i] && !good[i]) {
+            /* a .ckpt that opens but is another file's: never read as this one */
+            uint64_t cap = 1 << 20;
+            uint8_t *c = malloc(cap);
+            if (ckr_file_read(cm, f->path, c, cap, &size, err, sizeof err) == CKR_OK)
+                fail("ckr_file_read read a packed file that is not the manifest's", f->path);
+            free(c);
+        }
+    }
+    ckr_close(cm);
+}
+
 static void run_dir(const ckz_pd *d)
 {
     rm_tree(dst);
@@ -230,10 +271,15 @@ static void run_dir(const ckz_pd *d)
     char err[1024];
     int intact = ckm_load(dst, &m, err, sizeof err) == 0, big = 0;
     uint64_t budget = MODEL_MAX_BYTES;
-    for (size_t i = 0; intact && i < m->n_files; i++)
-        intact = model_file(&m->files[i], &budget, &big);
+    /* a manifest listing more files than there are entries cannot be intact */
+    int good[CKZ_PD_MAX] = {0}, bound[CKZ_PD_MAX] = {0}, few = intact && m->n_files <= CKZ_PD_MAX;
+    intact = few;
+    for (size_t i = 0; few && i < m->n_files; i++)
+        intact &= good[i] = model_file(&m->files[i], &budget, &big, &bound[i]);
     if (big)
         goto done; /* not decoded here: no verdict to compare */
+    if (few)
+        check_ckread(m, good, bound);
     quiet(1);
     int v = ckpt_verify(dst, NULL, 1);
     int u = ckpt_unpack(dst, out, 1);
