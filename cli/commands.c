@@ -74,7 +74,8 @@ static int read_lock(const char *cmd, const char *dst)
     close(fd);
     if (e != EWOULDBLOCK)
         return -1;
-    fprintf(stderr, "ckptfs %s: %s: a ckptfs pack is writing it; run this again once it has finished\n", cmd, dst);
+    fprintf(stderr, "ckptfs %s: %s: a ckptfs pack is writing it; run this again once it has finished\n", cmd,
+            CKU_ESC(dst));
     return -2;
 }
 
