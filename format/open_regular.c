@@ -108,7 +108,7 @@ static int walk(const char *root, const char *rel, struct stat *st, char *err, s
         cku_errf(err, cap, "%s: %s", root, strerror(e));
         goto out;
     }
-    for (char *name = buf, *slash; fd < 0; name = slash + 1) {
+    for (char *name = buf, *slash; fd < 0; name = slash ? slash + 1 : name) { /* NULL + 1 is undefined */
         slash = strchr(name, '/');
         if (slash)
             *slash = 0;
