@@ -134,6 +134,15 @@ static void setup(void)
 
 /* ---- the model: what a reader must conclude ------------------------------ */
 
+/* An oracle broke: say which (with stderr back if the commands had it). */
+static void fail(const char *what, const char *detail)
+{
+    quiet(0);
+    fprintf(stderr, "fuzz_packdir: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
+    abort();
+}
+
+
 static void hex32(const uint8_t *d, char *o) { cku_hex(d, 32, o); }
 
 /* 1 if DST/<f>.ckpt is intact and is f's: every chunk decodes and the bytes
@@ -145,8 +154,8 @@ static int model_file(const ckm_file *f, uint64_t *budget, int *big, int *bound)
     snprintf(path, sizeof path, "%s/%s%s", dst, f->path, CKP_SUFFIX);
     ckp_reader *r = NULL;
     if (ckp_open(path, &r, err, sizeof err) != CKP_OK) {
-        if (r || !strstr(err, path))
-            abort(); /* a rejection names the file and returns nothing */
+        if (r || !strstr(err, CKU_ESC(path)))
+            fail("a refused open returned a reader or did not name the file", err);
         return 0;
     }
     if (ckp_check(r))
@@ -212,12 +221,6 @@ static int file_sha(const char *path, uint8_t d[32], uint64_t *size)
     cku_sha256_final(h, d);
     close(fd);
     return n < 0 ? -1 : 0;
-}
-
-static void fail(const char *what, const char *detail)
-{
-    fprintf(stderr, "fuzz_packdir: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
-    abort();
 }
 
 /* The host read API (ckread.h: the Python serving path, the GPU loader) over
