@@ -5,6 +5,9 @@ import time
 
 import torch
 from transformers import AutoModelForCausalLM
+from transformers.utils import logging as hf_logging
+
+hf_logging.disable_progress_bar()  # the demo's story, not transformers' per-load bars
 
 
 def load(path):
