@@ -379,12 +379,12 @@ out:
 
 /* ---- verify --------------------------------------------------------------- */
 
-enum { VERIFY_OK = 0, VERIFY_DAMAGED = 1, VERIFY_DIFFERS = 2, VERIFY_NEWER = 3 };
+enum { VERIFY_OK = 0, VERIFY_DAMAGED = 1, VERIFY_DIFFERS = 2, VERIFY_UNSUPPORTED = 3 };
 
 /* Check every chunk of one packed file; with a source file (src_path), every
  * byte too.  Returns VERIFY_DAMAGED if the packed file fails a check (that
  * wins), VERIFY_DIFFERS if only the source is missing or differs,
- * VERIFY_NEWER if it is of a format version this ckptfs cannot read. */
+ * VERIFY_UNSUPPORTED if it is of a format version this ckptfs cannot read. */
 static int verify_file(const char *dst, const char *src_path, const ckm_file *f, ckp_scratch *s,
                        uint8_t *src_buf)
 {
@@ -392,7 +392,7 @@ static int verify_file(const char *dst, const char *src_path, const ckm_file *f,
     ckp_status why;
     ckp_reader *r = open_member_why("verify", dst, f, &why);
     if (!r)
-        return why == CKP_ERR_VERSION ? VERIFY_NEWER : VERIFY_DAMAGED;
+        return why == CKP_ERR_VERSION ? VERIFY_UNSUPPORTED : VERIFY_DAMAGED;
     int bad = 0, sfd = -1, differs = 0;
     if (src_path) {
         struct stat st;
@@ -491,7 +491,7 @@ static void *verify_worker(void *arg)
             atomic_fetch_add(&v->damaged, 1);
         else if (r == VERIFY_DIFFERS)
             atomic_fetch_add(&v->differ, 1);
-        else if (r == VERIFY_NEWER)
+        else if (r == VERIFY_UNSUPPORTED)
             atomic_fetch_add(&v->newer, 1);
         cku_progress_add(v->pr, v->m->files[i].size);
     }
@@ -541,8 +541,8 @@ static int verify_locked(const char *dst, const char *against, int jobs)
     size_t bad = damaged + differ + newer;
     if (newer)
         fprintf(stderr,
-                "ckptfs verify: %s: %zu of %zu files were written by a newer ckptfs (a format version this one "
-                "cannot read); upgrade ckptfs to verify them\n",
+                "ckptfs verify: %s: %zu of %zu files use a format version this ckptfs cannot read (see above; "
+                "a newer format needs a newer ckptfs)\n",
                 dst, newer, m->n_files);
     if (damaged)
         fprintf(stderr, "ckptfs verify: %s: %zu of %zu files damaged\n", dst, damaged, m->n_files);

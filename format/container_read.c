@@ -260,6 +260,12 @@ static ckp_status parse_header(ckp_reader *r, const uint8_t *h, uint64_t file_si
         return rerr(err, cap, r->file, CKP_ERR_CORRUPT, "file header is damaged (checksum mismatch)");
     r->info.version_major = cku_le16(h + H_MAJOR);
     r->info.version_minor = cku_le16(h + H_MINOR);
+    if (r->info.version_major < CKP_VERSION_MAJOR) /* 0: no ckptfs release wrote it */
+        return rerr(err, cap, r->file, CKP_ERR_VERSION,
+                    "format version %u.%u is not one that any ckptfs release writes (a pre-release pack?); "
+                    "this one reads %d.0-%d.%d",
+                    r->info.version_major, r->info.version_minor, CKP_VERSION_MAJOR, CKP_VERSION_MAJOR,
+                    CKP_VERSION_MINOR);
     if (r->info.version_major != CKP_VERSION_MAJOR || r->info.version_minor > CKP_VERSION_MINOR ||
         cku_le32(h + H_FLAGS))
         return rerr(err, cap, r->file, CKP_ERR_VERSION,

@@ -207,7 +207,21 @@ PY
 check "newer format version: verify exits 1, not 3 (damaged)" test $? -eq 1
 check "newer format version: says written by a newer ckptfs, upgrade; not damaged" \
   sh -c "grep -q 'config.json.ckpt: format version 1.9 (flags 0) was written by a newer ckptfs; upgrade ckptfs' '$T/err' &&
-         grep -q '1 of 8 files were written by a newer ckptfs' '$T/err' && ! grep -q damaged '$T/err'"
+         grep -q '1 of 8 files use a format version this ckptfs cannot read' '$T/err' && ! grep -q damaged '$T/err'"
+# format major 0 (no release wrote it): unsupported, but not 'newer' and not damage
+cp -a "$T/p-bytesplit" "$T/major0"
+python3 - "$T/major0/config.json.ckpt" <<'PY'
+import struct, sys, xxhash
+p = sys.argv[1]; b = bytearray(open(p, "rb").read())
+b[8:10] = struct.pack("<H", 0)
+b[56:64] = struct.pack("<Q", xxhash.xxh3_64_intdigest(bytes(b[:56])))
+open(p, "wb").write(b)
+PY
+"$CK" verify "$T/major0" 2> "$T/err"
+check "format major 0: verify exits 1, not 3 (damaged)" test $? -eq 1
+check "format major 0: says no release writes it, not 'newer', not damaged" \
+  sh -c "grep -q 'config.json.ckpt: format version 0.0 is not one that any ckptfs release writes' '$T/err' &&
+         ! grep -q 'written by a newer' '$T/err' && ! grep -q damaged '$T/err'"
 "$CK" pack --force --format bytesplit "$T/src/nested" "$T/p-k15" 2> "$T/err"
 check "--force replaces a pack" "$CK" verify --against "$T/src/nested" "$T/p-k15"
 check "--force leaves no stale files" test ! -e "$T/p-k15/config.json.ckpt"
