@@ -581,8 +581,23 @@ typedef struct {
     file_stats all;
     uint64_t files, code_bytes, low_bytes, esc_bytes, index_bytes;
     uint64_t blob_original, blob_packed;
-    tally dtype[32], enc[4];
+    tally dtype[33], enc[4]; /* dtype[32]: codes of 32 and over */
 } stats;
+
+/* The name stat gives dtype slot k: its safetensors name, or for a code
+ * this ckptfs does not name (dtype is informational: format §4.3) "code K",
+ * so two unknown codes never share a row or a JSON key. */
+static const char *dtype_label(uint32_t k, char buf[16])
+{
+    if (k == 32)
+        return "code>=32";
+    uint32_t bits;
+    const char *name = st_dtype_name(k);
+    if (st_dtype_code(name, &bits) == k)
+        return name;
+    snprintf(buf, 16, "code %u", k);
+    return buf;
+}
 
 static void stat_file(const ckp_reader *r, stats *t, file_stats *f)
 {
@@ -598,10 +613,11 @@ static void stat_file(const ckp_reader *r, stats *t, file_stats *f)
         t->enc[x->encoding & 3].count++;
         t->enc[x->encoding & 3].original += x->orig_size;
         t->enc[x->encoding & 3].packed += payload;
-        if (x->dtype < 32) {
-            t->dtype[x->dtype].count++;
-            t->dtype[x->dtype].original += x->orig_size;
-            t->dtype[x->dtype].packed += payload;
+        if (x->dtype) { /* 0: no tensor (a safetensors header, a blob) */
+            tally *d = &t->dtype[x->dtype < 32 ? x->dtype : 32];
+            d->count++;
+            d->original += x->orig_size;
+            d->packed += payload;
         }
         if (x->encoding >= CKC_ENC_K15) {
             f->bf16_weights += x->orig_size / 2;
@@ -694,9 +710,10 @@ static void print_json(const char *dst, const stats *t, const file_stats *fs, ui
         cJSON_AddItemToArray(files, f);
     }
     cJSON_AddItemToObject(o, "by_file", files);
-    for (uint32_t k = 1; k < 32; k++)
+    char lb[16];
+    for (uint32_t k = 1; k <= 32; k++)
         if (t->dtype[k].count)
-            cJSON_AddItemToObject(d, st_dtype_name(k), tally_json(&t->dtype[k]));
+            cJSON_AddItemToObject(d, dtype_label(k, lb), tally_json(&t->dtype[k]));
     for (uint32_t k = 0; k < 4; k++)
         if (t->enc[k].count)
             cJSON_AddItemToObject(e, ckc_encoding_name(k), tally_json(&t->enc[k]));
@@ -742,9 +759,10 @@ static void print_text(const char *dst, const stats *t, const file_stats *fs, ui
     }
     print_row("total (with the manifest)", &t->all, manifest_size);
     printf("\n  by dtype       %8s %10s %10s\n", "tensors", "original", "payload");
-    for (uint32_t k = 1; k < 32; k++)
+    char lb[16];
+    for (uint32_t k = 1; k <= 32; k++)
         if (t->dtype[k].count)
-            printf("    %-12s %8llu %10s %10s\n", st_dtype_name(k), (unsigned long long)t->dtype[k].count,
+            printf("    %-12s %8llu %10s %10s\n", dtype_label(k, lb), (unsigned long long)t->dtype[k].count,
                    cku_human(t->dtype[k].original, a), cku_human(t->dtype[k].packed, b));
     printf("  by encoding    %8s %10s %10s\n", "extents", "original", "payload");
     for (uint32_t k = 0; k < 4; k++)

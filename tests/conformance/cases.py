@@ -200,6 +200,9 @@ def cases():
     case("reverse-payloads", "§3 payloads in any order", A, [st_file(reverse=True)])
     case("dtype-unknown", "§4.3 dtype is informational", A,
          [File("w.bin", [Extent(K15, W, chunk_size=CS, dtype=4000)])])
+    case("dtype-unknown-codes", "§4.3 dtype is informational (codes this reader does not name)", A,
+         [File("w.bin", [Extent(K15, W, chunk_size=CS, dtype=23), Extent(RAW, T, chunk_size=CS, dtype=24),
+                         Extent(RAW, T[:77], chunk_size=CS, dtype=31), Extent(RAW, T[:99], chunk_size=CS, dtype=40)])])
     case("chunk-16", "§4.1 smallest BF16 chunk", A, [File("w.bin", [Extent(BSPLIT, W[:200], chunk_size=16)])])
     case("chunk-1", "§4.1 RAW/ZSTD chunk of one byte", A,
          [File("b.bin", [Extent(RAW, T[:50], chunk_size=1), Extent(ZSTD, T[50:70], chunk_size=1)])])

@@ -2,8 +2,9 @@
 """run_conformance.py — ckptfs against the verdicts of tests/conformance/cases.py.
 
 Each case's packed directory is written by ckpack.py (not by ckptfs), then
-  accept: `ckptfs verify DST` succeeds and `ckptfs unpack DST OUT` rebuilds
-          every file as exactly its original bytes;
+  accept: `ckptfs verify DST` succeeds, `ckptfs unpack DST OUT` rebuilds
+          every file as exactly its original bytes, and `ckptfs stat DST`
+          and `stat --json DST` describe it (JSON without repeated keys);
   reject: both fail (non-zero exit), the message contains the case's `expect`
           text, and unpack leaves no output file behind.
 With --mount, accepted packs are also mounted and read back through FUSE, and
@@ -14,6 +15,7 @@ or if a rule id of docs/format.md §8 has no case.
 """
 import argparse
 import errno
+import json
 import os
 import re
 import shutil
@@ -39,7 +41,32 @@ def files_under(d):
     return out
 
 
+def unique_keys(pairs):
+    keys = [k for k, _ in pairs]
+    dup = sorted({k for k in keys if keys.count(k) > 1})
+    if dup:
+        raise ValueError("repeated keys %s" % dup)
+    return dict(pairs)
+
+
+def check_stat(ck, dst):
+    rc, err = run([ck, "stat", dst])
+    if rc:
+        return "stat refused: " + err.strip()
+    p = subprocess.run([ck, "stat", "--json", dst], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    if p.returncode:
+        return "stat --json refused: " + p.stderr.decode(errors="replace").strip()
+    try:
+        json.loads(p.stdout, object_pairs_hook=unique_keys)
+    except ValueError as e:
+        return "stat --json printed bad JSON: %s" % e
+    return None
+
+
 def check_accept(ck, c, dst, out):
+    why = check_stat(ck, dst)
+    if why:
+        return why
     rc, err = run([ck, "verify", dst])
     if rc:
         return "verify refused: " + err.strip()
