@@ -28,6 +28,14 @@
 
 #define IO_BLOCK (4u << 20)
 
+int ckpt_fail(const char *cmd, ckp_status st, const char *msg)
+{
+    if (st == CKP_OK)
+        return CKPT_EXIT_OK;
+    fprintf(stderr, "ckptfs %s: %s\n", cmd, msg);
+    return CKPT_EXIT_FAIL;
+}
+
 /* Open DST/<rel>.ckpt and check it against its manifest entry; *why (if
  * given) gets the status of a failed open (CKP_ERR_VERSION: a newer format). */
 static ckp_reader *open_member_why(const char *cmd, const char *dst, const ckm_file *f, ckp_status *why)
@@ -315,10 +323,9 @@ static int unpack_locked(const char *dst, const char *out_arg, int jobs)
 {
     char err[768], out[PATH_MAX], stage[PATH_MAX + 32];
     ckm_manifest *m;
-    if (ckm_load(dst, &m, err, sizeof err)) {
-        fprintf(stderr, "ckptfs unpack: %s\n", err);
-        return 1;
-    }
+    ckp_status st = ckm_load(dst, &m, err, sizeof err);
+    if (st != CKP_OK)
+        return ckpt_fail("unpack", st, err);
     snprintf(out, sizeof out, "%s", out_arg);
     for (size_t n = strlen(out); n > 1 && out[n - 1] == '/'; n--)
         out[n - 1] = 0;
@@ -504,10 +511,9 @@ static int verify_locked(const char *dst, const char *against, int jobs)
 {
     char err[768];
     ckm_manifest *m;
-    if (ckm_load(dst, &m, err, sizeof err)) {
-        fprintf(stderr, "ckptfs verify: %s\n", err);
-        return 1;
-    }
+    ckp_status st = ckm_load(dst, &m, err, sizeof err);
+    if (st != CKP_OK)
+        return ckpt_fail("verify", st, err);
     /* SRC as pack took it: a directory, or the one file that was packed */
     struct stat ast;
     int against_file = 0;
@@ -820,14 +826,13 @@ int ckpt_stat(const char *dst, int json)
     ckm_manifest *m;
     if (stat_mount(dst, json))
         return 0;
-    if (ckm_load(dst, &m, err, sizeof err)) {
-        fprintf(stderr, "ckptfs stat: %s\n", err);
-        return 1;
-    }
+    ckp_status ls = ckm_load(dst, &m, err, sizeof err);
+    if (ls != CKP_OK)
+        return ckpt_fail("stat", ls, err);
     stats t;
     memset(&t, 0, sizeof t);
     file_stats *fs = calloc(m->n_files ? m->n_files : 1, sizeof *fs);
-    int rc = fs ? 0 : 1;
+    int rc = fs ? 0 : ckpt_fail("stat", CKP_ERR_NOMEM, "out of memory");
     for (size_t i = 0; fs && i < m->n_files; i++) {
         ckp_reader *r = open_member("stat", dst, &m->files[i]);
         if (!r) {

@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include "container.h"
+
 /* Exit statuses of the ckptfs command (documented in ckptfs(1) and each
  * command's --help; scripts rely on them). */
 #define CKPT_EXIT_OK 0
@@ -29,6 +31,14 @@ typedef struct {
  * memory grows with each (a tensor's escapes and index when packing, three
  * 8 MiB hashing buffers otherwise). */
 #define CKPT_MAX_FILES_AT_ONCE 4
+
+/* The CLI's one mapping of the format library's statuses to what a person
+ * sees: prints "ckptfs CMD: MSG" on stderr, MSG being the library's message
+ * (it names the file and the problem; out of memory, I/O, a newer format and
+ * damage each say so), and @return the exit status of a command that stops
+ * on st: CKPT_EXIT_OK for CKP_OK (nothing printed), else CKPT_EXIT_FAIL.
+ * (verify counts the packed files it finds damaged apart: CKPT_EXIT_DAMAGED.) */
+int ckpt_fail(const char *cmd, ckp_status st, const char *msg);
 
 int ckpt_pack(const ckpt_pack_opts *o);
 int ckpt_unpack(const char *dst, const char *out, int jobs);

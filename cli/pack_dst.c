@@ -180,10 +180,8 @@ int write_manifest(pack_ctx *c)
     mf_build b = {0};
     char err[512];
     int rc = scan_dst(c->dst, "", &b);
-    if (rc == 0 && ckm_write(c->dst, &b.m, err, sizeof err)) {
-        fprintf(stderr, "ckptfs pack: %s\n", err);
+    if (rc == 0 && ckpt_fail("pack", ckm_write(c->dst, &b.m, err, sizeof err), err) != CKPT_EXIT_OK)
         rc = -1;
-    }
     char man[PATH_MAX];
     struct stat st;
     snprintf(man, sizeof man, "%s/%s", c->dst, CKP_MANIFEST_NAME);

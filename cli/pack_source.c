@@ -111,11 +111,13 @@ static int walk(pack_ctx *c, const char *rel)
 /* Validate a safetensors file's header; @return parsed header or NULL. */
 st_header *check_safetensors(const char *path, const uint8_t *p, uint64_t size)
 {
-    char err[512], esc[PATH_MAX];
+    char err[512], msg[PATH_MAX + 600], esc[PATH_MAX];
     st_header *h = NULL;
-    if (st_parse(p, p ? size : 0, size, &h, err, sizeof err)) {
-        fprintf(stderr, "ckptfs pack: %s: invalid safetensors file: %s\n", cku_escape(path, esc, sizeof esc), err);
-        return NULL;
+    ckp_status st = st_parse(p, p ? size : 0, size, &h, err, sizeof err);
+    if (st != CKP_OK) {
+        snprintf(msg, sizeof msg, "%s: %s%s", cku_escape(path, esc, sizeof esc),
+                 st == CKP_ERR_SOURCE ? "invalid safetensors file: " : "", err);
+        ckpt_fail("pack", st, msg);
     }
     return h;
 }

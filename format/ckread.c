@@ -11,6 +11,7 @@
  * Invariants: info[i].file points into readers[t_file[i]]'s info; scratch is
  * used only under lock.
  */
+#include <assert.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,32 +39,42 @@ struct ckr_model {
 
 const char *ckr_status_name(ckr_status s)
 {
-    static const char *const names[] = {"ok", "bad argument", "I/O error", "not a packed model",
-                                        "corrupt data", "out of memory", "not found", "unsupported version"};
+    static const char *const names[] = {"ok",           "bad argument",    "I/O error",
+                                        "not a packed model", "corrupt data", "out of memory",
+                                        "not found",    "unsupported version", "internal error"};
     return (unsigned)s < sizeof names / sizeof *names ? names[s] : "unknown status";
 }
 
+/* The one place where the format library's statuses become ckread's: each
+ * class of ckr_status is what a caller acts on, and every ckp_status lands in
+ * the one that means the same here.  Pairs share a class: a range is a bad
+ * argument of the caller (ckread checks its own first); an invalid
+ * safetensors header (st_parse's CKP_ERR_SOURCE) is a packed file whose header
+ * is invalid; damaged metadata and a damaged chunk are both corrupt packed
+ * data (the call that fails tells them apart: ckr_open, or a read). */
 static ckr_status from_ckp(ckp_status s)
 {
     switch (s) {
     case CKP_OK: return CKR_OK;
-    case CKP_ERR_ARG: return CKR_ERR_ARG;
+    case CKP_ERR_ARG: case CKP_ERR_RANGE: return CKR_ERR_ARG;
     case CKP_ERR_IO: return CKR_ERR_IO;
-    case CKP_ERR_NOMEM: return CKR_ERR_NOMEM;
-    case CKP_ERR_FORMAT: return CKR_ERR_FORMAT;
+    case CKP_ERR_FORMAT: case CKP_ERR_SOURCE: return CKR_ERR_FORMAT;
     case CKP_ERR_VERSION: return CKR_ERR_UNSUPPORTED;
-    default: return CKR_ERR_CORRUPT;    /* damage: corrupt, chunk, range, ... */
+    case CKP_ERR_CORRUPT: case CKP_ERR_CHUNK: return CKR_ERR_CORRUPT;
+    case CKP_ERR_NOMEM: return CKR_ERR_NOMEM;
+    case CKP_ERR_INTERNAL: return CKR_ERR_INTERNAL;
     }
+    return CKR_ERR_INTERNAL; /* not a ckp_status */
 }
 
 /* Open dir/rel.ckpt (no link below dir followed: ckp_open_at), bound to
  * rel's manifest entry: its TOC's path, size and SHA-256 must be the entry's
  * (format R30, R52), as verify, unpack and the mount require, so a .ckpt
  * copied over another one of the same size is refused, never read as it. */
-static ckr_status open_packed(const ckr_model *m, const char *rel, ckp_reader **r, char *err, size_t cap)
+static ckp_status open_packed(const ckr_model *m, const char *rel, ckp_reader **r, char *err, size_t cap)
 {
-    ckr_status st = from_ckp(ckp_open_at(m->dir, rel, 0, r, err, cap));
-    if (st != CKR_OK)
+    ckp_status st = ckp_open_at(m->dir, rel, 0, r, err, cap);
+    if (st != CKP_OK)
         return st;
     const ckp_info *in = ckp_get_info(*r);
     const ckm_file *f = NULL;
@@ -71,41 +82,41 @@ static ckr_status open_packed(const ckr_model *m, const char *rel, ckp_reader **
         if (!strcmp(m->man->files[i].path, rel))
             f = &m->man->files[i];
     if (!f || in->original_size != f->size || memcmp(in->sha256, f->sha256, 32) || strcmp(in->path, rel)) {
-        cku_errf(err, cap, "%s/%s%s: does not match its manifest entry", m->dir, rel, CKP_SUFFIX);
         ckp_close(*r);
         *r = NULL;
-        return CKR_ERR_CORRUPT;
+        return cku_errf(err, cap, CKP_ERR_CORRUPT, "%s/%s%s: does not match its manifest entry",
+                        m->dir, rel, CKP_SUFFIX);
     }
-    return CKR_OK;
+    return CKP_OK;
 }
 
-static ckr_status grow_table(ckr_model *m, size_t cap_n)
+static ckp_status grow_table(ckr_model *m, size_t cap_n)
 {
     ckr_tensor_info *ni = realloc(m->info, cap_n * sizeof *ni);
     if (!ni)
-        return CKR_ERR_NOMEM;
+        return CKP_ERR_NOMEM;
     m->info = ni;
     uint32_t *nf = realloc(m->t_file, cap_n * sizeof *nf);
     if (!nf)
-        return CKR_ERR_NOMEM;
+        return CKP_ERR_NOMEM;
     m->t_file = nf;
     uint64_t *no = realloc(m->t_offset, cap_n * sizeof *no);
     if (!no)
-        return CKR_ERR_NOMEM;
+        return CKP_ERR_NOMEM;
     m->t_offset = no;
     uint32_t *ne = realloc(m->t_extent, cap_n * sizeof *ne);
     if (!ne)
-        return CKR_ERR_NOMEM;
+        return CKP_ERR_NOMEM;
     m->t_extent = ne;
-    return CKR_OK;
+    return CKP_OK;
 }
 
 /* Add the tensors of header h of reader r (the last one opened). */
-static ckr_status add_tensors(ckr_model *m, const ckp_reader *r, const st_header *h, char *err, size_t cap)
+static ckp_status add_tensors(ckr_model *m, const ckp_reader *r, const st_header *h, char *err, size_t cap)
 {
     const ckp_info *fi = ckp_get_info(r);
-    if (grow_table(m, m->n + h->n_tensors) != CKR_OK)
-        return CKR_ERR_NOMEM;
+    if (grow_table(m, m->n + h->n_tensors) != CKP_OK)
+        return cku_errf(err, cap, CKP_ERR_NOMEM, "out of memory");
     uint32_t e = 1;
     for (size_t k = 0; k < h->n_tensors; k++) {
         const st_tensor *t = &h->tensors[k];
@@ -117,17 +128,17 @@ static ckr_status add_tensors(ckr_model *m, const ckp_reader *r, const st_header
             const ckp_extent *x = e < fi->n_extents ? ckp_get_extent(r, e) : NULL;
             if (!x || strcmp(x->name, t->name) != 0 || x->orig_offset != h->data_start + t->begin ||
                 x->orig_size != t->end - t->begin) {
-                char ep[CKU_ESC_NAME], et[CKU_ESC_NAME];
-                cku_errf(err, cap, "%s: tensor %s does not match the packed extents",
-                         cku_escape(fi->path, ep, sizeof ep), cku_escape(t->name, et, sizeof et));
-                return CKR_ERR_FORMAT;
+                char et[CKU_ESC_NAME];
+                return cku_errf_at(err, cap, CKP_ERR_FORMAT, fi->path,
+                                   "tensor %s does not match the packed extents",
+                                   cku_escape(t->name, et, sizeof et));
             }
             m->t_extent[m->n] = e++;
             ti->encoding = x->encoding;
             ti->packed_bytes = x->plane_size[0] + x->plane_size[1] + x->plane_size[2];
         }
         if (!(ti->name = strdup(t->name)))
-            return CKR_ERR_NOMEM;
+            return cku_errf(err, cap, CKP_ERR_NOMEM, "out of memory");
         ti->file = fi->path;
         ti->dtype = t->dtype;
         ti->ndim = t->ndim < CKR_MAX_DIMS ? t->ndim : CKR_MAX_DIMS;
@@ -138,42 +149,65 @@ static ckr_status add_tensors(ckr_model *m, const ckp_reader *r, const st_header
         m->t_offset[m->n] = h->data_start + t->begin;
         m->n++;
     }
-    return CKR_OK;
+    return CKP_OK;
 }
 
-/* Open one safetensors file's packed copy and list its tensors. */
-static ckr_status add_file(ckr_model *m, const char *rel, char *err, size_t cap)
+/* The safetensors header of packed file r (of relative path rel): extent 0
+ * decoded and parsed.  @return CKP_OK with *out set, or the failure with err
+ * naming rel. */
+static ckp_status read_header(ckr_model *m, const ckp_reader *r, const char *rel, st_header **out, char *err,
+                              size_t cap)
 {
-    ckp_reader *r = NULL;
-    ckr_status st = open_packed(m, rel, &r, err, cap);
-    if (st != CKR_OK)
-        return st;
-    m->readers[m->n_files++] = r;
+    *out = NULL;
     const ckp_info *fi = ckp_get_info(r);
-    if (fi->n_extents == 0) {
-        cku_errf(err, cap, "%s: empty safetensors file", rel);
-        return CKR_ERR_FORMAT;
-    }
+    if (fi->n_extents == 0)
+        return cku_errf(err, cap, CKP_ERR_FORMAT, "%s: empty safetensors file", rel);
     const ckp_extent *x0 = ckp_get_extent(r, 0);
     uint8_t *hdr = malloc(x0->orig_size ? x0->orig_size : 1);
     if (!hdr)
-        return CKR_ERR_NOMEM;
+        return cku_errf(err, cap, CKP_ERR_NOMEM, "%s: out of memory", rel);
     size_t got = 0;
-    st_header *h = NULL;
     char sterr[256];
-    ckp_status ps = ckp_pread(r, hdr, x0->orig_size, 0, &got, m->scratch);
-    if (ps != CKP_OK || got != x0->orig_size) {
-        cku_errf(err, cap, "%s: cannot read the safetensors header: %s", rel,
-                 ps != CKP_OK ? ckp_status_name(ps) : "short read");
-        st = ps != CKP_OK ? from_ckp(ps) : CKR_ERR_CORRUPT;
-    } else if (st_parse(hdr, got, fi->original_size, &h, sterr, sizeof sterr) != 0) {
-        cku_errf(err, cap, "%s: %s", rel, sterr);
-        st = CKR_ERR_FORMAT;
-    } else {
-        st = add_tensors(m, r, h, err, cap);
-    }
-    st_free(h);
+    ckp_status st = ckp_pread(r, hdr, x0->orig_size, 0, &got, m->scratch);
+    /* R1: extent 0 lies within the file, so a read that succeeds is whole */
+    assert(st != CKP_OK || got == x0->orig_size);
+    if (st != CKP_OK)
+        cku_errf(err, cap, st, "%s: cannot read the safetensors header: %s", rel, ckp_status_name(st));
+    else if ((st = st_parse(hdr, got, fi->original_size, out, sterr, sizeof sterr)) != CKP_OK)
+        cku_errf(err, cap, st, "%s: %s", rel, sterr);
     free(hdr);
+    return st;
+}
+
+/* Open one safetensors file's packed copy and list its tensors. */
+static ckp_status add_file(ckr_model *m, const char *rel, char *err, size_t cap)
+{
+    ckp_reader *r = NULL;
+    ckp_status st = open_packed(m, rel, &r, err, cap);
+    if (st != CKP_OK)
+        return st;
+    m->readers[m->n_files++] = r;
+    st_header *h = NULL;
+    if ((st = read_header(m, r, rel, &h, err, cap)) == CKP_OK)
+        st = add_tensors(m, r, h, err, cap);
+    st_free(h);
+    return st;
+}
+
+/* ckr_open's work, in the format library's statuses. */
+static ckp_status open_model(ckr_model *m, const char *dir, char *err, size_t cap)
+{
+    pthread_mutex_init(&m->lock, NULL);
+    if (!(m->dir = strdup(dir)) || !(m->scratch = ckp_scratch_new()))
+        return cku_errf(err, cap, CKP_ERR_NOMEM, "%s: out of memory", dir);
+    ckp_status st = ckm_load(dir, &m->man, err, cap);
+    if (st != CKP_OK)
+        return st;
+    if (!(m->readers = calloc(m->man->n_files ? m->man->n_files : 1, sizeof *m->readers)))
+        return cku_errf(err, cap, CKP_ERR_NOMEM, "%s: out of memory", dir);
+    for (size_t i = 0; i < m->man->n_files && st == CKP_OK; i++)
+        if (m->man->files[i].kind == CKP_KIND_SAFETENSORS)
+            st = add_file(m, m->man->files[i].path, err, cap);
     return st;
 }
 
@@ -187,27 +221,13 @@ ckr_status ckr_open(const char *dir, ckr_model **out, char *err, size_t cap)
     ckr_model *m = calloc(1, sizeof *m);
     if (!m)
         return CKR_ERR_NOMEM;
-    pthread_mutex_init(&m->lock, NULL);
-    ckr_status st = CKR_ERR_NOMEM;
-    if (!(m->dir = strdup(dir)) || !(m->scratch = ckp_scratch_new()))
-        goto fail;
-    if (ckm_load(dir, &m->man, err, cap) != 0) {
-        st = CKR_ERR_FORMAT;
-        goto fail;
+    ckr_status st = from_ckp(open_model(m, dir, err, cap));
+    if (st != CKR_OK) {
+        ckr_close(m);
+        return st;
     }
-    if (!(m->readers = calloc(m->man->n_files ? m->man->n_files : 1, sizeof *m->readers)))
-        goto fail;
-    st = CKR_OK;
-    for (size_t i = 0; i < m->man->n_files && st == CKR_OK; i++)
-        if (m->man->files[i].kind == CKP_KIND_SAFETENSORS)
-            st = add_file(m, m->man->files[i].path, err, cap);
-    if (st != CKR_OK)
-        goto fail;
     *out = m;
     return CKR_OK;
-fail:
-    ckr_close(m);
-    return st;
 }
 
 void ckr_close(ckr_model *m)
@@ -255,45 +275,41 @@ ckr_status ckr_tensor_source(const ckr_model *m, size_t i, const struct ckp_read
     return CKR_OK;
 }
 
-/* ckp_pread of [off, off+len) of reader r into dst under the model's lock. */
-static ckr_status read_locked(ckr_model *m, const ckp_reader *r, void *dst, uint64_t len, uint64_t off,
+/* ckp_pread of [off, off+len) of reader r into dst under the model's lock;
+ * [off, off+len) lies within r's original file (a tensor's bytes: st_parse
+ * checked them against the file size its TOC records; a whole file). */
+static ckp_status read_locked(ckr_model *m, const ckp_reader *r, void *dst, uint64_t len, uint64_t off,
                               char *err, size_t cap)
 {
     size_t got = 0;
     pthread_mutex_lock(&m->lock);
     ckp_status ps = ckp_pread(r, dst, (size_t)len, off, &got, m->scratch);
     pthread_mutex_unlock(&m->lock);
-    if (ps == CKP_OK && got != len)
-        ps = CKP_ERR_CORRUPT;
+    assert(ps != CKP_OK || got == len); /* a read within the file is short only on failure */
     if (ps != CKP_OK)
-        cku_errf(err, cap, "%s: bytes [%llu, %llu): %s", ckp_file_name(r), (unsigned long long)off,
+        cku_errf(err, cap, ps, "%s: bytes [%llu, %llu): %s", ckp_file_name(r), (unsigned long long)off,
                  (unsigned long long)(off + len), ckp_status_name(ps));
-    return from_ckp(ps);
+    return ps;
 }
 
 ckr_status ckr_read_rows(ckr_model *m, size_t i, uint64_t row_begin, uint64_t row_end, void *dst,
                          size_t cap, char *err, size_t errCapacity)
 {
-    if (!m || i >= m->n) {
-        cku_errf(err, errCapacity, "no tensor %zu", i);
-        return CKR_ERR_ARG;
-    }
+    if (!m || i >= m->n)
+        return cku_errf(err, errCapacity, CKR_ERR_ARG, "no tensor %zu", i);
     const ckr_tensor_info *ti = &m->info[i];
     uint64_t rows = ti->ndim ? ti->shape[0] : 1, row_bytes = rows ? ti->nbytes / rows : 0;
-    if (row_begin > row_end || row_end > rows) {
-        cku_errf(err, errCapacity, "%s: rows [%llu, %llu) outside [0, %llu)", ti->name,
-                 (unsigned long long)row_begin, (unsigned long long)row_end, (unsigned long long)rows);
-        return CKR_ERR_ARG;
-    }
+    if (row_begin > row_end || row_end > rows)
+        return cku_errf(err, errCapacity, CKR_ERR_ARG, "%s: rows [%llu, %llu) outside [0, %llu)", ti->name,
+                        (unsigned long long)row_begin, (unsigned long long)row_end, (unsigned long long)rows);
     uint64_t len = (row_end - row_begin) * row_bytes;
-    if (len > cap || (len && !dst)) {
-        cku_errf(err, errCapacity, "%s: %llu bytes do not fit in %zu", ti->name, (unsigned long long)len, cap);
-        return CKR_ERR_ARG;
-    }
+    if (len > cap || (len && !dst))
+        return cku_errf(err, errCapacity, CKR_ERR_ARG, "%s: %llu bytes do not fit in %zu", ti->name,
+                        (unsigned long long)len, cap);
     if (len == 0)
         return CKR_OK;
-    return read_locked(m, m->readers[m->t_file[i]], dst, len, m->t_offset[i] + row_begin * row_bytes, err,
-                       errCapacity);
+    return from_ckp(read_locked(m, m->readers[m->t_file[i]], dst, len, m->t_offset[i] + row_begin * row_bytes,
+                                err, errCapacity));
 }
 
 size_t ckr_file_count(const ckr_model *m) { return m ? m->man->n_files : 0; }
@@ -314,25 +330,19 @@ ckr_status ckr_file_read(ckr_model *m, const char *path, void *dst, size_t cap, 
     for (size_t i = 0; i < m->man->n_files && !f; i++)
         if (strcmp(m->man->files[i].path, path) == 0)
             f = &m->man->files[i];
-    if (!f) {
-        cku_errf(err, errCapacity, "%s: no file %s in the manifest", m->dir, path);
-        return CKR_ERR_NOTFOUND;
-    }
+    if (!f)
+        return cku_errf(err, errCapacity, CKR_ERR_NOTFOUND, "%s: no file %s in the manifest", m->dir, path);
     *size = f->size;
-    if (f->size > cap || (f->size && !dst)) {
-        cku_errf(err, errCapacity, "%s: %llu bytes do not fit in %zu", path, (unsigned long long)f->size, cap);
-        return CKR_ERR_ARG;
-    }
+    if (f->size > cap || (f->size && !dst))
+        return cku_errf(err, errCapacity, CKR_ERR_ARG, "%s: %llu bytes do not fit in %zu", path,
+                        (unsigned long long)f->size, cap);
     ckp_reader *r = NULL;
-    ckr_status st = open_packed(m, path, &r, err, errCapacity);
-    if (st != CKR_OK)
-        return st;
-    if (ckp_get_info(r)->original_size != f->size) {
-        cku_errf(err, errCapacity, "%s: size differs from the manifest", path);
-        st = CKR_ERR_FORMAT;
-    } else if (f->size) {
+    ckp_status st = open_packed(m, path, &r, err, errCapacity);
+    if (st != CKP_OK)
+        return from_ckp(st);
+    assert(ckp_get_info(r)->original_size == f->size); /* open_packed bound r to f (R52) */
+    if (f->size)
         st = read_locked(m, r, dst, f->size, 0, err, errCapacity);
-    }
     ckp_close(r);
-    return st;
+    return from_ckp(st);
 }

@@ -10,7 +10,9 @@
  * the hashes of the chunks it touches: the caller gets the original bytes or
  * an error (DESIGN invariant 1).  A model is safe to share between threads
  * (reads serialize on one lock around its scratch memory).  The library never
- * prints; errors fill err (if given) with the file and the problem.
+ * prints; errors fill err (if given) with the file and the problem, and the
+ * status says its class (out of memory, I/O, a newer format, damage, a bad
+ * argument stay apart).
  */
 #ifndef CKREAD_H
 #define CKREAD_H
@@ -22,16 +24,21 @@
 extern "C" {
 #endif
 
-/* Pinned status codes: values never change once released. */
+/* Pinned status codes: values never change once released (Python's ctypes
+ * binding, gpu/python, uses them); new ones go at the end.  Each status of
+ * the format library (container.h) lands in exactly one (ckread.c, from_ckp). */
 typedef enum {
     CKR_OK = 0,
-    CKR_ERR_ARG = 1,      /* bad argument (NULL, row range, capacity) */
-    CKR_ERR_IO = 2,       /* reading a packed file failed */
-    CKR_ERR_FORMAT = 3,   /* not a packed directory, or a header is invalid */
-    CKR_ERR_CORRUPT = 4,  /* a chunk is damaged (hash differs) */
+    CKR_ERR_ARG = 1,      /* bad argument (NULL, row or byte range, capacity) */
+    CKR_ERR_IO = 2,       /* reading the manifest or a packed file failed */
+    CKR_ERR_FORMAT = 3,   /* not a packed directory, or a header is invalid
+                           * (a safetensors header, or a TOC that does not match it) */
+    CKR_ERR_CORRUPT = 4,  /* packed data is damaged: the manifest, a packed
+                           * file's metadata, or a chunk (hash differs) */
     CKR_ERR_NOMEM = 5,
     CKR_ERR_NOTFOUND = 6, /* no tensor or file of that name */
-    CKR_ERR_UNSUPPORTED = 7 /* a format version this reader does not know */
+    CKR_ERR_UNSUPPORTED = 7, /* a format version this reader does not know */
+    CKR_ERR_INTERNAL = 8  /* a bug in ckptfs, never bad input */
 } ckr_status;
 
 const char *ckr_status_name(ckr_status s);

@@ -15,7 +15,6 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,20 +77,8 @@ int ckp_status_errno(ckp_status s)
     }
 }
 
-static ckp_status rerr(char *err, size_t cap, const char *file, ckp_status s, const char *fmt, ...)
-{
-    if (err && cap) {
-        cku_escape(file, err, cap); /* a name from a packed directory */
-        size_t len = strlen(err);
-        int n = snprintf(err + len, cap - len, ": ") + (int)len;
-        va_list ap;
-        va_start(ap, fmt);
-        if (n >= 0 && (size_t)n < cap)
-            vsnprintf(err + n, cap - (size_t)n, fmt, ap);
-        va_end(ap);
-    }
-    return s;
-}
+/* A failure of the file named file (escaped: a name from a packed directory). */
+#define rerr(err, cap, file, s, ...) ((ckp_status)cku_errf_at((err), (cap), (s), (file), __VA_ARGS__))
 
 /* 1 if [off, off+size) lies within [lo, hi]. */
 static int in_range(uint64_t off, uint64_t size, uint64_t lo, uint64_t hi)
@@ -435,7 +422,8 @@ static ckp_status open_reader(const char *root, const char *rel, const char *pat
     char why[512];
     r->fd = cku_open_regular(root, rel, &st, why, sizeof why);
     if (r->fd < 0) {
-        s = rerr(err, cap, path, cku_open_refused(errno) ? CKP_ERR_FORMAT : CKP_ERR_IO, "%s", why);
+        s = rerr(err, cap, path, errno == ENOMEM ? CKP_ERR_NOMEM : cku_open_refused(errno) ? CKP_ERR_FORMAT : CKP_ERR_IO,
+                 "%s", why);
         goto fail;
     }
     if (st.st_size < (off_t)CKP_HEADER_SIZE) {

@@ -19,7 +19,6 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,14 +38,8 @@ struct ckp_writer {
     char err[512];
 };
 
-static ckp_status werr(ckp_writer *w, ckp_status s, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(w->err, sizeof w->err, fmt, ap);
-    va_end(ap);
-    return s;
-}
+/* A failure, its message kept for ckp_writer_error. */
+#define werr(w, s, ...) ((ckp_status)cku_errf((w)->err, sizeof (w)->err, (s), __VA_ARGS__))
 
 const char *ckp_writer_error(const ckp_writer *w) { return w->err; }
 

@@ -10,7 +10,6 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +21,8 @@
 
 int ckm_path_ok(const char *rel) { return ckp_path_ok(rel); }
 
-#define merr cku_errf
+/* A manifest failure with its message (util.h, cku_errf). */
+#define merr(err, cap, s, ...) ((ckp_status)cku_errf((err), (cap), (s), __VA_ARGS__))
 
 void ckm_free(ckm_manifest *m)
 {
@@ -95,20 +95,21 @@ static const char *get_string(const cJSON *o, const char *k, const char **s)
 
 /* Report field k of entry idx of the array kind ("file", "directory") as
  * invalid for reason why, naming the entry's path if it has a valid one. */
-static int bad_entry(char *err, size_t cap, const char *name, const char *kind, size_t idx, const cJSON *e,
-                     const char *k, const char *why)
+static ckp_status bad_entry(char *err, size_t cap, const char *name, const char *kind, size_t idx,
+                            const cJSON *e, const char *k, const char *why)
 {
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(e, "path");
     char esc[CKU_ESC_NAME];
     if (cJSON_IsString(p))
         cku_escape(p->valuestring, esc, sizeof esc);
     if (!strcmp(k, "path") && cJSON_IsString(p))
-        return merr(err, cap, "%s: %s entry %zu: \"path\" \"%s\" %s", name, kind, idx, esc, why);
+        return merr(err, cap, CKP_ERR_CORRUPT, "%s: %s entry %zu: \"path\" \"%s\" %s", name, kind, idx, esc, why);
     if (cJSON_IsString(p) && ckp_path_ok(p->valuestring))
-        return merr(err, cap, "%s: %s entry %zu (\"%s\"): \"%s\" %s", name, kind, idx, esc, k, why);
+        return merr(err, cap, CKP_ERR_CORRUPT, "%s: %s entry %zu (\"%s\"): \"%s\" %s", name, kind, idx, esc, k,
+                    why);
     if (!*k)
-        return merr(err, cap, "%s: %s entry %zu %s", name, kind, idx, why);
-    return merr(err, cap, "%s: %s entry %zu: \"%s\" %s", name, kind, idx, k, why);
+        return merr(err, cap, CKP_ERR_CORRUPT, "%s: %s entry %zu %s", name, kind, idx, why);
+    return merr(err, cap, CKP_ERR_CORRUPT, "%s: %s entry %zu: \"%s\" %s", name, kind, idx, k, why);
 }
 
 /* Fill f from the file entry e; @return NULL, or the name of the bad field
@@ -140,30 +141,30 @@ static const char *parse_file(const cJSON *e, ckm_file *f, const char **path, co
     return NULL;
 }
 
-static int parse_files(const cJSON *arr, ckm_manifest *m, const char *name, char *err, size_t cap)
+static ckp_status parse_files(const cJSON *arr, ckm_manifest *m, const char *name, char *err, size_t cap)
 {
     int n = cJSON_GetArraySize(arr);
     m->files = calloc(n ? (size_t)n : 1, sizeof *m->files);
     if (!m->files)
-        return merr(err, cap, "%s: out of memory", name);
+        return merr(err, cap, CKP_ERR_NOMEM, "%s: out of memory", name);
     for (const cJSON *e = arr->child; e; e = e->next) {
         ckm_file *f = &m->files[m->n_files];
         const char *p = NULL, *why = NULL, *field = parse_file(e, f, &p, &why);
         if (field)
             return bad_entry(err, cap, name, "file", m->n_files, e, field, why);
         if (!(f->path = strdup(p)))
-            return merr(err, cap, "%s: out of memory", name);
+            return merr(err, cap, CKP_ERR_NOMEM, "%s: out of memory", name);
         m->n_files++;
     }
-    return 0;
+    return CKP_OK;
 }
 
-static int parse_dirs(const cJSON *arr, ckm_manifest *m, const char *name, char *err, size_t cap)
+static ckp_status parse_dirs(const cJSON *arr, ckm_manifest *m, const char *name, char *err, size_t cap)
 {
     int n = cJSON_GetArraySize(arr);
     m->dirs = calloc(n ? (size_t)n : 1, sizeof *m->dirs);
     if (!m->dirs)
-        return merr(err, cap, "%s: out of memory", name);
+        return merr(err, cap, CKP_ERR_NOMEM, "%s: out of memory", name);
     for (const cJSON *e = arr->child; e; e = e->next) {
         ckm_dir *d = &m->dirs[m->n_dirs];
         const char *p = NULL, *why = NULL, *field = "";
@@ -177,11 +178,11 @@ static int parse_dirs(const cJSON *arr, ckm_manifest *m, const char *name, char 
         if (why)
             return bad_entry(err, cap, name, "directory", m->n_dirs, e, field, why);
         if (!(d->path = strdup(p)))
-            return merr(err, cap, "%s: out of memory", name);
+            return merr(err, cap, CKP_ERR_NOMEM, "%s: out of memory", name);
         m->n_dirs++;
         d->mode = (uint32_t)mode;
     }
-    return 0;
+    return CKP_OK;
 }
 
 static int cmp_file(const void *a, const void *b)
@@ -195,16 +196,16 @@ static int cmp_dir(const void *a, const void *b)
 
 /* Names must be unique across files and directories, and every parent of an
  * entry must be a listed directory. */
-static int check_tree(const ckm_manifest *m, const char *name, char *err, size_t cap)
+static ckp_status check_tree(const ckm_manifest *m, const char *name, char *err, size_t cap)
 {
     char esc[CKU_ESC_NAME];
     for (size_t i = 1; i < m->n_files; i++)
         if (!strcmp(m->files[i - 1].path, m->files[i].path))
-            return merr(err, cap, "%s: duplicate file \"%s\"", name,
+            return merr(err, cap, CKP_ERR_CORRUPT, "%s: duplicate file \"%s\"", name,
                         cku_escape(m->files[i].path, esc, sizeof esc));
     for (size_t i = 1; i < m->n_dirs; i++)
         if (!strcmp(m->dirs[i - 1].path, m->dirs[i].path))
-            return merr(err, cap, "%s: duplicate directory \"%s\"", name,
+            return merr(err, cap, CKP_ERR_CORRUPT, "%s: duplicate directory \"%s\"", name,
                         cku_escape(m->dirs[i].path, esc, sizeof esc));
     for (size_t i = 0; i < m->n_files + m->n_dirs; i++) {
         const char *p = i < m->n_files ? m->files[i].path : m->dirs[i - m->n_files].path;
@@ -212,45 +213,51 @@ static int check_tree(const ckm_manifest *m, const char *name, char *err, size_t
         if (i >= m->n_files) {
             ckm_file fkey = {.path = (char *)p};
             if (m->n_files && bsearch(&fkey, m->files, m->n_files, sizeof fkey, cmp_file))
-                return merr(err, cap, "%s: \"%s\" is both a file and a directory", name,
+                return merr(err, cap, CKP_ERR_CORRUPT, "%s: \"%s\" is both a file and a directory", name,
                             cku_escape(p, esc, sizeof esc));
         }
         if (!slash)
             continue;
         char *parent = strndup(p, (size_t)(slash - p));
+        if (!parent)
+            return merr(err, cap, CKP_ERR_NOMEM, "%s: out of memory", name);
         ckm_dir key = {.path = parent};
-        int found = parent && m->n_dirs && bsearch(&key, m->dirs, m->n_dirs, sizeof key, cmp_dir) != NULL;
+        int found = m->n_dirs && bsearch(&key, m->dirs, m->n_dirs, sizeof key, cmp_dir) != NULL;
         free(parent);
         if (!found)
-            return merr(err, cap, "%s: parent directory of \"%s\" is not listed", name,
+            return merr(err, cap, CKP_ERR_CORRUPT, "%s: parent directory of \"%s\" is not listed", name,
                         cku_escape(p, esc, sizeof esc));
     }
-    return 0;
+    return CKP_OK;
 }
 
-/* Read dst/name whole (cku_open_regular: a link or FIFO there is refused). */
-static char *read_file(const char *dst, const char *name, const char *path, size_t *size, char *err, size_t cap)
+/* Read dst/name whole (cku_open_regular: a link or FIFO there is refused,
+ * CKP_ERR_FORMAT as the container reader's refused opens).  @return its bytes
+ * (NUL-terminated, *size of them), or NULL with *st and err set. */
+static char *read_file(const char *dst, const char *name, const char *path, size_t *size, ckp_status *st,
+                       char *err, size_t cap)
 {
-    struct stat st;
+    struct stat sb;
     char *buf = NULL, why[512];
-    int fd = cku_open_regular(dst, name, &st, why, sizeof why);
+    int fd = cku_open_regular(dst, name, &sb, why, sizeof why);
     if (fd < 0) {
-        merr(err, cap, "%s: %s", path, why);
+        *st = merr(err, cap, errno == ENOMEM ? CKP_ERR_NOMEM : cku_open_refused(errno) ? CKP_ERR_FORMAT : CKP_ERR_IO,
+                   "%s: %s", path, why);
         goto out;
     }
-    if (st.st_size > MANIFEST_MAX) {
-        merr(err, cap, "%s: larger than 1 GiB", path);
+    if (sb.st_size > MANIFEST_MAX) {
+        *st = merr(err, cap, CKP_ERR_CORRUPT, "%s: larger than 1 GiB", path);
         goto out;
     }
-    buf = malloc((size_t)st.st_size + 1);
-    if (!buf || cku_pread_full(fd, buf, (size_t)st.st_size, 0)) {
-        merr(err, cap, "%s: %s", path, buf ? strerror(errno) : "out of memory");
+    buf = malloc((size_t)sb.st_size + 1);
+    if (!buf || cku_pread_full(fd, buf, (size_t)sb.st_size, 0)) {
+        *st = merr(err, cap, buf ? CKP_ERR_IO : CKP_ERR_NOMEM, "%s: %s", path, buf ? strerror(errno) : "out of memory");
         free(buf);
         buf = NULL;
         goto out;
     }
-    buf[st.st_size] = 0;
-    *size = (size_t)st.st_size;
+    buf[sb.st_size] = 0;
+    *size = (size_t)sb.st_size;
 out:
     if (fd >= 0)
         close(fd);
@@ -258,25 +265,80 @@ out:
 }
 
 /* The manifest of dst is missing: say what dst is and what to do. */
-static int explain_missing(const char *dst, char *err, size_t cap)
+static ckp_status explain_missing(const char *dst, char *err, size_t cap)
 {
     char state[4096];
     struct stat st;
     snprintf(state, sizeof state, "%s/%s", dst, CKP_STATE_NAME);
     if (stat(dst, &st))
-        return merr(err, cap, "%s: %s", dst, strerror(errno));
+        return merr(err, cap, CKP_ERR_IO, "%s: %s", dst, strerror(errno));
     if (!S_ISDIR(st.st_mode))
-        return merr(err, cap, "%s: not a packed directory (a packed directory is what `ckptfs pack` writes)",
-                    dst);
+        return merr(err, cap, CKP_ERR_FORMAT,
+                    "%s: not a packed directory (a packed directory is what `ckptfs pack` writes)", dst);
     if (access(state, F_OK) == 0)
-        return merr(err, cap,
+        return merr(err, cap, CKP_ERR_FORMAT,
                     "%s: unfinished pack (no %s yet): run the same `ckptfs pack` command again to finish it",
                     dst, CKP_MANIFEST_NAME);
-    return merr(err, cap, "%s: not a packed directory (no %s): run `ckptfs pack SRC %s` first", dst,
+    return merr(err, cap, CKP_ERR_FORMAT, "%s: not a packed directory (no %s): run `ckptfs pack SRC %s` first", dst,
                 CKP_MANIFEST_NAME, dst);
 }
 
-int ckm_load(const char *dst, ckm_manifest **out, char *err, size_t cap)
+/* The first line of the manifest text buf[0..size) (format §7, R50): magic
+ * and the XXH3 of the rest.  @return the JSON's offset in buf (buf's first
+ * line is cut there), or 0 with err set (CKP_ERR_CORRUPT). */
+static size_t check_first_line(char *buf, size_t size, const char *name, char *err, size_t cap)
+{
+    const size_t hdr = strlen(MANIFEST_MAGIC) + 17;
+    uint8_t want[8];
+    if (size < hdr || memcmp(buf, MANIFEST_MAGIC, strlen(MANIFEST_MAGIC)) || buf[hdr - 1] != '\n')
+        return merr(err, cap, CKP_ERR_CORRUPT, "%s: not a ckptfs manifest (bad first line)", name), 0;
+    buf[hdr - 1] = 0;
+    if (cku_unhex(buf + strlen(MANIFEST_MAGIC), want, 8))
+        return merr(err, cap, CKP_ERR_CORRUPT, "%s: bad checksum field", name), 0;
+    uint64_t h = 0;
+    for (int i = 0; i < 8; i++)
+        h = h << 8 | want[i];
+    if (ckc_hash64(buf + hdr, size - hdr) != h)
+        return merr(err, cap, CKP_ERR_CORRUPT, "%s: manifest is damaged (checksum mismatch)", name), 0;
+    return hdr;
+}
+
+/* The JSON text json[0..n) parsed (R56: UTF-8, RFC 8259; a \u0000 would cut
+ * a path short) into an object whose "format" this reader knows (R53).
+ * at0: the text's offset in the file, for messages.  @return the root, or
+ * NULL with *st and err set. */
+static cJSON *parse_root(const char *json, size_t n, size_t at0, const char *name, ckp_status *st, char *err,
+                         size_t cap)
+{
+    const char *nul = memchr(json, 0, n), *why;
+    size_t at = nul ? (size_t)(nul - json) : 0;
+    if (nul || (why = cku_json_lex(json, n, 0, &at))) {
+        *st = merr(err, cap, CKP_ERR_CORRUPT, "%s: invalid manifest JSON: %s at byte %zu", name,
+                   nul ? "a NUL byte" : why, at0 + at);
+        return NULL;
+    }
+    cJSON *root = cJSON_ParseWithLength(json, n);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    if (!cJSON_IsObject(root))
+        *st = merr(err, cap, CKP_ERR_CORRUPT, "%s: invalid manifest JSON: %s", name,
+                   root ? "not an object" : "a syntax error");
+    else if (!cJSON_IsNumber(fmt))
+        *st = merr(err, cap, CKP_ERR_CORRUPT, "%s: invalid manifest JSON: \"format\" is %s", name,
+                   fmt ? "not a number" : "missing");
+    else if (fmt->valuedouble > 1)
+        *st = merr(err, cap, CKP_ERR_VERSION,
+                   "%s: manifest format %g was written by a newer ckptfs; upgrade ckptfs to read it", name,
+                   fmt->valuedouble);
+    else if (fmt->valuedouble != 1)
+        *st = merr(err, cap, CKP_ERR_VERSION, "%s: unknown manifest format %g (this ckptfs reads format 1)", name,
+                   fmt->valuedouble);
+    else
+        return root;
+    cJSON_Delete(root);
+    return NULL;
+}
+
+ckp_status ckm_load(const char *dst, ckm_manifest **out, char *err, size_t cap)
 {
     *out = NULL;
     char name[4096];
@@ -284,67 +346,43 @@ int ckm_load(const char *dst, ckm_manifest **out, char *err, size_t cap)
     struct stat lst;
     if (lstat(name, &lst) && (errno == ENOENT || errno == ENOTDIR))
         return explain_missing(dst, err, cap);
-    size_t size = 0;
-    char *buf = read_file(dst, CKP_MANIFEST_NAME, name, &size, err, cap);
+    size_t size = 0, hdr;
+    ckp_status st = CKP_ERR_CORRUPT;
+    char *buf = read_file(dst, CKP_MANIFEST_NAME, name, &size, &st, err, cap);
     if (!buf)
-        return -1;
-    int rc = -1;
+        return st;
     cJSON *root = NULL;
     ckm_manifest *m = calloc(1, sizeof *m);
-    const size_t hdr = strlen(MANIFEST_MAGIC) + 17;
-    uint8_t want[8];
-    if (size < hdr || memcmp(buf, MANIFEST_MAGIC, strlen(MANIFEST_MAGIC)) || buf[hdr - 1] != '\n') {
-        merr(err, cap, "%s: not a ckptfs manifest (bad first line)", name);
+    if (!m) {
+        st = merr(err, cap, CKP_ERR_NOMEM, "%s: out of memory", name);
         goto out;
     }
-    buf[hdr - 1] = 0;
-    if (cku_unhex(buf + strlen(MANIFEST_MAGIC), want, 8)) {
-        merr(err, cap, "%s: bad checksum field", name);
+    if (!(hdr = check_first_line(buf, size, name, err, cap)) ||
+        !(root = parse_root(buf + hdr, size - hdr, hdr, name, &st, err, cap)))
         goto out;
-    }
-    uint64_t h = 0;
-    for (int i = 0; i < 8; i++)
-        h = h << 8 | want[i];
-    if (ckc_hash64(buf + hdr, size - hdr) != h) {
-        merr(err, cap, "%s: manifest is damaged (checksum mismatch)", name);
-        goto out;
-    }
-    /* JSON is UTF-8 (RFC 8259), and a \u0000 would cut a path short */
-    const char *nul = memchr(buf + hdr, 0, size - hdr), *why;
-    size_t at = nul ? (size_t)(nul - (buf + hdr)) : 0;
-    if (nul || (why = cku_json_lex(buf + hdr, size - hdr, 0, &at))) {
-        merr(err, cap, "%s: invalid manifest JSON: %s at byte %zu", name, nul ? "a NUL byte" : why, hdr + at);
-        goto out;
-    }
-    root = cJSON_ParseWithLength(buf + hdr, size - hdr);
-    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
     const cJSON *dirs = cJSON_GetObjectItemCaseSensitive(root, "dirs");
-    if (m && cJSON_IsNumber(fmt) && fmt->valuedouble > 1) {
-        merr(err, cap, "%s: manifest format %g was written by a newer ckptfs; upgrade ckptfs to read it", name,
-             fmt->valuedouble);
+    if (!cJSON_IsArray(files) || !cJSON_IsArray(dirs)) {
+        st = merr(err, cap, CKP_ERR_CORRUPT, "%s: invalid manifest JSON: \"%s\" is %s", name,
+                  !cJSON_IsArray(files) ? "files" : "dirs",
+                  !(cJSON_IsArray(files) ? dirs : files) ? "missing" : "not an array");
         goto out;
     }
-    if (!m || !cJSON_IsNumber(fmt) || fmt->valuedouble != 1 || !cJSON_IsArray(files) || !cJSON_IsArray(dirs)) {
-        merr(err, cap, "%s: %s", name, m ? "invalid manifest JSON or unknown version" : "out of memory");
-        goto out;
-    }
-    if (parse_files(files, m, name, err, cap) || parse_dirs(dirs, m, name, err, cap))
+    if ((st = parse_files(files, m, name, err, cap)) != CKP_OK || (st = parse_dirs(dirs, m, name, err, cap)) != CKP_OK)
         goto out;
     if (m->n_files)
         qsort(m->files, m->n_files, sizeof *m->files, cmp_file);
     if (m->n_dirs)
         qsort(m->dirs, m->n_dirs, sizeof *m->dirs, cmp_dir);
-    if (check_tree(m, name, err, cap))
+    if ((st = check_tree(m, name, err, cap)) != CKP_OK)
         goto out;
     *out = m;
     m = NULL;
-    rc = 0;
 out:
     cJSON_Delete(root);
     ckm_free(m);
     free(buf);
-    return rc;
+    return st;
 }
 
 static cJSON *file_json(const ckm_file *f)
@@ -363,7 +401,7 @@ static cJSON *file_json(const ckm_file *f)
     return o;
 }
 
-int ckm_write(const char *dst, ckm_manifest *m, char *err, size_t cap)
+ckp_status ckm_write(const char *dst, ckm_manifest *m, char *err, size_t cap)
 {
     if (m->n_files)
         qsort(m->files, m->n_files, sizeof *m->files, cmp_file);
@@ -384,25 +422,23 @@ int ckm_write(const char *dst, ckm_manifest *m, char *err, size_t cap)
     char *json = cJSON_Print(root);
     cJSON_Delete(root);
     if (!json)
-        return merr(err, cap, "%s: out of memory", dst);
+        return merr(err, cap, CKP_ERR_NOMEM, "%s: out of memory", dst);
     size_t jl = strlen(json);
     char head[64], tmp[4096], final[4096];
     snprintf(head, sizeof head, "%s%016llx\n", MANIFEST_MAGIC, (unsigned long long)ckc_hash64(json, jl));
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dst, CKP_MANIFEST_NAME);
     snprintf(final, sizeof final, "%s/%s", dst, CKP_MANIFEST_NAME);
-    int rc = -1, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    ckp_status st = CKP_OK;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0 || cku_pwrite_full(fd, head, strlen(head), 0) ||
-        cku_pwrite_full(fd, json, jl, strlen(head)) || (cku_fault_point(), fsync(fd))) {
-        merr(err, cap, "%s: %s", tmp, strerror(errno));
-    } else if ((cku_fault_point(), rename(tmp, final)) || cku_fsync_dir(dst)) {
-        merr(err, cap, "%s: %s", final, strerror(errno));
-    } else {
-        rc = 0;
-    }
+        cku_pwrite_full(fd, json, jl, strlen(head)) || (cku_fault_point(), fsync(fd)))
+        st = merr(err, cap, CKP_ERR_IO, "%s: %s", tmp, strerror(errno));
+    else if ((cku_fault_point(), rename(tmp, final)) || cku_fsync_dir(dst))
+        st = merr(err, cap, CKP_ERR_IO, "%s: %s", final, strerror(errno));
     if (fd >= 0)
         close(fd);
-    if (rc)
+    if (st != CKP_OK)
         unlink(tmp);
     free(json);
-    return rc;
+    return st;
 }

@@ -43,13 +43,32 @@ typedef struct {
 /* 1 if rel is an acceptable relative path (see above), else 0. */
 int ckm_path_ok(const char *rel);
 
-/* Load DST/ckptfs.manifest.  @return 0, or -1 with a message naming the file
- * and the problem in err. */
-int ckm_load(const char *dst_dir, ckm_manifest **out, char *err, size_t errCapacity);
+/* Load DST/ckptfs.manifest.  @return CKP_OK with *out set, or one of these
+ * with *out NULL and a message naming the file and the problem (the field
+ * of an entry, by its index and path) in err (docs/format.md §8, R50-R56):
+ *   CKP_ERR_FORMAT   DST is not a packed directory: no manifest (the message
+ *                    says whether a pack is unfinished there), DST not a
+ *                    directory, or the manifest not a regular file reached
+ *                    without links (R51);
+ *   CKP_ERR_VERSION  "format" is not 1: written by a newer ckptfs (R53);
+ *   CKP_ERR_CORRUPT  damaged or inconsistent: its first line or checksum
+ *                    (R50), its JSON (R56), a field of an entry (R54),
+ *                    duplicate names, unlisted parents (R55), over 1 GiB;
+ *   CKP_ERR_IO       DST or the manifest cannot be read (errno's text);
+ *   CKP_ERR_NOMEM.
+ * A loaded manifest's guarantees (what its users may rely on, not check):
+ *   M1. every path passes ckp_path_ok;
+ *   M2. files are sorted by path (byte order) with no path twice, and so are
+ *       directories;
+ *   M3. no path is both a file and a directory;
+ *   M4. the parent of every entry that has one is a listed directory;
+ *   M5. sizes are at most 2^53, modes at most 07777. */
+ckp_status ckm_load(const char *dst_dir, ckm_manifest **out, char *err, size_t errCapacity);
 
 /* Sort entries and write DST/ckptfs.manifest atomically (temporary file,
- * fsync, rename, fsync of the directory). */
-int ckm_write(const char *dst_dir, ckm_manifest *m, char *err, size_t errCapacity);
+ * fsync, rename, fsync of the directory).  @return CKP_OK, CKP_ERR_IO (the
+ * file named in err with errno's text) or CKP_ERR_NOMEM. */
+ckp_status ckm_write(const char *dst_dir, ckm_manifest *m, char *err, size_t errCapacity);
 
 void ckm_free(ckm_manifest *m);
 

@@ -49,9 +49,9 @@ static int refuse(const char *rel, const char *end, int last, mode_t m, mode_t w
     const char *why = S_ISLNK(m) ? "; links inside a packed directory are not followed"
                       : want == S_IFDIR ? ", not a directory" : ", not a regular file";
     if (last)
-        cku_errf(err, cap, "%s%s", kind_name(m), why);
+        cku_errf(err, cap, -1, "%s%s", kind_name(m), why);
     else
-        cku_errf(err, cap, "\"%.*s\" is %s%s", (int)(end - rel), rel, kind_name(m), why);
+        cku_errf(err, cap, -1, "\"%.*s\" is %s%s", (int)(end - rel), rel, kind_name(m), why);
     errno = refusal_errno(m, want);
     return -1;
 }
@@ -65,9 +65,9 @@ static int open_component(int dfd, const char *name, const char *rel, const char
     if (fstatat(dfd, name, st, follow ? 0 : AT_SYMLINK_NOFOLLOW)) {
         int e = errno;
         if (last)
-            cku_errf(err, cap, "%s", strerror(e));
+            cku_errf(err, cap, -1, "%s", strerror(e));
         else
-            cku_errf(err, cap, "\"%.*s\": %s", (int)(end - rel), rel, strerror(e));
+            cku_errf(err, cap, -1, "\"%.*s\": %s", (int)(end - rel), rel, strerror(e));
         errno = e;
         return -1;
     }
@@ -79,7 +79,7 @@ static int open_component(int dfd, const char *name, const char *rel, const char
         int e = errno;
         if (fd >= 0)
             close(fd);
-        cku_errf(err, cap, "%s", strerror(e));
+        cku_errf(err, cap, -1, "%s", strerror(e));
         errno = e;
         return -1;
     }
@@ -99,13 +99,13 @@ static int walk(const char *root, const char *rel, struct stat *st, char *err, s
     char *buf = strdup(rel);
     if (!buf) {
         e = ENOMEM;
-        cku_errf(err, cap, "out of memory");
+        cku_errf(err, cap, -1, "out of memory");
         goto out;
     }
     /* the directory the user named: links on the way to it are theirs */
     if ((dfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
         e = errno;
-        cku_errf(err, cap, "%s: %s", root, strerror(e));
+        cku_errf(err, cap, -1, "%s: %s", root, strerror(e));
         goto out;
     }
     for (char *name = buf, *slash; fd < 0; name = slash ? slash + 1 : name) { /* NULL + 1 is undefined */
@@ -144,7 +144,7 @@ int cku_open_regular(const char *root, const char *rel, struct stat *st, char *e
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK)) {
         int e = errno;
-        cku_errf(err, cap, "%s", strerror(e));
+        cku_errf(err, cap, -1, "%s", strerror(e));
         close(fd);
         errno = e;
         return -1;

@@ -17,7 +17,6 @@
 #include "util.h"
 
 #include <cjson/cJSON.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,14 +53,20 @@ const char *st_dtype_name(uint32_t code)
     return "none";
 }
 
-#define fail cku_errf
+/* A rejected header (CKP_ERR_SOURCE: the source file is invalid) with its
+ * message; other statuses are given with merr. */
+#define fail(err, cap, ...) ((ckp_status)cku_errf((err), (cap), CKP_ERR_SOURCE, __VA_ARGS__))
+#define nomem(err, cap) ((ckp_status)cku_errf((err), (cap), CKP_ERR_NOMEM, "out of memory"))
 
-int st_header_len(const uint8_t *buf, size_t bufSize, uint64_t file_size, uint64_t *n, char *err,
-                  size_t cap)
+ckp_status st_header_len(const uint8_t *buf, size_t bufSize, uint64_t file_size, uint64_t *n, char *err,
+                         size_t cap)
 {
-    if (file_size < 8 || bufSize < 8)
+    if (file_size < 8)
         return fail(err, cap, "truncated: %llu bytes, a safetensors file needs at least 8",
                     (unsigned long long)file_size);
+    if (bufSize < 8)
+        return (ckp_status)cku_errf(err, cap, CKP_ERR_ARG, "%zu bytes given of the header's 8-byte length",
+                                    bufSize);
     uint64_t v = 0;
     for (int i = 0; i < 8; i++)
         v |= (uint64_t)buf[i] << (8 * i);
@@ -74,7 +79,7 @@ int st_header_len(const uint8_t *buf, size_t bufSize, uint64_t file_size, uint64
         return fail(err, cap, "header length %llu is too small for a JSON object",
                     (unsigned long long)v);
     *n = v;
-    return 0;
+    return CKP_OK;
 }
 
 /* A JSON number that is an exact non-negative integer below 2^53. */
@@ -102,7 +107,7 @@ static int cmp_name(const void *a, const void *b)
 
 /* The three fields of a tensor object, each exactly once and nothing else
  * (the reference rejects a repeated field; cJSON would keep the first). */
-static int check_fields(const cJSON *j, const char *name, char *err, size_t cap)
+static ckp_status check_fields(const cJSON *j, const char *name, char *err, size_t cap)
 {
     static const char *const known[] = {"dtype", "shape", "data_offsets"};
     unsigned seen = 0;
@@ -116,17 +121,18 @@ static int check_fields(const cJSON *j, const char *name, char *err, size_t cap)
                         cku_escape(k->string, esc, sizeof esc));
         seen |= 1u << i;
     }
-    return seen == 7 ? 0 : fail(err, cap, "tensor \"%s\" lacks dtype, shape or data_offsets", name);
+    return seen == 7 ? CKP_OK : fail(err, cap, "tensor \"%s\" lacks dtype, shape or data_offsets", name);
 }
 
-/* Fill t from the tensor object j; @return 0 or -1 with err set.  name is
- * t->name escaped for messages. */
-static int parse_tensor(const cJSON *j, st_tensor *t, const char *name, char *err, size_t cap)
+/* Fill t from the tensor object j; @return CKP_OK or CKP_ERR_SOURCE with err
+ * set.  name is t->name escaped for messages. */
+static ckp_status parse_tensor(const cJSON *j, st_tensor *t, const char *name, char *err, size_t cap)
 {
     if (!cJSON_IsObject(j))
         return fail(err, cap, "tensor \"%s\" is not an object", name);
-    if (check_fields(j, name, err, cap))
-        return -1;
+    ckp_status st = check_fields(j, name, err, cap);
+    if (st != CKP_OK)
+        return st;
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(j, "dtype");
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(j, "shape");
     const cJSON *off = cJSON_GetObjectItemCaseSensitive(j, "data_offsets");
@@ -160,10 +166,10 @@ static int parse_tensor(const cJSON *j, st_tensor *t, const char *name, char *er
         return fail(err, cap, "tensor \"%s\": shape and dtype %s need %s bytes but data_offsets span %llu",
                     name, st_dtype_name(t->dtype), overflow ? "too many" : "another number of",
                     (unsigned long long)(t->end - t->begin));
-    return 0;
+    return CKP_OK;
 }
 
-static int check_metadata(const cJSON *m, char *err, size_t cap)
+static ckp_status check_metadata(const cJSON *m, char *err, size_t cap)
 {
     char esc[CKU_ESC_NAME];
     if (!cJSON_IsObject(m))
@@ -172,14 +178,14 @@ static int check_metadata(const cJSON *m, char *err, size_t cap)
         if (!cJSON_IsString(k))
             return fail(err, cap, "__metadata__ value \"%s\" is not a string",
                         cku_escape(k->string, esc, sizeof esc));
-    return 0;
+    return CKP_OK;
 }
 
 /* The n header bytes at json: checked as text (what the reference's UTF-8
  * and JSON decoders refuse and cJSON takes: see cku_json_lex; every number
  * of a valid header is a shape entry or an offset), parsed, and checked to
  * be one object followed by nothing but whitespace (the padding writers add).
- * @return the object, or NULL with err set. */
+ * @return the object, or NULL with err set (CKP_ERR_SOURCE). */
 static cJSON *parse_json(const char *json, uint64_t n, char *err, size_t cap)
 {
     const char *nul = memchr(json, 0, n), *why;
@@ -218,49 +224,51 @@ bad:
 
 /* Every member of root: __metadata__ checked, the others parsed into
  * h->tensors (in header order). */
-static int collect_tensors(const cJSON *root, st_header *h, char *err, size_t cap)
+static ckp_status collect_tensors(const cJSON *root, st_header *h, char *err, size_t cap)
 {
     size_t cnt = 0;
     for (const cJSON *k = root->child; k; k = k->next)
         cnt++;
     h->tensors = calloc(cnt ? cnt : 1, sizeof *h->tensors);
     if (!h->tensors)
-        return fail(err, cap, "out of memory");
+        return nomem(err, cap);
     int seen_meta = 0;
     char esc[CKU_ESC_NAME];
     for (const cJSON *k = root->child; k; k = k->next) {
         if (strcmp(k->string, "__metadata__") == 0) {
             if (seen_meta++)
                 return fail(err, cap, "duplicate __metadata__");
-            if (check_metadata(k, err, cap))
-                return -1;
+            ckp_status st = check_metadata(k, err, cap);
+            if (st != CKP_OK)
+                return st;
             continue;
         }
         st_tensor *t = &h->tensors[h->n_tensors++];
         if (!(t->name = strdup(k->string)))
-            return fail(err, cap, "out of memory");
-        if (parse_tensor(k, t, cku_escape(t->name, esc, sizeof esc), err, cap))
-            return -1;
+            return nomem(err, cap);
+        ckp_status st = parse_tensor(k, t, cku_escape(t->name, esc, sizeof esc), err, cap);
+        if (st != CKP_OK)
+            return st;
     }
-    return 0;
+    return CKP_OK;
 }
 
 /* No name twice: cJSON keeps both members of a repeated key (the reference
  * keeps the last, whose offsets then leave a hole: it rejects the file unless
  * the two copies are identical, which is refused here too). */
-static int check_unique_names(st_header *h, char *err, size_t cap)
+static ckp_status check_unique_names(st_header *h, char *err, size_t cap)
 {
     char esc[CKU_ESC_NAME];
     qsort(h->tensors, h->n_tensors, sizeof *h->tensors, cmp_name);
     for (size_t i = 1; i < h->n_tensors; i++)
         if (strcmp(h->tensors[i - 1].name, h->tensors[i].name) == 0)
             return fail(err, cap, "duplicate tensor name \"%s\"", cku_escape(h->tensors[i].name, esc, sizeof esc));
-    return 0;
+    return CKP_OK;
 }
 
 /* Sorted by data offset, the tensors are contiguous and cover the data
  * buffer exactly. */
-static int check_layout(st_header *h, char *err, size_t cap)
+static ckp_status check_layout(st_header *h, char *err, size_t cap)
 {
     char esc[CKU_ESC_NAME];
     qsort(h->tensors, h->n_tensors, sizeof *h->tensors, cmp_begin);
@@ -280,39 +288,40 @@ static int check_layout(st_header *h, char *err, size_t cap)
     if (pos != buffer)
         return fail(err, cap, "data buffer has %llu bytes but the tensors cover %llu", (unsigned long long)buffer,
                     (unsigned long long)pos);
-    return 0;
+    return CKP_OK;
 }
 
-int st_parse(const uint8_t *buf, size_t bufSize, uint64_t file_size, st_header **out, char *err,
-             size_t cap)
+ckp_status st_parse(const uint8_t *buf, size_t bufSize, uint64_t file_size, st_header **out, char *err,
+                    size_t cap)
 {
     *out = NULL;
     uint64_t n;
-    if (st_header_len(buf, bufSize, file_size, &n, err, cap))
-        return -1;
+    ckp_status st = st_header_len(buf, bufSize, file_size, &n, err, cap);
+    if (st != CKP_OK)
+        return st;
     if (bufSize < 8 + n)
-        return fail(err, cap, "header buffer too short");
+        return (ckp_status)cku_errf(err, cap, CKP_ERR_ARG, "%zu bytes given of a header of %llu", bufSize,
+                                    (unsigned long long)(8 + n));
     cJSON *root = parse_json((const char *)buf + 8, n, err, cap);
     if (!root)
-        return -1;
-    int rc = -1;
+        return CKP_ERR_SOURCE;
     st_header *h = calloc(1, sizeof *h);
     if (!h) {
-        fail(err, cap, "out of memory");
+        st = nomem(err, cap);
         goto out;
     }
     h->header_size = n;
     h->data_start = 8 + n;
     h->file_size = file_size;
-    if (collect_tensors(root, h, err, cap) || check_unique_names(h, err, cap) || check_layout(h, err, cap))
+    if ((st = collect_tensors(root, h, err, cap)) != CKP_OK || (st = check_unique_names(h, err, cap)) != CKP_OK ||
+        (st = check_layout(h, err, cap)) != CKP_OK)
         goto out;
-    rc = 0;
     *out = h;
     h = NULL;
 out:
     cJSON_Delete(root);
     st_free(h);
-    return rc;
+    return st;
 }
 
 void st_free(st_header *h)

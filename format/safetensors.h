@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "container.h" /* ckp_status: the format library's one status enum */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -46,12 +48,19 @@ typedef struct {
 /* Parse the header of a file of file_size bytes whose first bytes are in
  * buf[0..bufSize) (bufSize >= min(file_size, 8 + N) is needed; call with the
  * first 8 bytes to learn N via st_header_len).
- * @return 0, or -1 with a message in err (without the file name). */
-int st_parse(const uint8_t *buf, size_t bufSize, uint64_t file_size, st_header **out,
-             char *err, size_t errCapacity);
-/* N from the first 8 bytes; -1 with a message if fewer than 8 bytes exist or N is too large. */
-int st_header_len(const uint8_t *buf, size_t bufSize, uint64_t file_size, uint64_t *n,
-                  char *err, size_t errCapacity);
+ * @return CKP_OK with *out set, or with *out NULL and a message in err
+ * (without the file name; it names the tensor and the field at fault):
+ *   CKP_ERR_SOURCE  the header breaks a rule above: the source file is not a
+ *                   safetensors file pack can take;
+ *   CKP_ERR_NOMEM;
+ *   CKP_ERR_ARG     bufSize holds less than the header (the caller's). */
+ckp_status st_parse(const uint8_t *buf, size_t bufSize, uint64_t file_size, st_header **out, char *err,
+                    size_t errCapacity);
+/* N from the first 8 bytes.  @return CKP_OK, CKP_ERR_SOURCE with a message if
+ * the file has fewer than 8 bytes or N is too large for it or over
+ * ST_MAX_HEADER, CKP_ERR_ARG if bufSize < 8 (the caller's). */
+ckp_status st_header_len(const uint8_t *buf, size_t bufSize, uint64_t file_size, uint64_t *n, char *err,
+                         size_t errCapacity);
 void st_free(st_header *h);
 
 /* dtype name <-> code; 0 if unknown. */

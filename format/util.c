@@ -1,6 +1,6 @@
 /*
  * util.c — I/O helpers of the format library: full reads and writes, durable
- * renames, hex, a thread fan-out, the error-string idiom.
+ * renames, hex, a thread fan-out, the one error formatter (cku_errf).
  */
 #include "util.h"
 
@@ -150,15 +150,38 @@ double cku_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-int cku_errf(char *err, size_t cap, const char *fmt, ...)
+/* The message of cku_errf / cku_errf_at: "NAME: " (name escaped) if name is
+ * given, then fmt. */
+static void verrf(char *err, size_t cap, const char *name, const char *fmt, va_list ap)
 {
-    if (err && cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, cap, fmt, ap);
-        va_end(ap);
+    if (!err || !cap)
+        return;
+    size_t n = 0;
+    if (name) {
+        cku_escape(name, err, cap);
+        n = strlen(err);
+        n += (size_t)snprintf(err + n, cap - n, ": ");
     }
-    return -1;
+    if (n < cap)
+        vsnprintf(err + n, cap - n, fmt, ap);
+}
+
+int cku_errf(char *err, size_t cap, int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    verrf(err, cap, NULL, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+int cku_errf_at(char *err, size_t cap, int status, const char *name, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    verrf(err, cap, name, fmt, ap);
+    va_end(ap);
+    return status;
 }
 
 void cku_run_threads(int n, void *(*fn)(void *), void *arg)

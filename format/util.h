@@ -106,8 +106,21 @@ static inline void cku_put16(uint8_t *p, uint16_t v)
 
 double cku_now(void); /* monotonic seconds */
 
-/* Format a message into err (if given) and return -1: the error idiom of the
- * parsers, which report problems without knowing the file name. */
-int cku_errf(char *err, size_t errCapacity, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* ---- errors: the one formatter of every layer ------------------------------
+ * A function that fails with a message formats it here: err (if given, of
+ * errCapacity bytes) gets the message, cut to fit, and the status passed in
+ * comes back, so that a failure is one statement:
+ *     return cku_errf(err, cap, CKP_ERR_CORRUPT, "extent %u: ...", i);
+ * status is a value of the calling layer's own status enum (ckp_status,
+ * ckfs_status, ...; -1 for functions that report through errno): each layer
+ * keeps its enum and maps the one below it once, this only carries it.
+ * @return status. */
+int cku_errf(char *err, size_t errCapacity, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* cku_errf with the message after "NAME: ", name escaped (cku_escape): for
+ * messages about a file whose name may come from a packed directory.
+ * @return status. */
+int cku_errf_at(char *err, size_t errCapacity, int status, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 #endif

@@ -16,7 +16,6 @@
  * pending; a tensor owns every device buffer its planes point to.
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,8 +52,12 @@ struct ckg_tensor {
 };
 
 
-/* The one place where container statuses become ckgpu's: out of memory,
- * I/O, an unsupported version and damage stay apart. */
+/* The one place where the format library's statuses become ckgpu's: out of
+ * memory, I/O, an unsupported version, damage and a bug stay apart.  Each
+ * lands where ckread's from_ckp puts it (format/ckread.c): an invalid
+ * safetensors header (CKP_ERR_SOURCE) is an invalid header; a range, damaged
+ * metadata and a damaged chunk are damage here (the loader computes every
+ * range from the packed extents). */
 static ckg_status from_ckp(ckp_status s)
 {
     switch (s) {
@@ -62,12 +65,12 @@ static ckg_status from_ckp(ckp_status s)
     case CKP_ERR_ARG: return CKG_ERR_ARG;
     case CKP_ERR_IO: return CKG_ERR_IO;
     case CKP_ERR_NOMEM: return CKG_ERR_NOMEM;
-    case CKP_ERR_FORMAT: return CKG_ERR_FORMAT;
+    case CKP_ERR_FORMAT: case CKP_ERR_SOURCE: return CKG_ERR_FORMAT;
     case CKP_ERR_VERSION: return CKG_ERR_UNSUPPORTED;
-    case CKP_ERR_CORRUPT: case CKP_ERR_CHUNK: case CKP_ERR_RANGE: case CKP_ERR_SOURCE:
-    case CKP_ERR_INTERNAL: return CKG_ERR_CORRUPT;
+    case CKP_ERR_CORRUPT: case CKP_ERR_CHUNK: case CKP_ERR_RANGE: return CKG_ERR_CORRUPT;
+    case CKP_ERR_INTERNAL: return CKG_ERR_INTERNAL;
     }
-    return CKG_ERR_CORRUPT;
+    return CKG_ERR_INTERNAL; /* not a ckp_status */
 }
 
 /* ckread's statuses (the same classes, one level up) as ckgpu's. */
@@ -82,8 +85,9 @@ static ckg_status from_ckr(ckr_status s)
     case CKR_ERR_NOTFOUND: return CKG_ERR_NOTFOUND;
     case CKR_ERR_UNSUPPORTED: return CKG_ERR_UNSUPPORTED;
     case CKR_ERR_CORRUPT: return CKG_ERR_CORRUPT;
+    case CKR_ERR_INTERNAL: return CKG_ERR_INTERNAL;
     }
-    return CKG_ERR_CORRUPT;
+    return CKG_ERR_INTERNAL; /* not a ckr_status */
 }
 
 /* ---- open ------------------------------------------------------------------- */

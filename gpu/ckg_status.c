@@ -15,6 +15,7 @@ const char *ckg_status_name(ckg_status s)
     case CKG_ERR_NODEVICE: return "no CUDA device";
     case CKG_ERR_NOTFOUND: return "tensor not found";
     case CKG_ERR_FORMAT: return "invalid packed directory or header";
+    case CKG_ERR_INTERNAL: return "internal error";
     }
     return "unknown status";
 }

@@ -57,7 +57,8 @@ typedef enum {
     CKG_ERR_CUDA = 7,        /* a CUDA call failed (device memory, launch) */
     CKG_ERR_NODEVICE = 8,    /* no CUDA device */
     CKG_ERR_NOTFOUND = 9,    /* no tensor of that name */
-    CKG_ERR_FORMAT = 10      /* the packed directory or a header is invalid */
+    CKG_ERR_FORMAT = 10,     /* the packed directory or a header is invalid */
+    CKG_ERR_INTERNAL = 11    /* a bug in ckptfs, never bad input */
 } ckg_status;
 
 /* @return a static name for a status ("ok", "shape mismatch", ...). */

@@ -34,7 +34,7 @@ struct cki_table {
     uint64_t map_used;
 };
 
-#define set_err(...) ((void)cku_errf(__VA_ARGS__))
+#define set_err(err, cap, ...) ((void)cku_errf((err), (cap), -1, __VA_ARGS__))
 
 static uint64_t str_hash(const char *s, size_t n)
 {

@@ -254,14 +254,14 @@ END_TEST
 
 /* ---- safetensors parser -------------------------------------------------- */
 
-static int parse(const char *json, uint64_t data, char *err)
+static ckp_status parse(const char *json, uint64_t data, char *err)
 {
     size_t n = strlen(json);
     uint8_t *buf = calloc(1, 8 + n + data);
     cku_put64(buf, n);
     memcpy(buf + 8, json, n);
     st_header *h = NULL;
-    int rc = st_parse(buf, 8 + n, 8 + n + data, &h, err, 256);
+    ckp_status rc = st_parse(buf, 8 + n, 8 + n + data, &h, err, 256);
     st_free(h);
     free(buf);
     return rc;
@@ -345,20 +345,23 @@ START_TEST(safetensors_invalid)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char err[256] = "";
-        ck_assert_msg(parse(bad[i].json, bad[i].data, err) == -1, "case %zu accepted", i);
+        ck_assert_msg(parse(bad[i].json, bad[i].data, err) == CKP_ERR_SOURCE, "case %zu accepted", i);
         ck_assert_msg(strstr(err, bad[i].why), "case %zu: \"%s\" lacks \"%s\"", i, err, bad[i].why);
     }
     uint8_t b[16] = {0};
     st_header *h;
     char err[256];
     cku_put64(b, 200u * 1000 * 1000);
-    ck_assert_int_eq(st_parse(b, 16, 300u * 1000 * 1000, &h, err, sizeof err), -1);
+    ck_assert_int_eq(st_parse(b, 16, 300u * 1000 * 1000, &h, err, sizeof err), CKP_ERR_SOURCE);
     ck_assert_ptr_nonnull(strstr(err, "100 MB"));
     cku_put64(b, 100);
-    ck_assert_int_eq(st_parse(b, 16, 16, &h, err, sizeof err), -1);
+    ck_assert_int_eq(st_parse(b, 16, 16, &h, err, sizeof err), CKP_ERR_SOURCE);
     ck_assert_ptr_nonnull(strstr(err, "past the end"));
-    ck_assert_int_eq(st_parse(b, 5, 5, &h, err, sizeof err), -1);
+    ck_assert_int_eq(st_parse(b, 5, 5, &h, err, sizeof err), CKP_ERR_SOURCE);
     ck_assert_ptr_nonnull(strstr(err, "truncated"));
+    /* the caller's mistake, not a bad file: fewer bytes given than the header */
+    ck_assert_int_eq(st_parse(b, 16, 1000, &h, err, sizeof err), CKP_ERR_ARG);
+    ck_assert_int_eq(st_header_len(b, 5, 1000, &(uint64_t){0}, err, sizeof err), CKP_ERR_ARG);
 }
 END_TEST
 
@@ -439,17 +442,33 @@ START_TEST(manifest_roundtrip_and_damage)
     char path[400];
     snprintf(path, sizeof path, "%s/%s", tmpdir, CKP_MANIFEST_NAME);
     flip(path, 60);
-    ck_assert_int_eq(ckm_load(tmpdir, &l, err, sizeof err), -1);
+    ck_assert_int_eq(ckm_load(tmpdir, &l, err, sizeof err), CKP_ERR_CORRUPT);
     ck_assert_ptr_nonnull(strstr(err, "damaged"));
     /* a hostile path, with a valid checksum */
     ckm_file evil = {.path = "../../etc/passwd"};
     ckm_manifest m2 = {.files = &evil, .n_files = 1};
-    ck_assert_int_eq(ckm_write(tmpdir, &m2, err, sizeof err), 0);
-    ck_assert_int_eq(ckm_load(tmpdir, &l, err, sizeof err), -1);
+    ck_assert_int_eq(ckm_write(tmpdir, &m2, err, sizeof err), CKP_OK);
+    ck_assert_int_eq(ckm_load(tmpdir, &l, err, sizeof err), CKP_ERR_CORRUPT);
     ckm_file orphan = {.path = "nodir/x"};
     ckm_manifest m3 = {.files = &orphan, .n_files = 1};
-    ck_assert_int_eq(ckm_write(tmpdir, &m3, err, sizeof err), 0);
-    ck_assert_int_eq(ckm_load(tmpdir, &l, err, sizeof err), -1);
+    ck_assert_int_eq(ckm_write(tmpdir, &m3, err, sizeof err), CKP_OK);
+    ck_assert_int_eq(ckm_load(tmpdir, &l, err, sizeof err), CKP_ERR_CORRUPT);
+    /* the other classes stay apart: not a packed directory, a newer format,
+     * a directory that cannot be read, a write that fails */
+    unlink(path);
+    ck_assert_int_eq(ckm_load(tmpdir, &l, err, sizeof err), CKP_ERR_FORMAT);
+    ck_assert_ptr_nonnull(strstr(err, "not a packed directory"));
+    static const char newer[] = "{\"format\":2,\"files\":[],\"dirs\":[]}";
+    FILE *mf = fopen(path, "w");
+    fprintf(mf, "CKPTFS-MANIFEST 1 %016llx\n%s", (unsigned long long)ckc_hash64(newer, strlen(newer)), newer);
+    fclose(mf);
+    ck_assert_int_eq(ckm_load(tmpdir, &l, err, sizeof err), CKP_ERR_VERSION);
+    ck_assert_ptr_nonnull(strstr(err, "newer ckptfs"));
+    char gone[400];
+    snprintf(gone, sizeof gone, "%s/gone", tmpdir);
+    ck_assert_int_eq(ckm_load(gone, &l, err, sizeof err), CKP_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(err, strerror(ENOENT)));
+    ck_assert_int_eq(ckm_write(gone, &m, err, sizeof err), CKP_ERR_IO);
 }
 END_TEST
 
