@@ -497,17 +497,16 @@ int ckptfs_mount_main(int argc, char **argv)
     ckfs_ctx c;
     char err[1024];
     memset(&c, 0, sizeof c);
-    if (ckfs_parse_mount_args(argc, argv, &c.o, err, sizeof err) != 0) {
-        fprintf(stderr, "%s\n", err);
-        return 2; /* usage error, as for every command */
-    }
-    if (c.o.help) {
+    ckfs_status st = ckfs_parse_mount_args(argc, argv, &c.o, err, sizeof err);
+    if (st == CKFS_OK && c.o.help) {
         fputs(ckfs_mount_usage(), stdout);
         return 0;
     }
-    if (ckfs_check_mountpoint(c.o.mnt, err, sizeof err) != 0) {
+    if (st == CKFS_OK)
+        st = ckfs_check_mountpoint(c.o.mnt, err, sizeof err);
+    if (st != CKFS_OK) {
         fprintf(stderr, "%s\n", err);
-        return 1;
+        return ckfs_exit_status(st); /* 2 for a usage error, as for every command */
     }
     char *mnt = realpath(c.o.mnt, NULL);
     int status = 1;
@@ -521,10 +520,14 @@ int ckptfs_mount_main(int argc, char **argv)
     /* complaints until the log opens go to stderr */
     if (!mnt) {
         fprintf(stderr, "ckptfs mount: %s: %s\n", c.o.mnt, strerror(errno));
-    } else if (ckfs_check_mountpoint_free(mnt, c.o.nonempty, err, sizeof err) != 0) {
+        status = ckfs_exit_status(errno == ENOMEM ? CKFS_ERR_NOMEM : CKFS_ERR_IO);
+    } else if ((st = ckfs_check_mountpoint_free(mnt, c.o.nonempty, err, sizeof err)) != CKFS_OK) {
         fprintf(stderr, "%s\n", err);
-    } else if (ckfs_ctx_load(&c, err, sizeof err) != 0 || ckfs_open_all(&c, err, sizeof err) != 0) {
+        status = ckfs_exit_status(st);
+    } else if ((st = ckfs_ctx_load(&c, err, sizeof err)) != CKFS_OK ||
+               (st = ckfs_open_all(&c, err, sizeof err)) != CKFS_OK) {
         fprintf(stderr, "ckptfs mount: %s\n", err);
+        status = ckfs_exit_status(st);
     } else if (!c.o.log[0] || open_log(c.o.log) == 0) {
         status = serve(&c, mnt);
     }

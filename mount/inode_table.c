@@ -6,19 +6,19 @@
  *   2 .. 1+n_dirs             the manifest's directories, in manifest order
  *   2+n_dirs .. 1+n_dirs+n_files
  *                             the manifest's files, in manifest order
- *   after that                directories that the manifest does not list but
- *                             that are parents of listed entries (a manifest
- *                             written by ckptfs lists them all; these exist
- *                             only so a hand-made manifest still mounts),
- *                             mode 0755, in order of discovery.
  * Inode numbers are never reused during a mount, so FUSE's lookup counts
  * need no bookkeeping (forget is a no-op) and generation numbers stay 0.
+ *
+ * The manifest is one ckm_load returned: its guarantees M1-M4 (manifest.h)
+ * make every name unique in its directory and every parent a listed
+ * directory, so building the tree cannot meet a conflict; debug builds
+ * assert it where a conflict would show.
  */
 #define _GNU_SOURCE
 #include "inode_table.h"
 #include "util.h"
 
-#include <stdarg.h>
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,8 +33,6 @@ struct cki_table {
     uint64_t map_cap;       /* power of two */
     uint64_t map_used;
 };
-
-#define set_err(err, cap, ...) ((void)cku_errf((err), (cap), -1, __VA_ARGS__))
 
 static uint64_t str_hash(const char *s, size_t n)
 {
@@ -103,47 +101,34 @@ static uint64_t add_node(cki_table *t, char *path, uint32_t mode, uint64_t size,
     return ino;
 }
 
-static int add_dir(cki_table *t, const char *path, size_t n, uint32_t mode, int64_t mtime,
-                   uint64_t *ino, char *err, size_t cap)
+/* Add listed directory path[0..n) to the nodes and the map.  @return its
+ * inode, or 0 when out of memory. */
+static uint64_t add_dir(cki_table *t, const char *path, size_t n, uint32_t mode, int64_t mtime)
 {
     if ((t->map_used + 1) * 2 > t->map_cap && map_grow(t) != 0)
-        goto nomem;
-    uint64_t *slot = map_slot(t, path, n);
-    if (*slot) {
-        set_err(err, cap, "manifest lists directory '%.*s' twice", (int)n, path);
-        return -1;
-    }
-    *ino = add_node(t, strndup(path, n), S_IFDIR | (mode & 07777), 0, mtime, -1);
-    if (!*ino)
-        goto nomem;
-    *map_slot(t, path, n) = *ino;    /* nodes may have moved: look again */
+        return 0;
+    assert(!*map_slot(t, path, n)); /* M2: no directory is listed twice */
+    uint64_t ino = add_node(t, strndup(path, n), S_IFDIR | (mode & 07777), 0, mtime, -1);
+    if (!ino)
+        return 0;
+    *map_slot(t, path, n) = ino;    /* nodes may have moved: look again */
     t->map_used++;
-    return 0;
-nomem:
-    set_err(err, cap, "out of memory building the inode table");
-    return -1;
+    return ino;
 }
 
-/* Set the parent of every node, creating unlisted parent directories. */
-static int link_parents(cki_table *t, int64_t mtime, char *err, size_t cap)
+/* Set the parent of every node and count each directory's children. */
+static void link_parents(cki_table *t)
 {
     for (uint64_t ino = 2; ino <= t->n; ino++) {
         const char *p = t->nodes[ino].path;
         const char *slash = strrchr(p, '/');
-        size_t n = slash ? (size_t)(slash - p) : 0;
-        uint64_t parent = CKI_ROOT;
-        if (n) {
-            uint64_t *slot = map_slot(t, p, n);
-            parent = *slot;
-            if (!parent && add_dir(t, p, n, 0755, mtime, &parent, err, cap) != 0)
-                return -1;
-        }
+        uint64_t parent = slash ? *map_slot(t, p, (size_t)(slash - p)) : CKI_ROOT;
+        assert(parent); /* M4: every parent is a listed directory */
         t->nodes[ino].parent = parent;
         t->nodes[parent].n_children++;
         if (S_ISDIR(t->nodes[ino].mode))
             t->nodes[parent].n_subdirs++;
     }
-    return 0;
 }
 
 static int cmp_child(const void *a, const void *b, void *arg)
@@ -152,17 +137,16 @@ static int cmp_child(const void *a, const void *b, void *arg)
     return strcmp(t->nodes[*(const uint64_t *)a].name, t->nodes[*(const uint64_t *)b].name);
 }
 
-static int fill_children(cki_table *t, char *err, size_t cap)
+/* Each directory's children, sorted by name.  @return 0, or -1 when out of
+ * memory. */
+static int fill_children(cki_table *t)
 {
     for (uint64_t ino = 1; ino <= t->n; ino++) {
         cki_node *d = &t->nodes[ino];
         if (!S_ISDIR(d->mode) || !d->n_children)
             continue;
-        d->children = malloc(d->n_children * sizeof *d->children);
-        if (!d->children) {
-            set_err(err, cap, "out of memory building the inode table");
+        if (!(d->children = malloc(d->n_children * sizeof *d->children)))
             return -1;
-        }
         d->n_children = 0;
     }
     for (uint64_t ino = 2; ino <= t->n; ino++) {
@@ -174,18 +158,15 @@ static int fill_children(cki_table *t, char *err, size_t cap)
         if (d->n_children < 2)
             continue;
         qsort_r(d->children, d->n_children, sizeof *d->children, cmp_child, t);
+        /* M2, M3: paths are unique across files and directories, so names are in a directory */
         for (uint32_t i = 1; i < d->n_children; i++)
-            if (strcmp(t->nodes[d->children[i]].name, t->nodes[d->children[i - 1]].name) == 0) {
-                set_err(err, cap, "manifest lists '%s' twice (as file and directory?)",
-                        t->nodes[d->children[i]].path);
-                return -1;
-            }
+            assert(strcmp(t->nodes[d->children[i]].name, t->nodes[d->children[i - 1]].name));
     }
     return 0;
 }
 
-int cki_build(const ckm_manifest *m, int64_t dirMtimeNs, cki_table **out, char *err,
-              size_t errCapacity)
+ckfs_status cki_build(const ckm_manifest *m, int64_t dirMtimeNs, cki_table **out, char *err,
+                      size_t errCapacity)
 {
     *out = NULL;
     cki_table *t = calloc(1, sizeof *t);
@@ -195,31 +176,29 @@ int cki_build(const ckm_manifest *m, int64_t dirMtimeNs, cki_table **out, char *
     if (map_grow(t) != 0) /* also with no directory listed: link_parents looks up files' parents */
         goto nomem;
     for (size_t i = 0; i < m->n_dirs; i++) {
-        uint64_t ino;
         const char *p = m->dirs[i].path;
-        if (add_dir(t, p, strlen(p), m->dirs[i].mode, dirMtimeNs, &ino, err, errCapacity) != 0)
-            goto fail;
+        assert(ckp_path_ok(p)); /* M1 */
+        if (!add_dir(t, p, strlen(p), m->dirs[i].mode, dirMtimeNs))
+            goto nomem;
     }
     t->file_base = t->n + 1;
     for (size_t i = 0; i < m->n_files; i++) {
         const ckm_file *f = &m->files[i];
-        if (!add_node(t, strdup(f->path), S_IFREG | (f->mode & 07777), f->size, f->mtime_ns,
-                      (int64_t)i))
+        assert(ckp_path_ok(f->path)); /* M1 */
+        if (!add_node(t, strdup(f->path), S_IFREG | (f->mode & 07777), f->size, f->mtime_ns, (int64_t)i))
             goto nomem;
     }
-    if (link_parents(t, dirMtimeNs, err, errCapacity) != 0 ||
-        fill_children(t, err, errCapacity) != 0)
-        goto fail;
+    link_parents(t);
+    if (fill_children(t) != 0)
+        goto nomem;
     free(t->dir_map);
     t->dir_map = NULL;
     *out = t;
-    return 0;
+    return CKFS_OK;
 
 nomem:
-    set_err(err, errCapacity, "out of memory building the inode table");
-fail:
     cki_free(t);
-    return -1;
+    return cku_errf(err, errCapacity, CKFS_ERR_NOMEM, "out of memory building the inode table");
 }
 
 void cki_free(cki_table *t)

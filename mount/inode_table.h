@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "manifest.h"
+#include "mount.h" /* ckfs_status */
 
 #define CKI_ROOT 1
 
@@ -30,11 +31,13 @@ typedef struct {
 
 typedef struct cki_table cki_table;
 
-/* Build the tree.  dirMtimeNs is the time given to directories (the manifest
- * does not record theirs).  @return 0, or -1 with a message in err
- * (duplicate paths, a file used as a directory, out of memory). */
-int cki_build(const ckm_manifest *m, int64_t dirMtimeNs, cki_table **out, char *err,
-              size_t errCapacity);
+/* Build the tree of m, a manifest as ckm_load returns it: its guarantees
+ * M1-M4 (manifest.h: safe unique paths, none both a file and a directory,
+ * every parent listed) are preconditions, asserted in debug builds.
+ * dirMtimeNs is the time given to directories (the manifest does not record
+ * theirs).  @return CKFS_OK, or CKFS_ERR_NOMEM with a message in err. */
+ckfs_status cki_build(const ckm_manifest *m, int64_t dirMtimeNs, cki_table **out, char *err,
+                      size_t errCapacity);
 void cki_free(cki_table *t);
 
 /* @return the node of ino, or NULL if there is none. */

@@ -5,25 +5,20 @@
  */
 #define _GNU_SOURCE
 #include "mount_opts.h"
+#include "util.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <grp.h>
 #include <pwd.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-static void set_err(char *err, size_t cap, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
-    va_end(ap);
-}
+/* A bad command line (CKFS_ERR_USAGE, exit 2) with its message. */
+#define usage_err(err, cap, ...) ((ckfs_status)cku_errf((err), (cap), CKFS_ERR_USAGE, __VA_ARGS__))
 
 const char *ckfs_mount_usage(void)
 {
@@ -146,8 +141,8 @@ unsigned ckfs_apply_mask(const ckfs_mount_opts *o, unsigned mode)
     return (mode & ~07777u) | (perm & ~(unsigned)mask);
 }
 
-/* One option of -o.  @return 0 or -1 with err set. */
-static int parse_one(ckfs_mount_opts *o, const char *opt, char *err, size_t cap)
+/* One option of -o.  @return CKFS_OK or CKFS_ERR_USAGE with err set. */
+static ckfs_status parse_one(ckfs_mount_opts *o, const char *opt, char *err, size_t cap)
 {
     const char *eq = strchr(opt, '=');
     size_t klen = eq ? (size_t)(eq - opt) : strlen(opt);
@@ -174,10 +169,8 @@ static int parse_one(ckfs_mount_opts *o, const char *opt, char *err, size_t cap)
             return o->drop_packed = 1, 0;
         if (KEY("keep_packed"))
             return o->drop_packed = 0, 0;
-        if (KEY("rw")) {
-            set_err(err, cap, "ckptfs mount: option 'rw': ckptfs mounts are read-only");
-            return -1;
-        }
+        if (KEY("rw"))
+            return usage_err(err, cap, "ckptfs mount: option 'rw': ckptfs mounts are read-only");
     } else {
         if (KEY("cache_size") && parse_size(val, &o->cache_size) == 0)
             return 0;
@@ -200,36 +193,29 @@ static int parse_one(ckfs_mount_opts *o, const char *opt, char *err, size_t cap)
             return 0;
         if (KEY("log") && *val && strlen(val) < sizeof o->log)
             return snprintf(o->log, sizeof o->log, "%s", val), 0; /* val is freed after parsing */
-        if (KEY("uid") || KEY("gid")) {
-            set_err(err, cap, "ckptfs mount: option '%s': no such %s", opt, KEY("uid") ? "user" : "group");
-            return -1;
-        }
+        if (KEY("uid") || KEY("gid"))
+            return usage_err(err, cap, "ckptfs mount: option '%s': no such %s", opt, KEY("uid") ? "user" : "group");
         if (KEY("cache_size") || KEY("prefetch") || KEY("threads") || KEY("prefetch_threads") ||
-            KEY("read_ahead_kb") || KEY("umask") || KEY("fmask") || KEY("dmask") || KEY("log")) {
-            set_err(err, cap, "ckptfs mount: bad value in option '%s'", opt);
-            return -1;
-        }
+            KEY("read_ahead_kb") || KEY("umask") || KEY("fmask") || KEY("dmask") || KEY("log"))
+            return usage_err(err, cap, "ckptfs mount: bad value in option '%s'", opt);
     }
 #undef KEY
-    set_err(err, cap, "ckptfs mount: unknown option '%s' (see ckptfs mount -h)", opt);
-    return -1;
+    return usage_err(err, cap, "ckptfs mount: unknown option '%s' (see ckptfs mount -h)", opt);
 }
 
-static int parse_opt_list(ckfs_mount_opts *o, const char *list, char *err, size_t cap)
+static ckfs_status parse_opt_list(ckfs_mount_opts *o, const char *list, char *err, size_t cap)
 {
     char *copy = strdup(list), *save = NULL;
-    if (!copy) {
-        set_err(err, cap, "ckptfs mount: out of memory");
-        return -1;
-    }
-    int rc = 0;
-    for (char *tok = strtok_r(copy, ",", &save); tok && rc == 0; tok = strtok_r(NULL, ",", &save))
-        rc = parse_one(o, tok, err, cap);
+    if (!copy)
+        return cku_errf(err, cap, CKFS_ERR_NOMEM, "ckptfs mount: out of memory");
+    ckfs_status st = CKFS_OK;
+    for (char *tok = strtok_r(copy, ",", &save); tok && st == CKFS_OK; tok = strtok_r(NULL, ",", &save))
+        st = parse_one(o, tok, err, cap);
     free(copy);
-    return rc;
+    return st;
 }
 
-int ckfs_parse_mount_args(int argc, char **argv, ckfs_mount_opts *o, char *err, size_t cap)
+ckfs_status ckfs_parse_mount_args(int argc, char **argv, ckfs_mount_opts *o, char *err, size_t cap)
 {
     memset(o, 0, sizeof *o);
     o->cache_size = CKFS_DEFAULT_CACHE;
@@ -246,63 +232,53 @@ int ckfs_parse_mount_args(int argc, char **argv, ckfs_mount_opts *o, char *err, 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (only_pos || a[0] != '-' || a[1] == 0) {
-            if (npos == 2) {
-                set_err(err, cap, "ckptfs mount: unexpected argument '%s'", a);
-                return -1;
-            }
+            if (npos == 2)
+                return usage_err(err, cap, "ckptfs mount: unexpected argument '%s'", a);
             pos[npos++] = a;
         } else if (!strcmp(a, "--")) {
             only_pos = 1;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             o->help = 1;
-            return 0;
+            return CKFS_OK;
         } else if (!strcmp(a, "-f")) {
             o->foreground = 1;
         } else if (!strcmp(a, "-d")) {
             o->debug = o->foreground = 1;
         } else if (!strncmp(a, "-o", 2)) {
             const char *list = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
-            if (!list) {
-                set_err(err, cap, "ckptfs mount: -o needs an option list");
-                return -1;
-            }
-            if (parse_opt_list(o, list, err, cap) != 0)
-                return -1;
+            if (!list)
+                return usage_err(err, cap, "ckptfs mount: -o needs an option list");
+            ckfs_status st = parse_opt_list(o, list, err, cap);
+            if (st != CKFS_OK)
+                return st;
         } else {
-            set_err(err, cap, "ckptfs mount: unknown flag '%s' (see ckptfs mount -h)", a);
-            return -1;
+            return usage_err(err, cap, "ckptfs mount: unknown flag '%s' (see ckptfs mount -h)", a);
         }
     }
-    if (npos != 2) {
-        set_err(err, cap, "ckptfs mount: need PACKED and MOUNTPOINT (see ckptfs mount --help)");
-        return -1;
-    }
+    if (npos != 2)
+        return usage_err(err, cap, "ckptfs mount: need PACKED and MOUNTPOINT (see ckptfs mount --help)");
     o->dst = pos[0];
     o->mnt = pos[1];
-    return 0;
+    return CKFS_OK;
 }
 
-int ckfs_check_mountpoint(const char *mnt, char *err, size_t cap)
+ckfs_status ckfs_check_mountpoint(const char *mnt, char *err, size_t cap)
 {
     struct stat st;
     if (stat(mnt, &st) != 0) {
-        if (errno == ENOTCONN)
-            set_err(err, cap,
-                    "ckptfs mount: %s is a stale FUSE mount (its daemon is gone: "
-                    "Transport endpoint is not connected).\n"
-                    "Run `fusermount3 -u %s` (or `umount -l %s` as root), then mount again; if it "
-                    "says the mount is busy (a process still holds a file open there), "
-                    "`fusermount3 -uz %s` detaches it now.",
-                    mnt, mnt, mnt, mnt);
-        else
-            set_err(err, cap, "ckptfs mount: %s: %s", mnt, strerror(errno));
-        return -1;
+        if (errno != ENOTCONN)
+            return cku_errf(err, cap, CKFS_ERR_IO, "ckptfs mount: %s: %s", mnt, strerror(errno));
+        return cku_errf(err, cap, CKFS_ERR_MOUNTPOINT,
+                        "ckptfs mount: %s is a stale FUSE mount (its daemon is gone: "
+                        "Transport endpoint is not connected).\n"
+                        "Run `fusermount3 -u %s` (or `umount -l %s` as root), then mount again; if it "
+                        "says the mount is busy (a process still holds a file open there), "
+                        "`fusermount3 -uz %s` detaches it now.",
+                        mnt, mnt, mnt, mnt);
     }
-    if (!S_ISDIR(st.st_mode)) {
-        set_err(err, cap, "ckptfs mount: %s: not a directory", mnt);
-        return -1;
-    }
-    return 0;
+    if (!S_ISDIR(st.st_mode))
+        return cku_errf(err, cap, CKFS_ERR_MOUNTPOINT, "ckptfs mount: %s: not a directory", mnt);
+    return CKFS_OK;
 }
 
 /* mountinfo escapes space, tab, newline and backslash as \ooo. */
@@ -329,17 +305,15 @@ static void mount_type_at(const char *mnt, char *type, size_t cap)
     fclose(f);
 }
 
-int ckfs_check_mountpoint_free(const char *mnt, int nonempty, char *err, size_t cap)
+ckfs_status ckfs_check_mountpoint_free(const char *mnt, int nonempty, char *err, size_t cap)
 {
     char type[256];
     mount_type_at(mnt, type, sizeof type);
-    if (!strncmp(type, "fuse", 4)) {
-        set_err(err, cap,
-                "ckptfs mount: %s is already mounted (%s): another daemon serves it.\n"
-                "Unmount it first (fusermount3 -u %s), or choose another mount point.",
-                mnt, type, mnt);
-        return -1;
-    }
+    if (!strncmp(type, "fuse", 4))
+        return cku_errf(err, cap, CKFS_ERR_MOUNTPOINT,
+                        "ckptfs mount: %s is already mounted (%s): another daemon serves it.\n"
+                        "Unmount it first (fusermount3 -u %s), or choose another mount point.",
+                        mnt, type, mnt);
     DIR *d = opendir(mnt);
     struct dirent *e;
     int empty = 1;
@@ -348,14 +322,12 @@ int ckfs_check_mountpoint_free(const char *mnt, int nonempty, char *err, size_t 
             empty = 0;
     if (d)
         closedir(d);
-    if (!empty && !nonempty) {
-        set_err(err, cap,
-                "ckptfs mount: %s is not empty: mounting would hide what it holds.\n"
-                "Choose an empty directory, or add -o nonempty to mount over it anyway.",
-                mnt);
-        return -1;
-    }
-    return 0;
+    if (!empty && !nonempty)
+        return cku_errf(err, cap, CKFS_ERR_MOUNTPOINT,
+                        "ckptfs mount: %s is not empty: mounting would hide what it holds.\n"
+                        "Choose an empty directory, or add -o nonempty to mount over it anyway.",
+                        mnt);
+    return CKFS_OK;
 }
 
 static void unescape_mountinfo(char *s)

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mount.h" /* ckfs_status */
+
 #define CKFS_DEFAULT_CACHE (256ull << 20)
 #define CKFS_DEFAULT_THREADS 16
 #define CKFS_DEFAULT_PREFETCH (4ull << 20)
@@ -39,8 +41,10 @@ typedef struct {
                                 * of the memory: see ckfs_drop_packed_auto) */
 } ckfs_mount_opts;
 
-/* Parse argv (argv[0] = "mount").  @return 0, or -1 with a message in err. */
-int ckfs_parse_mount_args(int argc, char **argv, ckfs_mount_opts *o, char *err, size_t errCapacity);
+/* Parse argv (argv[0] = "mount").  @return CKFS_OK, or CKFS_ERR_USAGE (an
+ * unknown flag or option, a bad value, missing or extra arguments) or
+ * CKFS_ERR_NOMEM with a message naming it in err. */
+ckfs_status ckfs_parse_mount_args(int argc, char **argv, ckfs_mount_opts *o, char *err, size_t errCapacity);
 
 /* Default prefetch_threads: min(CKFS_DEFAULT_PREFETCH_THREADS, CPUs - 1),
  * at least 1 (on few cores, workers compete with the FUSE threads). */
@@ -55,15 +59,16 @@ int ckfs_drop_packed_auto(uint64_t servedBytes);
 const char *ckfs_mount_usage(void);
 
 /* Check that mnt is a usable mount point: a directory, not a stale FUSE
- * mount.  @return 0, or -1 with a message in err (for a stale mount it tells
- * the user to run `fusermount3 -u`). */
-int ckfs_check_mountpoint(const char *mnt, char *err, size_t errCapacity);
+ * mount.  @return CKFS_OK, CKFS_ERR_IO if it cannot be stat'ed (errno's
+ * text in err), or CKFS_ERR_MOUNTPOINT with a message in err (for a stale
+ * mount it tells the user to run `fusermount3 -u`). */
+ckfs_status ckfs_check_mountpoint(const char *mnt, char *err, size_t errCapacity);
 
 /* Check that the mount point mnt (absolute, resolved) is free: not already
  * the root of a FUSE mount (a second daemon would silently stack on the
- * first), and empty unless nonempty is set.  @return 0, or -1 with a
- * message in err that says what to do. */
-int ckfs_check_mountpoint_free(const char *mnt, int nonempty, char *err, size_t errCapacity);
+ * first), and empty unless nonempty is set.  @return CKFS_OK, or
+ * CKFS_ERR_MOUNTPOINT with a message in err that says what to do. */
+ckfs_status ckfs_check_mountpoint_free(const char *mnt, int nonempty, char *err, size_t errCapacity);
 
 /* The permission bits of a node with stored mode `mode` under the fmask and
  * dmask options (o->fmask/dmask < 0: the stored bits). */

@@ -475,16 +475,16 @@ void ckfs_ctx_free(ckfs_ctx *c)
     free(c->dst);
 }
 
-int ckfs_ctx_load(ckfs_ctx *c, char *err, size_t errCapacity)
+ckfs_status ckfs_ctx_load(ckfs_ctx *c, char *err, size_t errCapacity)
 {
     pthread_mutex_init(&c->ofiles_lock, NULL);
     c->dst = realpath(c->o.dst, NULL);
-    if (!c->dst) {
-        snprintf(err, errCapacity, "%s: %s", c->o.dst, strerror(errno));
-        return -1;
-    }
-    if (ckm_load(c->dst, &c->m, err, errCapacity) != 0)
-        return -1;
+    if (!c->dst)
+        return cku_errf(err, errCapacity, errno == ENOMEM ? CKFS_ERR_NOMEM : CKFS_ERR_IO, "%s: %s", c->o.dst,
+                        strerror(errno));
+    ckfs_status ls = ckfs_from_ckp(ckm_load(c->dst, &c->m, err, errCapacity));
+    if (ls != CKFS_OK)
+        return ls;
     char *mpath;
     struct stat st;
     int64_t mtime = 0;
@@ -494,15 +494,11 @@ int ckfs_ctx_load(ckfs_ctx *c, char *err, size_t errCapacity)
         free(mpath);
     }
     char msg[1024];
-    if (cki_build(c->m, mtime, &c->t, msg, sizeof msg) != 0) {
-        snprintf(err, errCapacity, "%s: %s", c->dst, msg);
-        return -1;
-    }
+    if ((ls = cki_build(c->m, mtime, &c->t, msg, sizeof msg)) != CKFS_OK)
+        return cku_errf(err, errCapacity, ls, "%s: %s", c->dst, msg);
     c->files = calloc(c->m->n_files ? c->m->n_files : 1, sizeof *c->files);
-    if (!c->files) {
-        snprintf(err, errCapacity, "out of memory");
-        return -1;
-    }
+    if (!c->files)
+        return cku_errf(err, errCapacity, CKFS_ERR_NOMEM, "%s: out of memory", c->dst);
     for (size_t i = 0; i < c->m->n_files; i++) {
         pthread_mutex_init(&c->files[i].lock, NULL);
         c->total_size += c->m->files[i].size;
@@ -513,35 +509,37 @@ int ckfs_ctx_load(ckfs_ctx *c, char *err, size_t errCapacity)
         c->o.mmap = 0;    /* cannot be dropped: read with pread instead */
     c->uid = c->o.uid >= 0 ? (uid_t)c->o.uid : getuid();
     c->gid = c->o.gid >= 0 ? (gid_t)c->o.gid : getgid();
-    return 0;
+    return CKFS_OK;
 }
 
-int ckfs_open_all(ckfs_ctx *c, char *err, size_t errCapacity)
+ckfs_status ckfs_open_all(ckfs_ctx *c, char *err, size_t errCapacity)
 {
-    size_t bad = 0;
+    size_t bad = 0, nomem = 0;
     for (uint32_t i = 0; i < c->m->n_files; i++) {
         const ckp_reader *r;
-        if (get_reader(c, i, &r) != 0)
-            bad++; /* open_reader logged why */
+        int e = get_reader(c, i, &r);
+        bad += e != 0; /* open_reader logged why */
+        nomem += e == ENOMEM;
     }
     if (bad)
-        snprintf(err, errCapacity, "%s: %zu of %zu packed files cannot be read (see above); not mounted", c->dst,
-                 bad, c->m->n_files);
-    return bad ? -1 : 0;
+        return cku_errf(err, errCapacity, nomem == bad ? CKFS_ERR_NOMEM : CKFS_ERR_DAMAGED,
+                        "%s: %zu of %zu packed files cannot be read (see above); not mounted", c->dst, bad,
+                        c->m->n_files);
+    return CKFS_OK;
 }
 
-int ckfs_cache_start(ckfs_ctx *c)
+ckfs_status ckfs_cache_start(ckfs_ctx *c)
 {
     if (install_sigbus() != 0) {
         ckfs_log("cannot install the SIGBUS handler: %s", strerror(errno));
-        return -1;
+        return CKFS_ERR_INTERNAL;
     }
     c->cache = ckcache_new(c->o.cache_size, c->o.prefetch_threads, fill_chunk, c);
     if (!c->cache) {
-        ckfs_log("cannot create the chunk cache");
-        return -1;
+        ckfs_log("cannot create the chunk cache (out of memory or threads)");
+        return CKFS_ERR_NOMEM;
     }
-    return 0;
+    return CKFS_OK;
 }
 
 void ckfs_cache_stop(ckfs_ctx *c)

@@ -87,19 +87,24 @@ void ckfs_log_to_syslog(void);
 void ckfs_log_to_fd(int fd);
 
 /* Load c->o.dst's manifest and build the tree (c->o set by the caller, the
- * rest zero).  @return 0, or -1 with a message naming the directory in err. */
-int ckfs_ctx_load(ckfs_ctx *c, char *err, size_t errCapacity);
+ * rest zero).  @return CKFS_OK, or with a message naming the directory in
+ * err: CKFS_ERR_IO (it cannot be resolved or read), CKFS_ERR_NOT_PACKED,
+ * CKFS_ERR_VERSION, CKFS_ERR_DAMAGED (the manifest is damaged or
+ * inconsistent), CKFS_ERR_NOMEM (ckfs_from_ckp of ckm_load's). */
+ckfs_status ckfs_ctx_load(ckfs_ctx *c, char *err, size_t errCapacity);
 /* Open every packed file now (header, table of contents, format version),
  * so that a pack that cannot be served fails the mount command instead of
- * every later read.  @return 0, or -1 (each failure logged, a summary
- * naming the directory in err). */
-int ckfs_open_all(ckfs_ctx *c, char *err, size_t errCapacity);
+ * every later read.  @return CKFS_OK, or CKFS_ERR_DAMAGED (CKFS_ERR_NOMEM if
+ * memory was all that failed), each failure logged, a summary naming the
+ * directory in err. */
+ckfs_status ckfs_open_all(ckfs_ctx *c, char *err, size_t errCapacity);
 /* Free what ckfs_ctx_load and the reads set up (not the cache). */
 void ckfs_ctx_free(ckfs_ctx *c);
 
 /* Start the chunk cache and its prefetch threads (after any fork), with the
- * SIGBUS handler that mapped reads need.  @return 0, or -1 (logged). */
-int ckfs_cache_start(ckfs_ctx *c);
+ * SIGBUS handler that mapped reads need.  @return CKFS_OK, or (logged)
+ * CKFS_ERR_NOMEM or CKFS_ERR_INTERNAL (sigaction refused the handler). */
+ckfs_status ckfs_cache_start(ckfs_ctx *c);
 void ckfs_cache_stop(ckfs_ctx *c);
 
 /* Open manifest file `file` for reading.  @return 0 or an errno value

@@ -8,9 +8,12 @@
  * status of damage (CKP_ERR_CORRUPT), a newer format (CKP_ERR_VERSION) or
  * out of memory, never another (the file is there and regular); an
  * accepted manifest holds only safe relative paths, sorted and unique, whose
- * parent directories are listed, and sizes below 2^53.
+ * parent directories are listed, and sizes below 2^53; the mount's inode
+ * table builds from it (its asserts check M1-M4 of manifest.h) and finds
+ * every file by walking its path from the root.
  */
 #include "fuzz_util.h"
+#include "inode_table.h"
 #include "manifest.h"
 
 #include <fcntl.h>
@@ -39,6 +42,29 @@ static void check(const ckm_manifest *m)
             abort();
 }
 
+/* The mount's tree of an accepted manifest: every file is found by name,
+ * component by component, at its own inode. */
+static void check_tree(const ckm_manifest *m)
+{
+    cki_table *t = NULL;
+    char err[256];
+    ckfs_status st = cki_build(m, 0, &t, err, sizeof err);
+    if (st == CKFS_ERR_NOMEM)
+        return;
+    if (st != CKFS_OK || cki_count(t) != 1 + m->n_dirs + m->n_files)
+        abort();
+    for (size_t i = 0; i < m->n_files; i++) {
+        uint64_t ino = CKI_ROOT;
+        char *p = strdup(m->files[i].path), *save = NULL;
+        for (char *c = strtok_r(p, "/", &save); c && ino; c = strtok_r(NULL, "/", &save))
+            ino = cki_lookup(t, ino, c);
+        free(p);
+        if (ino != cki_file_ino(t, i) || cki_get(t, ino)->file != (int64_t)i)
+            abort();
+    }
+    cki_free(t);
+}
+
 static void load(const uint8_t *head, size_t hl, const uint8_t *body, size_t bl)
 {
     char path[128];
@@ -52,6 +78,7 @@ static void load(const uint8_t *head, size_t hl, const uint8_t *body, size_t bl)
     ckp_status st = ckm_load(dir, &m, err, sizeof err);
     if (st == CKP_OK) {
         check(m);
+        check_tree(m);
         ckm_free(m);
     } else if (m || !err[0] || (st != CKP_ERR_CORRUPT && st != CKP_ERR_VERSION && st != CKP_ERR_NOMEM)) {
         abort(); /* a regular file that is there: only damage, a version or memory can refuse it */

@@ -9,6 +9,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,8 +112,8 @@ static void ctx_open(ckfs_ctx *c, unsigned prefetch_threads, uint64_t prefetch)
     c->o.prefetch_threads = prefetch_threads;
     c->o.mmap = 1;
     c->o.drop_packed = 0;
-    ck_assert_msg(ckfs_ctx_load(c, err, sizeof err) == 0, "%s", err);
-    ck_assert_int_eq(ckfs_cache_start(c), 0);
+    ck_assert_msg(ckfs_ctx_load(c, err, sizeof err) == CKFS_OK, "%s", err);
+    ck_assert_int_eq(ckfs_cache_start(c), CKFS_OK);
 }
 
 static void ctx_close(ckfs_ctx *c)
@@ -297,6 +298,9 @@ START_TEST(bad_packed_files)
     ctx_open(&c, 0, 0);
     ck_assert_ptr_null(open_w(&c, &size, &err));
     ck_assert_int_eq(err, EIO);
+    /* what the mount command checks before it mounts */
+    ck_assert_int_eq(ckfs_open_all(&c, msg, sizeof msg), CKFS_ERR_DAMAGED);
+    ck_assert_msg(strstr(msg, "1 of 1 packed files cannot be read") != NULL, "%s", msg);
     ck_assert_int_eq(unlink(md.packed), 0);
     ck_assert_ptr_null(open_w(&c, &size, &err));
     ck_assert_int_eq(err, EIO); /* damage does not heal */
@@ -305,8 +309,15 @@ START_TEST(bad_packed_files)
     snprintf(sub, sizeof sub, "%s/d", tmpdir);
     memset(&c, 0, sizeof c);
     c.o.dst = sub;
-    ck_assert_int_eq(ckfs_ctx_load(&c, msg, sizeof msg), -1);
+    ck_assert_int_eq(ckfs_ctx_load(&c, msg, sizeof msg), CKFS_ERR_NOT_PACKED);
     ck_assert_msg(strstr(msg, sub) != NULL, "message does not name the directory: %s", msg);
+    ckfs_ctx_free(&c);
+    /* a directory that is not there: an I/O error, not "not packed" */
+    snprintf(sub, sizeof sub, "%s/gone", tmpdir);
+    memset(&c, 0, sizeof c);
+    c.o.dst = sub;
+    ck_assert_int_eq(ckfs_ctx_load(&c, msg, sizeof msg), CKFS_ERR_IO);
+    ck_assert_msg(strstr(msg, sub) != NULL && strstr(msg, strerror(ENOENT)) != NULL, "%s", msg);
     ckfs_ctx_free(&c);
     free(md.orig);
 }
@@ -319,15 +330,15 @@ START_TEST(inode_table_tree)
     ckm_file f[] = {{.path = "a/b/c.bin", .size = 5, .mode = 0100600, .mtime_ns = 7},
                     {.path = "a/x", .size = 9, .mode = 0100644},
                     {.path = "z", .size = 0, .mode = 0100444}};
-    ckm_dir d[] = {{.path = "a", .mode = 040700}, {.path = "e", .mode = 040755}};
-    ckm_manifest m = {.files = f, .n_files = 3, .dirs = d, .n_dirs = 2};
+    ckm_dir d[] = {{.path = "a", .mode = 040700}, {.path = "a/b", .mode = 040750}, {.path = "e", .mode = 040755}};
+    ckm_manifest m = {.files = f, .n_files = 3, .dirs = d, .n_dirs = 3};
     cki_table *t;
     char err[256];
-    ck_assert_msg(cki_build(&m, 99, &t, err, sizeof err) == 0, "%s", err);
-    /* 1 root, 2-3 the listed dirs, 4-6 the files, then the unlisted a/b */
+    ck_assert_msg(cki_build(&m, 99, &t, err, sizeof err) == CKFS_OK, "%s", err);
+    /* 1 root, 2-4 the listed dirs, 5-7 the files */
     ck_assert_uint_eq(cki_count(t), 7);
-    ck_assert_uint_eq(cki_file_ino(t, 0), 4);
-    ck_assert_uint_eq(cki_file_ino(t, 2), 6);
+    ck_assert_uint_eq(cki_file_ino(t, 0), 5);
+    ck_assert_uint_eq(cki_file_ino(t, 2), 7);
     const cki_node *root = cki_get(t, CKI_ROOT);
     ck_assert_uint_eq(root->n_children, 3);
     ck_assert_uint_eq(root->n_subdirs, 2);
@@ -337,12 +348,14 @@ START_TEST(inode_table_tree)
         ck_assert_str_eq(cki_get(t, root->children[i])->name, names[i]);
     uint64_t a = cki_lookup(t, CKI_ROOT, "a"), b = cki_lookup(t, a, "b"), cb = cki_lookup(t, b, "c.bin");
     ck_assert_uint_eq(a, 2);
-    ck_assert_uint_eq(b, 7);
-    ck_assert_uint_eq(cb, 4);
+    ck_assert_uint_eq(b, 3);
+    ck_assert_uint_eq(cb, 5);
     ck_assert_int_eq(cki_get(t, a)->mode, 040700);
-    ck_assert_int_eq(cki_get(t, b)->mode, 040755);  /* unlisted: 0755 */
+    ck_assert_int_eq(cki_get(t, b)->mode, 040750);
     ck_assert_int_eq(cki_get(t, b)->mtime_ns, 99);
     ck_assert_uint_eq(cki_get(t, b)->parent, a);
+    ck_assert_uint_eq(cki_get(t, a)->n_children, 2);
+    ck_assert_uint_eq(cki_get(t, a)->n_subdirs, 1);
     const cki_node *n = cki_get(t, cb);
     ck_assert_str_eq(n->path, "a/b/c.bin");
     ck_assert_uint_eq(n->size, 5);
@@ -356,25 +369,53 @@ START_TEST(inode_table_tree)
 }
 END_TEST
 
-START_TEST(inode_table_rejects)
+/* A manifest the inode table could not build (a directory listed twice, a
+ * file under a file, a parent not listed, a path both a file and a
+ * directory) never reaches it: ckm_load refuses each (M2-M4, manifest.h),
+ * naming the path, so cki_build only asserts that they hold. */
+START_TEST(inode_table_conflicts_refused_by_the_manifest)
 {
-    ckm_file f[] = {{.path = "a", .size = 1, .mode = 0100644}, {.path = "a/b", .size = 1, .mode = 0100644}};
-    ckm_dir d[] = {{.path = "x", .mode = 040755}, {.path = "x", .mode = 040755}};
-    ckm_manifest file_as_dir = {.files = f, .n_files = 2};
-    ckm_manifest dir_twice = {.dirs = d, .n_dirs = 2};
-    cki_table *t = NULL;
-    char err[256] = "";
-    ck_assert_int_eq(cki_build(&file_as_dir, 0, &t, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "'a'") != NULL, "%s", err);
-    err[0] = 0;
-    ck_assert_int_eq(cki_build(&dir_twice, 0, &t, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "'x'") != NULL, "%s", err);
+    ckm_file file_under_file[] = {{.path = "a", .size = 1, .mode = 0644}, {.path = "a/b", .size = 1, .mode = 0644}};
+    ckm_dir twice[] = {{.path = "x", .mode = 0755}, {.path = "x", .mode = 0755}};
+    ckm_file in_x = {.path = "x/f", .size = 1, .mode = 0644};
+    ckm_dir a_dir = {.path = "a", .mode = 0755};
+    const struct {
+        ckm_manifest m;
+        const char *why;
+    } bad[] = {
+        {{.files = file_under_file, .n_files = 2}, "parent directory of \"a/b\" is not listed"},
+        {{.files = file_under_file, .n_files = 2, .dirs = &a_dir, .n_dirs = 1}, "\"a\" is both a file and a directory"},
+        {{.dirs = twice, .n_dirs = 2}, "duplicate directory \"x\""},
+        {{.files = &in_x, .n_files = 1}, "parent directory of \"x/f\" is not listed"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char err[512] = "";
+        ckm_manifest m = bad[i].m, *l = NULL;
+        ck_assert_int_eq(ckm_write(tmpdir, &m, err, sizeof err), CKP_OK);
+        ck_assert_int_eq(ckm_load(tmpdir, &l, err, sizeof err), CKP_ERR_CORRUPT);
+        ck_assert_msg(strstr(err, bad[i].why) != NULL, "case %zu: %s", i, err);
+        ck_assert_ptr_null(l);
+    }
 }
 END_TEST
 
+#ifndef NDEBUG
+/* Given one anyway, a debug build stops at the broken guarantee. */
+START_TEST(inode_table_asserts_the_manifest_guarantees)
+{
+    ckm_dir twice[] = {{.path = "x", .mode = 0755}, {.path = "x", .mode = 0755}};
+    ckm_manifest m = {.dirs = twice, .n_dirs = 2};
+    cki_table *t = NULL;
+    char err[256];
+    cki_build(&m, 0, &t, err, sizeof err); /* raises SIGABRT */
+    cki_free(t);
+}
+END_TEST
+#endif
+
 /* ---- mount options ----------------------------------------------------------- */
 
-static int parse(ckfs_mount_opts *o, char *err, const char *a1, const char *a2, const char *a3,
+static ckfs_status parse(ckfs_mount_opts *o, char *err, const char *a1, const char *a2, const char *a3,
                  const char *a4)
 {
     char *argv[] = {"mount", (char *)a1, (char *)a2, (char *)a3, (char *)a4, NULL};
@@ -389,7 +430,7 @@ START_TEST(mount_options)
 {
     ckfs_mount_opts o;
     char err[512];
-    ck_assert_int_eq(parse(&o, err, "P", "M", NULL, NULL), 0);
+    ck_assert_int_eq(parse(&o, err, "P", "M", NULL, NULL), CKFS_OK);
     ck_assert_str_eq(o.dst, "P");
     ck_assert_str_eq(o.mnt, "M");
     ck_assert_uint_eq(o.cache_size, 256ull << 20);
@@ -399,35 +440,59 @@ START_TEST(mount_options)
     ck_assert_int_eq(o.mmap, 1);
     ck_assert_int_eq(o.drop_packed, -1);
     ck_assert_int_eq(o.foreground, 0);
-    ck_assert_int_eq(parse(&o, err, "-o", "cache_size=1G,threads=3,prefetch=0,nommap", "P", "M"), 0);
+    ck_assert_int_eq(parse(&o, err, "-o", "cache_size=1G,threads=3,prefetch=0,nommap", "P", "M"), CKFS_OK);
     ck_assert_uint_eq(o.cache_size, 1ull << 30);
     ck_assert_uint_eq(o.threads, 3);
     ck_assert_uint_eq(o.prefetch, 0);
     ck_assert_int_eq(o.mmap, 0);
-    ck_assert_int_eq(parse(&o, err, "-ocache_size=3MiB,keep_packed,ro", "-d", "P", "M"), 0);
+    ck_assert_int_eq(parse(&o, err, "-ocache_size=3MiB,keep_packed,ro", "-d", "P", "M"), CKFS_OK);
     ck_assert_uint_eq(o.cache_size, 3ull << 20);
     ck_assert_int_eq(o.drop_packed, 0);
     ck_assert_int_eq(o.debug, 1);
     ck_assert_int_eq(o.foreground, 1);
-    ck_assert_int_eq(parse(&o, err, "--", "-P", "M", NULL), 0);
+    ck_assert_int_eq(parse(&o, err, "--", "-P", "M", NULL), CKFS_OK);
     ck_assert_str_eq(o.dst, "-P");
-    ck_assert_int_eq(parse(&o, err, "-h", NULL, NULL, NULL), 0);
+    ck_assert_int_eq(parse(&o, err, "-h", NULL, NULL, NULL), CKFS_OK);
     ck_assert_int_eq(o.help, 1);
     /* rejected, with a message naming what is wrong */
-    ck_assert_int_eq(parse(&o, err, "-o", "threads=0", "P", "M"), -1);
+    ck_assert_int_eq(parse(&o, err, "-o", "threads=0", "P", "M"), CKFS_ERR_USAGE);
     ck_assert_msg(strstr(err, "threads=0") != NULL, "%s", err);
-    ck_assert_int_eq(parse(&o, err, "-o", "cache_size=12Q", "P", "M"), -1);
+    ck_assert_int_eq(parse(&o, err, "-o", "cache_size=12Q", "P", "M"), CKFS_ERR_USAGE);
     ck_assert_msg(strstr(err, "cache_size=12Q") != NULL, "%s", err);
-    ck_assert_int_eq(parse(&o, err, "-o", "colour=blue", "P", "M"), -1);
+    ck_assert_int_eq(parse(&o, err, "-o", "colour=blue", "P", "M"), CKFS_ERR_USAGE);
     ck_assert_msg(strstr(err, "colour=blue") != NULL, "%s", err);
-    ck_assert_int_eq(parse(&o, err, "-o", "rw", "P", "M"), -1);
+    ck_assert_int_eq(parse(&o, err, "-o", "rw", "P", "M"), CKFS_ERR_USAGE);
     ck_assert_msg(strstr(err, "read-only") != NULL, "%s", err);
-    ck_assert_int_eq(parse(&o, err, "-x", "P", "M", NULL), -1);
+    ck_assert_int_eq(parse(&o, err, "-x", "P", "M", NULL), CKFS_ERR_USAGE);
     ck_assert_msg(strstr(err, "-x") != NULL, "%s", err);
-    ck_assert_int_eq(parse(&o, err, "P", NULL, NULL, NULL), -1);
-    ck_assert_int_eq(parse(&o, err, "P", "M", "N", NULL), -1);
+    ck_assert_int_eq(parse(&o, err, "P", NULL, NULL, NULL), CKFS_ERR_USAGE);
+    ck_assert_int_eq(parse(&o, err, "P", "M", "N", NULL), CKFS_ERR_USAGE);
     ck_assert_msg(strstr(err, "'N'") != NULL, "%s", err);
-    ck_assert_int_eq(parse(&o, err, "P", "M", "-o", NULL), -1);
+    ck_assert_int_eq(parse(&o, err, "P", "M", "-o", NULL), CKFS_ERR_USAGE);
+    ck_assert_int_eq(ckfs_exit_status(CKFS_ERR_USAGE), 2); /* as for every command */
+}
+END_TEST
+
+/* The mount point checks: what is wrong stays apart from an I/O error, and
+ * both from a usage error (exit 1, not 2). */
+START_TEST(mount_point_checks)
+{
+    char err[1024], path[400];
+    snprintf(path, sizeof path, "%s/none", tmpdir);
+    ck_assert_int_eq(ckfs_check_mountpoint(path, err, sizeof err), CKFS_ERR_IO);
+    ck_assert_msg(strstr(err, path) && strstr(err, strerror(ENOENT)), "%s", err);
+    ck_assert_int_eq(ckfs_check_mountpoint(tmpdir, err, sizeof err), CKFS_OK);
+    snprintf(path, sizeof path, "%s/file", tmpdir);
+    FILE *f = fopen(path, "w");
+    fclose(f);
+    ck_assert_int_eq(ckfs_check_mountpoint(path, err, sizeof err), CKFS_ERR_MOUNTPOINT);
+    ck_assert_msg(strstr(err, "not a directory") != NULL, "%s", err);
+    ck_assert_int_eq(ckfs_check_mountpoint_free(tmpdir, 0, err, sizeof err), CKFS_ERR_MOUNTPOINT);
+    ck_assert_msg(strstr(err, "is not empty") != NULL, "%s", err);
+    ck_assert_int_eq(ckfs_check_mountpoint_free(tmpdir, 1, err, sizeof err), CKFS_OK);
+    ck_assert_int_eq(ckfs_exit_status(CKFS_ERR_IO), 1);
+    ck_assert_int_eq(ckfs_exit_status(CKFS_ERR_MOUNTPOINT), 1);
+    ck_assert_int_eq(ckfs_exit_status(CKFS_OK), 0);
 }
 END_TEST
 
@@ -443,8 +508,12 @@ int main(void)
     tcase_add_test(t, damaged_chunk_is_eio);
     tcase_add_test(t, bad_packed_files);
     tcase_add_test(t, inode_table_tree);
-    tcase_add_test(t, inode_table_rejects);
+    tcase_add_test(t, inode_table_conflicts_refused_by_the_manifest);
+#ifndef NDEBUG
+    tcase_add_test_raise_signal(t, inode_table_asserts_the_manifest_guarantees, SIGABRT);
+#endif
     tcase_add_test(t, mount_options);
+    tcase_add_test(t, mount_point_checks);
     suite_add_tcase(s, t);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
