@@ -5,21 +5,29 @@
 #   whole: reads every shard of the model (cat), or
 #   slice: reads a disjoint eighth of each tensor's rows with
 #          safetensors' safe_open(...).get_slice (process r takes rows
-#          [r R/8, (r+1) R/8) of every tensor),
+#          [r R/8, (r+1) R/8) of every tensor) and copies it (get_slice
+#          returns a view of safetensors' mapping of the file: without the
+#          copy only the faults of the pages it maps would be timed),
 # from three sources, in the same run, each a fresh mount (the FUSE page cache
 # empty) over files warm in the page cache:
-#   ckptfs   `ckptfs mount` of the packed model (-o stats: decodes counted)
+#   ckptfs   `ckptfs mount` of the packed model (counters read with
+#            `ckptfs stat --json MOUNTPOINT` before unmounting)
 #   noop     tests/bench/noop_fuse --dir: the same original files served from
-#            memory by a do-nothing FUSE fs (the FUSE ceiling)
+#            memory by a do-nothing FUSE fs (the FUSE ceiling), at the
+#            read_ahead_kb the ckptfs mount had
 #   orig     the original files (page cache)
+# One round runs the three back to back for each mode and count, so a burst
+# of others' load hits them alike; figures are medians over REPS rounds.
 # Prints aggregate GB/s (bytes handed to the readers / wall time), the ratio
-# ckptfs / noop (target >= 0.8 at every count), the daemon's CPU seconds per
-# GiB it decoded, and decodes per chunk (1.00: every chunk decoded once).
+# ckptfs / noop (target >= 0.8 at every count), each daemon's CPU seconds per
+# GiB handed to the readers, decodes per chunk (decoded bytes / the model's;
+# 1.00: every chunk decoded once) and the bytes the kernel asked the daemon
+# for per byte the readers took (readahead overshoot).
 # A benchmark: it fails only when a command fails or bytes differ.
 # Env: MODEL_MIB (default 1024: one 512 MiB and two 256 MiB shards of 16 MiB
 # tensors, tests/bench/mount_gen.py), READERS (default "1 2 4 8"), THREADS
-# (daemon and noop threads, default: ckptfs's default / 16), REPS (2),
-# BENCH_DIR (default /var/tmp/ckptfs-readers).
+# (daemon and noop threads, default: ckptfs's default / 16), CK_EXTRA (more
+# -o options for ckptfs), REPS (3), BENCH_DIR (default /var/tmp/ckptfs-readers).
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: $0 CKPTFS [OUT.md]" >&2; exit 2; }
 CKPTFS=$(readlink -f "$1")
@@ -29,7 +37,9 @@ PY=${PYTHON:-python3}
 W=${BENCH_DIR:-/var/tmp/ckptfs-readers}
 MODEL_MIB=${MODEL_MIB:-1024}
 READERS=${READERS:-1 2 4 8}
-REPS=${REPS:-2}
+REPS=${REPS:-3}
+LOAD0=$(cut -d" " -f1-3 /proc/loadavg)
+START=$(date -u +%Y-%m-%dT%H:%MZ)
 [ "$(id -u)" = 0 ] && [ -c /dev/fuse ] || { echo "needs root and /dev/fuse" >&2; exit 2; }
 T=$(mktemp -d /tmp/ckptfs-readers.XXXXXX)
 MNT=$T/mnt
@@ -46,29 +56,15 @@ log() { echo "[readers] $*" >&2; }
 TICK=$(getconf CLK_TCK)
 
 SRC=$W/src-$MODEL_MIB
-if [ ! -f "$SRC/.done" ]; then
+if [ ! -f "$SRC.done" ]; then
     rm -rf "$SRC"
     half=$((MODEL_MIB / 2))
     "$PY" "$HERE/../bench/mount_gen.py" "$SRC" "$half" $((half / 2)) 2 >/dev/null
-    touch "$SRC/.done"
+    touch "$SRC.done"
 fi
 PK=$W/packed-$MODEL_MIB
-[ -f "$PK/.done" ] || { rm -rf "$PK"; "$CKPTFS" pack "$SRC" "$PK" >/dev/null 2>&1; touch "$PK/.done"; }
+[ -f "$PK.done" ] || { rm -rf "$PK"; "$CKPTFS" pack "$SRC" "$PK" >/dev/null 2>&1; touch "$PK.done"; }
 MODEL_BYTES=$(cat "$SRC"/*.safetensors | wc -c)
-CHUNKS=$("$PY" - "$SRC" <<'EOF'
-import json, os, struct, sys
-n = 0
-for x in os.listdir(sys.argv[1]):
-    if x.endswith(".safetensors"):
-        with open(os.path.join(sys.argv[1], x), "rb") as f:
-            h = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
-        for k, v in h.items():
-            if k != "__metadata__":
-                w = (v["data_offsets"][1] - v["data_offsets"][0]) // 2
-                n += -(-w // 65536)
-print(n)
-EOF
-)
 NOOP=$T/noop_fuse
 cc -O2 -o "$NOOP" "$HERE/../bench/noop_fuse.c" $(pkg-config --cflags --libs fuse3)
 
@@ -80,20 +76,30 @@ start() {   # start SOURCE: sets DIR, the directory readers read from
     case $1 in
     orig) DIR=$SRC ;;
     ckptfs)
-        "$CKPTFS" mount -f -o stats${THREADS:+,threads=$THREADS} "$PK" "$MNT" 2>"$T/ck.log" &
+        "$CKPTFS" mount -f ${CK_OPTS:+-o "$CK_OPTS"} "$PK" "$MNT" 2>"$T/ck.log" &
         PID=$!
         wait_mount fuse.ckptfs
+        CPU0=$(cpu_s)
+        RA_KB=$(cat "$(bdi)/read_ahead_kb")
         DIR=$MNT ;;
     noop)
         "$NOOP" --dir "$SRC" "${THREADS:-16}" "$MNT" 2>/dev/null &
         PID=$!
         wait_mount fuse.noop
+        CPU0=$(cpu_s)   # after it has read the files into memory
+        echo "$RA_KB" >"$(bdi)/read_ahead_kb"
         DIR=$MNT ;;
     esac
 }
+bdi() { echo "/sys/class/bdi/$(awk -v m="$MNT" '$5 == m {print $3}' /proc/self/mountinfo | tail -1)"; }
+# the ckptfs mount's read_ahead_kb, which the noop mount gets too (ckptfs runs first)
+RA_KB=$("$CKPTFS" mount -h | sed -n 's/.*read_ahead_kb=N.*default \([0-9]*\).*/\1/p')
+CK_OPTS=${THREADS:+threads=$THREADS}${CK_EXTRA:+${THREADS:+,}$CK_EXTRA}
+cpu_s() { awk -v t="$TICK" '{print ($14 + $15) / t}' "/proc/$PID/stat"; }
 stop() {
     [ -n "$PID" ] || return 0
-    CPU=$(awk -v t="$TICK" '{print ($14 + $15) / t}' "/proc/$PID/stat")
+    [ "$DIR" = "$MNT" ] && grep -q " $MNT fuse.ckptfs " /proc/mounts && "$CKPTFS" stat --json "$MNT" >"$T/stats.json"
+    CPU=$(awk -v a="$(cpu_s)" -v b="$CPU0" 'BEGIN {print a - b}')
     fusermount3 -u "$MNT"
     wait "$PID" 2>/dev/null || true
     PID=""
@@ -125,7 +131,7 @@ def part(q, r):
             for k in f.keys():
                 sl = f.get_slice(k)
                 rows = sl.get_shape()[0]
-                t = sl[r * rows // 8:(r + 1) * rows // 8]
+                t = sl[r * rows // 8:(r + 1) * rows // 8].clone()  # the copy reads it
                 n += t.numel() * t.element_size()
     q.put(n)
 
@@ -142,7 +148,7 @@ print(total, time.perf_counter() - t)
 EOF
 }
 
-declare -A GB CPUG DEC
+declare -A GB CPUG DEC ASK
 for rep in $(seq "$REPS"); do
     for mode in whole slice; do
         for p in $READERS; do
@@ -154,11 +160,11 @@ for rep in $(seq "$REPS"); do
                 stop
                 key=$mode.$p.$src
                 GB[$key]+="$(awk -v b="$bytes" -v s="$secs" 'BEGIN {printf "%.3f", b / s / 1e9}') "
+                [ "$src" != orig ] && CPUG[$key]+="$(awk -v c="$CPU" -v b="$bytes" 'BEGIN {printf "%.3f", c / (b / 1073741824)}') "
                 if [ "$src" = ckptfs ]; then
-                    # every decode is a cache miss (a prefetch's too)
-                    dec=$(awk '/cache hits/ {for (i = 1; i <= NF; i++) if ($i == "misses") m = $(i+1)} END {print m + 0}' "$T/ck.log")
-                    DEC[$key]+="$(awk -v d="$dec" -v c="$CHUNKS" 'BEGIN {printf "%.2f", d / c}') "
-                    CPUG[$key]+="$(awk -v c="$CPU" -v d="$dec" 'BEGIN {printf "%.2f", d ? c / (d * 131072 / 1073741824) : 0}') "
+                    read -r dec asked < <("$PY" -c 'import json, sys; o = json.load(open(sys.argv[1])); print(o["decoded_bytes"], o["read_bytes"])' "$T/stats.json")
+                    DEC[$key]+="$(awk -v d="$dec" -v m="$MODEL_BYTES" 'BEGIN {printf "%.3f", d / m}') "
+                    ASK[$key]+="$(awk -v a="$asked" -v b="$bytes" 'BEGIN {printf "%.3f", a / b}') "
                 fi
                 log "rep $rep $mode P=$p $src: ${GB[$key]}"
             done
@@ -167,16 +173,16 @@ for rep in $(seq "$REPS"); do
 done
 med() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {printf "%.2f", (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 {
-    echo "Many readers: $(nproc) cores, model $((MODEL_BYTES >> 20)) MiB of 16 MiB BF16 tensors, medians of $REPS, $(date -u +%Y-%m-%d)"
+    echo "Many readers: $(nproc) cores, model $((MODEL_BYTES >> 20)) MiB of 16 MiB BF16 tensors, files warm, medians of $REPS interleaved rounds, $START to $(date -u +%H:%MZ), load average $LOAD0 at start, $(cut -d' ' -f1-3 /proc/loadavg) at end; read_ahead_kb $RA_KB${CK_OPTS:+, ckptfs -o $CK_OPTS}"
     echo
-    echo "| read | readers | ckptfs GB/s | noop FUSE GB/s | originals GB/s | ckptfs / noop | daemon CPU s per GiB decoded | decodes per chunk |"
-    echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| read | readers | ckptfs GB/s | noop FUSE GB/s | originals GB/s | ckptfs / noop | daemon CPU s/GiB ckptfs / noop | decodes per chunk | bytes asked / taken |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     for mode in whole slice; do
         for p in $READERS; do
             c=$(echo "${GB[$mode.$p.ckptfs]}" | med)
             n=$(echo "${GB[$mode.$p.noop]}" | med)
             o=$(echo "${GB[$mode.$p.orig]}" | med)
-            echo "| $mode | $p | $c | $n | $o | $(awk -v a="$c" -v b="$n" 'BEGIN {printf "%.2f", (b > 0) ? a / b : 0}') | $(echo "${CPUG[$mode.$p.ckptfs]}" | med) | $(echo "${DEC[$mode.$p.ckptfs]}" | med) |"
+            echo "| $mode | $p | $c | $n | $o | $(awk -v a="$c" -v b="$n" 'BEGIN {printf "%.2f", (b > 0) ? a / b : 0}') | $(echo "${CPUG[$mode.$p.ckptfs]}" | med) / $(echo "${CPUG[$mode.$p.noop]}" | med) | $(echo "${DEC[$mode.$p.ckptfs]}" | med) | $(echo "${ASK[$mode.$p.ckptfs]}" | med) |"
         done
     done
 } | tee ${OUT_MD:+"$OUT_MD"}
