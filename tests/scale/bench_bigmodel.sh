@@ -8,14 +8,20 @@
 #   load_file  safetensors.torch.load_file shard by shard, same two ways
 #   unpack / verify of the packed model
 # Reports wall time and the ratio original / mount (target >= 1.2), the
-# cgroup's peak memory and the daemon's peak RssAnon; and, without the limit,
+# peaks of the cgroup's page cache and anonymous memory (its memory.stat,
+# sampled every 0.1 s), the bytes read from the disk (/proc/diskstats) and
+# the daemon's peak RssAnon; the originals' cold cat is the disk's rate in
+# this run (it varies a lot during the day); and, without the limit,
 # the page cache the mount leaves behind after one cat of the model against
 # the originals' (target: no more: the daemon drops the packed pages it has
 # decoded, -o drop_packed, which the mount turns on by itself for a model
 # over half of the machine's memory; here it is given, since "memory" is the
 # cgroup's).  With LIMIT=0 it runs at the machine's own size
 # (MODEL_GIB of data, default 1.3 x MemTotal; needs that much disk twice).
-# Env: LIMIT (bytes, or with M/G), RATIO, BENCH_DIR (/var/tmp/ckptfs-big).
+# Mount and originals alternate, REPS rounds (default 1; medians), cat and
+# load_file first.  ROWS_ONLY=1 skips unpack, verify and the unlimited part.
+# Env: LIMIT (bytes, or with M/G), RATIO, REPS, CK_OPTS (more mount options),
+# BENCH_DIR (/var/tmp/ckptfs-big).
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: $0 CKPTFS [OUT.md]" >&2; exit 2; }
 CKPTFS=$(readlink -f "$1")
@@ -25,6 +31,9 @@ PY=${PYTHON:-python3}
 W=${BENCH_DIR:-/var/tmp/ckptfs-big}
 LIMIT=$(numfmt --from=iec "${LIMIT:-2G}")
 RATIO=${RATIO:-1.3}
+REPS=${REPS:-1}
+LOAD0=$(cut -d" " -f1-3 /proc/loadavg)
+START=$(date -u +%Y-%m-%dT%H:%MZ)
 [ "$(id -u)" = 0 ] && [ -c /dev/fuse ] || { echo "needs root and /dev/fuse" >&2; exit 2; }
 MEM=$(awk '/MemTotal/ {print $2 * 1024}' /proc/meminfo)
 BASE=$([ "$LIMIT" -gt 0 ] && echo "$LIMIT" || echo "$MEM")
@@ -50,35 +59,47 @@ if [ "$LIMIT" -gt 0 ]; then
         CG=/sys/fs/cgroup/ckptfs-big-$$
         mkdir "$CG"
         echo "$LIMIT" >"$CG/memory.max"
-        peak() { cat "$CG/memory.peak" 2>/dev/null || echo 0; }
-        reset_peak() { echo 0 >"$CG/memory.peak" 2>/dev/null || true; }
+        STAT_FILE=file STAT_ANON=anon
     else                                                  # v1
         CG=/sys/fs/cgroup/memory/ckptfs-big-$$
         mkdir "$CG"
         echo "$LIMIT" >"$CG/memory.limit_in_bytes"
-        peak() { cat "$CG/memory.max_usage_in_bytes"; }
-        reset_peak() { echo 0 >"$CG/memory.max_usage_in_bytes"; }
+        STAT_FILE=total_cache STAT_ANON=total_rss
     fi
     incg() { sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$CG" "$@"; }
 else
-    peak() { echo 0; }
-    reset_peak() { :; }
     incg() { "$@"; }
 fi
+# page cache and anonymous bytes charged to the cgroup (the whole machine's
+# without one), every 0.1 s until $T/sampling goes; peaks in $T/mem
+mem_now() {
+    if [ -n "$CG" ]; then
+        awk -v f="$STAT_FILE" -v a="$STAT_ANON" '$1 == f {c = $2} $1 == a {n = $2} END {print c, n}' "$CG/memory.stat"
+    else
+        awk '/^Cached:/ {c = $2 * 1024} /^AnonPages:/ {n = $2 * 1024} END {print c, n}' /proc/meminfo
+    fi
+}
+sample_mem() {
+    while [ -e "$T/sampling" ]; do mem_now; sleep 0.1; done |
+        awk '$1 > c {c = $1} $2 > a {a = $2} END {print int(c / 1048576), int(a / 1048576)}' >"$T/mem"
+}
 
 # ---- data -----------------------------------------------------------------------
 SRC=$W/src-$MODEL_MIB
-if [ ! -f "$SRC/.done" ]; then
+if [ ! -f "$SRC.done" ]; then
     rm -rf "$SRC"
     log "generating $MODEL_MIB MiB in $SRC"
     q=$((MODEL_MIB / 8))
     "$PY" "$HERE/../bench/mount_gen.py" "$SRC" $((q * 2)) "$q" 6 >/dev/null
-    touch "$SRC/.done"
+    touch "$SRC.done"
 fi
 PK=$W/packed-$MODEL_MIB
-[ -f "$PK/.done" ] || { rm -rf "$PK"; "$CKPTFS" pack "$SRC" "$PK" >/dev/null 2>&1; touch "$PK/.done"; }
+[ -f "$PK.done" ] || { rm -rf "$PK"; "$CKPTFS" pack "$SRC" "$PK" >/dev/null 2>&1; touch "$PK.done"; }
 MODEL_BYTES=$(cat "$SRC"/*.safetensors | wc -c)
 
+# sectors read from the disk holding the data (/proc/diskstats, field 6)
+DISK=$(basename "$(findmnt -no SOURCE -T "$W" | sed 's/\[.*//')")
+disk_sectors() { awk -v d="$DISK" '$3 == d {print $6}' /proc/diskstats; }
 now() { date +%s.%N; }
 since() { awk -v a="$(now)" -v b="$1" 'BEGIN {printf "%.2f", a - b}'; }
 drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
@@ -99,70 +120,101 @@ umount_ck() {
     sleep 0.2
     ANONMAX=$(sort -n "$T/anon" | tail -1)
 }
+# load_file maps the file: its tensors are views of the mapping, read only
+# when used.  Each is copied once (what a loader does that keeps or moves
+# them), a shard's copies kept until the next shard.
 LOAD='import os, sys
 from safetensors.torch import load_file
 d = sys.argv[1]
 for x in sorted(os.listdir(d)):
     if x.endswith(".safetensors"):
-        t = load_file(os.path.join(d, x))
-        del t'
+        state = {k: v.clone() for k, v in load_file(os.path.join(d, x)).items()}
+        del state'
 ROWS=""
-row() { ROWS+="| $1 | $2 | $3 | $(awk -v a="$3" -v b="$2" 'BEGIN {printf "%.2f", (b > 0) ? a / b : 0}') | $4 | $5 |"$'\n'; }
-one() {   # one CMD...: cold wall time of CMD inside the cgroup; sets S, P
+med() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {printf "%.2f", (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+row() {   # row WHAT KEY_MOUNT KEY_ORIG DAEMON_ANON
+    local m o
+    m=$(echo "${S[$2]}" | med) o=$(echo "${S[$3]}" | med)
+    ROWS+="| $1 | $m s | $o s | $(awk -v a="$o" -v b="$m" 'BEGIN {printf "%.2f", (b > 0) ? a / b : 0}') | $(echo "${C[$2]}" | med | cut -d. -f1) / $(echo "${C[$3]}" | med | cut -d. -f1) | $(echo "${A[$2]}" | med | cut -d. -f1) / $(echo "${A[$3]}" | med | cut -d. -f1) | $(echo "${D[$2]}" | med | cut -d. -f1) / $(echo "${D[$3]}" | med | cut -d. -f1) | $4 |"$'\n'
+}
+declare -A S C A D
+one() {   # one KEY CMD...: cold wall time of CMD inside the cgroup, page cache and anon peaks, disk MiB read
+    local key=$1 t d0 pc an
+    shift
     drop
-    reset_peak
-    local t
+    d0=$(disk_sectors)
+    touch "$T/sampling"
+    sample_mem &
+    local sp=$!
     t=$(now)
     incg "$@" >/dev/null
-    S=$(since "$t")
-    P=$(( $(peak) >> 20 ))
+    S[$key]+="$(since "$t") "
+    rm -f "$T/sampling"
+    wait "$sp"
+    read -r pc an <"$T/mem"
+    C[$key]+="$pc " A[$key]+="$an "
+    D[$key]+="$(( ($(disk_sectors) - d0) / 2048 )) "
 }
+anon_peak() { awk -v k="$ANONMAX" 'BEGIN {printf "%.1f", k / 1024}'; }
 for what in cat load_file; do
     case $what in
     cat) cmd_m=(sh -c 'cat "$0"/*.safetensors' "$MNT"); cmd_o=(sh -c 'cat "$0"/*.safetensors' "$SRC") ;;
     load_file) cmd_m=("$PY" -c "$LOAD" "$MNT"); cmd_o=("$PY" -c "$LOAD" "$SRC") ;;
     esac
-    drop
-    mount_ck drop_packed   # what auto chooses for a model over half of the (cgroup's) memory
-    one "${cmd_m[@]}"
-    sm=$S pm=$P
-    umount_ck
-    one "${cmd_o[@]}"
-    row "$what" "$sm" "$S" "$pm / $P" "$(awk -v k="$ANONMAX" 'BEGIN {printf "%.1f", k / 1024}')"
-    log "$what: mount $sm s, originals $S s"
+    ANONS=""
+    for rep in $(seq "$REPS"); do
+        for src in $([ $((rep % 2)) = 1 ] && echo "m o" || echo "o m"); do
+            if [ "$src" = m ]; then
+                drop
+                # drop_packed: what auto chooses for a model over half of the (cgroup's) memory
+                mount_ck "drop_packed${CK_OPTS:+,$CK_OPTS}"
+                one "$what.m" "${cmd_m[@]}"
+                umount_ck
+                ANONS+="$(anon_peak) "
+            else
+                one "$what.o" "${cmd_o[@]}"
+            fi
+        done
+        log "$what round $rep: mount ${S[$what.m]}s, originals ${S[$what.o]}s"
+    done
+    row "$what" "$what.m" "$what.o" "$(echo "$ANONS" | med)"
 done
-rm -rf "$T/out"
-one "$CKPTFS" unpack "$PK" "$T/out"
-su=$S pu=$P
-rm -rf "$T/out"
-one cp -r "$SRC" "$T/out"
-row "unpack (originals: cp -r)" "$su" "$S" "$pu / $P" "-"
-rm -rf "$T/out"
-one "$CKPTFS" verify "$PK"
-sv=$S pv=$P
-one sh -c 'sha256sum "$0"/*.safetensors' "$SRC"
-row "verify (originals: sha256sum)" "$sv" "$S" "$pv / $P" "-"
+DISK_RATE=$(awk -v b="$MODEL_BYTES" -v s="$(echo "${S[cat.o]}" | med)" 'BEGIN {printf "%.2f", b / s / 1e9}')
+if [ -z "${ROWS_ONLY:-}" ]; then
+    rm -rf "$T/out"
+    one unpack "$CKPTFS" unpack "$PK" "$T/out"
+    rm -rf "$T/out"
+    one cp cp -r "$SRC" "$T/out"
+    row "unpack (originals: cp -r)" unpack cp "-"
+    rm -rf "$T/out"
+    one verify "$CKPTFS" verify "$PK"
+    one sha sh -c 'sha256sum "$0"/*.safetensors' "$SRC"
+    row "verify (originals: sha256sum)" verify sha "-"
+fi
 
 # ---- page cache left behind, no limit -----------------------------------------
-CG_SAVE=$CG
-incg() { "$@"; }
-for o in drop_packed keep_packed; do
+UNLIMITED=""
+if [ -z "${ROWS_ONLY:-}" ]; then
+    CG_SAVE=$CG
+    incg() { "$@"; }
+    for o in drop_packed keep_packed; do
+        drop; c0=$(cached_kib)
+        mount_ck "$o"
+        cat "$MNT"/*.safetensors >/dev/null
+        eval "c_$o=$(( ($(cached_kib) - c0) >> 10 ))"
+        umount_ck
+    done
     drop; c0=$(cached_kib)
-    mount_ck "$o"
-    cat "$MNT"/*.safetensors >/dev/null
-    eval "c_$o=$(( ($(cached_kib) - c0) >> 10 ))"
-    umount_ck
-done
-drop; c0=$(cached_kib)
-cat "$SRC"/*.safetensors >/dev/null
-c_orig=$(( ($(cached_kib) - c0) >> 10 ))
-CG=$CG_SAVE
+    cat "$SRC"/*.safetensors >/dev/null
+    c_orig=$(( ($(cached_kib) - c0) >> 10 ))
+    CG=$CG_SAVE
+    UNLIMITED="Page cache after one cold cat of the model, no limit: through the mount $c_drop_packed MiB with -o drop_packed, $c_keep_packed MiB with keep_packed; originals $c_orig MiB (model $((MODEL_BYTES >> 20)) MiB)."
+fi
 {
-    echo "Model larger than memory: $((MODEL_BYTES >> 20)) MiB of BF16 shards, memory cgroup limit $((LIMIT >> 20)) MiB (ratio $RATIO), cold each time, $(nproc) cores, $(date -u +%Y-%m-%d)"
+    echo "Model larger than memory: $((MODEL_BYTES >> 20)) MiB of BF16 shards, memory cgroup limit $((LIMIT >> 20)) MiB (ratio $RATIO), cold each time, $(nproc) cores, $START to $(date -u +%H:%MZ), load average $LOAD0 at start, $(cut -d' ' -f1-3 /proc/loadavg) at end; medians of $REPS alternating rounds; the disk read the originals cold at $DISK_RATE GB/s (cat)${CK_OPTS:+; mount -o drop_packed,$CK_OPTS}"
     echo
-    echo "| read | through the mount s | originals s | originals / mount | cgroup peak MiB (mount / orig) | daemon peak RssAnon MiB |"
-    echo "|---|---:|---:|---:|---:|---:|"
+    echo "| read (cold) | through the mount | originals | originals / mount | page cache peak MiB, mount / orig | anon peak MiB, mount / orig | MiB read from disk, mount / orig | daemon peak RssAnon MiB |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|"
     printf '%s' "$ROWS"
-    echo
-    echo "Page cache after one cold cat of the model, no limit: through the mount $c_drop_packed MiB with -o drop_packed, $c_keep_packed MiB with keep_packed; originals $c_orig MiB (model $((MODEL_BYTES >> 20)) MiB)."
+    [ -n "$UNLIMITED" ] && { echo; echo "$UNLIMITED"; }
 } | tee ${OUT_MD:+"$OUT_MD"}
