@@ -27,10 +27,14 @@
 # Env: MODEL_MIB (default 1024: one 512 MiB and two 256 MiB shards of 16 MiB
 # tensors, tests/bench/mount_gen.py), READERS (default "1 2 4 8"), THREADS
 # (daemon and noop threads, default: ckptfs's default / 16), CK_EXTRA (more
-# -o options for ckptfs), REPS (3), BENCH_DIR (default /var/tmp/ckptfs-readers).
+# -o options for ckptfs), REPS (3), BENCH_DIR (default /var/tmp/ckptfs-readers),
+# BASE (another ckptfs binary, e.g. main's: measured as a fourth source in
+# every round, before ckptfs, with its own default options; a before/after
+# comparison in one run).
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: $0 CKPTFS [OUT.md]" >&2; exit 2; }
 CKPTFS=$(readlink -f "$1")
+BASE=${BASE:+$(readlink -f "$BASE")}
 OUT_MD=${2:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=${PYTHON:-python3}
@@ -75,8 +79,10 @@ wait_mount() {
 start() {   # start SOURCE: sets DIR, the directory readers read from
     case $1 in
     orig) DIR=$SRC ;;
-    ckptfs)
-        "$CKPTFS" mount -f ${CK_OPTS:+-o "$CK_OPTS"} "$PK" "$MNT" 2>"$T/ck.log" &
+    ckptfs | base)
+        local bin=$CKPTFS opts=$CK_OPTS
+        [ "$1" = base ] && bin=$BASE opts=${THREADS:+threads=$THREADS}
+        "$bin" mount -f ${opts:+-o "$opts"} "$PK" "$MNT" 2>"$T/ck.log" &
         PID=$!
         wait_mount fuse.ckptfs
         CPU0=$(cpu_s)
@@ -152,7 +158,7 @@ declare -A GB CPUG DEC ASK
 for rep in $(seq "$REPS"); do
     for mode in whole slice; do
         for p in $READERS; do
-            for src in ckptfs noop orig; do
+            for src in ${BASE:+base} ckptfs noop orig; do
                 cat "$PK"/* "$SRC"/* >/dev/null
                 start "$src"
                 read -r bytes secs < <(run_readers "$DIR" "$mode" "$p")
@@ -161,7 +167,7 @@ for rep in $(seq "$REPS"); do
                 key=$mode.$p.$src
                 GB[$key]+="$(awk -v b="$bytes" -v s="$secs" 'BEGIN {printf "%.3f", b / s / 1e9}') "
                 [ "$src" != orig ] && CPUG[$key]+="$(awk -v c="$CPU" -v b="$bytes" 'BEGIN {printf "%.3f", c / (b / 1073741824)}') "
-                if [ "$src" = ckptfs ]; then
+                if [ "$src" = ckptfs ] || [ "$src" = base ]; then
                     read -r dec asked < <("$PY" -c 'import json, sys; o = json.load(open(sys.argv[1])); print(o["decoded_bytes"], o["read_bytes"])' "$T/stats.json")
                     DEC[$key]+="$(awk -v d="$dec" -v m="$MODEL_BYTES" 'BEGIN {printf "%.3f", d / m}') "
                     ASK[$key]+="$(awk -v a="$asked" -v b="$bytes" 'BEGIN {printf "%.3f", a / b}') "
@@ -173,16 +179,21 @@ for rep in $(seq "$REPS"); do
 done
 med() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {printf "%.2f", (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 {
-    echo "Many readers: $(nproc) cores, model $((MODEL_BYTES >> 20)) MiB of 16 MiB BF16 tensors, files warm, medians of $REPS interleaved rounds, $START to $(date -u +%H:%MZ), load average $LOAD0 at start, $(cut -d' ' -f1-3 /proc/loadavg) at end; read_ahead_kb $RA_KB${CK_OPTS:+, ckptfs -o $CK_OPTS}"
+    echo "Many readers: $(nproc) cores, model $((MODEL_BYTES >> 20)) MiB of 16 MiB BF16 tensors, files warm, medians of $REPS interleaved rounds, $START to $(date -u +%H:%MZ), load average $LOAD0 at start, $(cut -d' ' -f1-3 /proc/loadavg) at end; read_ahead_kb $RA_KB${CK_OPTS:+, ckptfs -o $CK_OPTS}${BASE:+; base: $BASE}"
     echo
-    echo "| read | readers | ckptfs GB/s | noop FUSE GB/s | originals GB/s | ckptfs / noop | daemon CPU s/GiB ckptfs / noop | decodes per chunk | bytes asked / taken |"
-    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| read | readers | ckptfs GB/s | noop FUSE GB/s | originals GB/s | ckptfs / noop | daemon CPU s/GiB ckptfs / noop | decodes per chunk | bytes asked / taken |${BASE:+ base GB/s | base / noop | base decodes per chunk | base bytes asked / taken |}"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|${BASE:+---:|---:|---:|---:|}"
     for mode in whole slice; do
         for p in $READERS; do
             c=$(echo "${GB[$mode.$p.ckptfs]}" | med)
             n=$(echo "${GB[$mode.$p.noop]}" | med)
             o=$(echo "${GB[$mode.$p.orig]}" | med)
-            echo "| $mode | $p | $c | $n | $o | $(awk -v a="$c" -v b="$n" 'BEGIN {printf "%.2f", (b > 0) ? a / b : 0}') | $(echo "${CPUG[$mode.$p.ckptfs]}" | med) / $(echo "${CPUG[$mode.$p.noop]}" | med) | $(echo "${DEC[$mode.$p.ckptfs]}" | med) | $(echo "${ASK[$mode.$p.ckptfs]}" | med) |"
+            b=""
+            if [ -n "$BASE" ]; then
+                bg=$(echo "${GB[$mode.$p.base]}" | med)
+                b=" $bg | $(awk -v a="$bg" -v b="$n" 'BEGIN {printf "%.2f", (b > 0) ? a / b : 0}') | $(echo "${DEC[$mode.$p.base]}" | med) | $(echo "${ASK[$mode.$p.base]}" | med) |"
+            fi
+            echo "| $mode | $p | $c | $n | $o | $(awk -v a="$c" -v b="$n" 'BEGIN {printf "%.2f", (b > 0) ? a / b : 0}') | $(echo "${CPUG[$mode.$p.ckptfs]}" | med) / $(echo "${CPUG[$mode.$p.noop]}" | med) | $(echo "${DEC[$mode.$p.ckptfs]}" | med) | $(echo "${ASK[$mode.$p.ckptfs]}" | med) |$b"
         done
     done
 } | tee ${OUT_MD:+"$OUT_MD"}
