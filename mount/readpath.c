@@ -185,6 +185,7 @@ static int get_reader(ckfs_ctx *c, uint32_t i, const ckp_reader **out)
 
 #define DROP_LAG 8 /* chunks behind a decode whose packed pages it drops again */
 
+
 /* Chunk fill for the cache: decode and verify one chunk. */
 static int fill_chunk(void *arg, const ckcache_key *k, void *dst, size_t len)
 {
@@ -282,41 +283,60 @@ static void hint_range(const ckp_reader *r, uint64_t from, uint64_t to)
     }
 }
 
-/* Sequential-read detection: reads near the end of the previous ones (the
- * kernel's readahead sends several at once, in any order) count as
- * sequential; from the third on, queue decode-ahead of the next bytes. */
+/* Reads near the end of the previous ones (the kernel's readahead sends
+ * several at once, in any order) continue a sequential run; from its third
+ * read on, the chunks past the run are queued for decode-ahead: a quarter of
+ * the bytes the run has read so far, at most the prefetch window, and the
+ * disk is hinted for half of them, at most HINT_WINDOWS windows.  A long
+ * sequential read gets the whole window; a tensor-parallel reader taking a
+ * 2 MiB slice of each tensor gets little past each slice, where every byte
+ * decoded is one nobody reads (a fixed window queued 4 MiB past each). */
+void ckfs_ahead_next(ckfs_ahead *a, uint64_t window, uint64_t off, uint64_t end, uint64_t fsize,
+                     ckfs_ahead_plan *p)
+{
+    *p = (ckfs_ahead_plan){0};
+    if (off + window >= a->next_off && off <= a->next_off + window) {
+        a->seq++;
+        if (off < a->run_start)
+            a->run_start = off;
+        if (end > a->next_off)
+            a->next_off = end;
+    } else {
+        a->seq = 0;
+        a->run_start = off;
+        a->next_off = a->ahead_to = a->hint_to = end;
+    }
+    if (a->seq < 2)
+        return;
+    uint64_t run = a->next_off - a->run_start;
+    uint64_t ahead = run / 4 < window ? run / 4 : window;
+    uint64_t hint = run / 2 < HINT_WINDOWS * window ? run / 2 : HINT_WINDOWS * window;
+    p->from = a->ahead_to > end ? a->ahead_to : end;
+    p->to = end + ahead < fsize ? end + ahead : fsize;
+    if (p->to > p->from)
+        a->ahead_to = p->to;
+    /* the disk hint in steps of >= 1 MiB */
+    p->hfrom = a->hint_to > end ? a->hint_to : end;
+    p->hto = end + hint < fsize ? end + hint : fsize;
+    if (p->hto > p->hfrom && (p->hto - p->hfrom >= (1u << 20) || p->hto == fsize))
+        a->hint_to = p->hto;
+    else
+        p->hto = p->hfrom;
+}
+
+/* Sequential readers: decode-ahead and disk hints (ckfs_ahead_next). */
 static void read_ahead(ckfs_ctx *c, ckfs_ofile *of, const ckp_reader *r, uint64_t off, uint64_t end,
                        uint64_t fsize)
 {
-    uint64_t window = c->o.prefetch, from = 0, to = 0, hfrom = 0, hto = 0;
-    if (!window || !c->o.prefetch_threads)
+    ckfs_ahead_plan p;
+    if (!c->o.prefetch || !c->o.prefetch_threads)
         return;
     pthread_mutex_lock(&of->lock);
-    if (off + window >= of->next_off && off <= of->next_off + window) {
-        of->seq++;
-        if (end > of->next_off)
-            of->next_off = end;
-    } else {
-        of->seq = 0;
-        of->next_off = of->ahead_to = of->hint_to = end;
-    }
-    if (of->seq >= 2) {
-        from = of->ahead_to > end ? of->ahead_to : end;
-        to = end + window < fsize ? end + window : fsize;
-        if (to > from)
-            of->ahead_to = to;
-        /* disk readahead HINT_WINDOWS windows ahead, in steps of >= 1 MiB */
-        hfrom = of->hint_to > end ? of->hint_to : end;
-        hto = end + HINT_WINDOWS * window < fsize ? end + HINT_WINDOWS * window : fsize;
-        if (hto > hfrom && (hto - hfrom >= (1u << 20) || hto == fsize))
-            of->hint_to = hto;
-        else
-            hto = hfrom;
-    }
+    ckfs_ahead_next(&of->ahead, c->o.prefetch, off, end, fsize, &p);
     pthread_mutex_unlock(&of->lock);
-    if (hto > hfrom)
-        hint_range(r, hfrom, hto);
-    queue_chunks(c, r, of->file, from, to);
+    if (p.hto > p.hfrom)
+        hint_range(r, p.hfrom, p.hto);
+    queue_chunks(c, r, of->file, p.from, p.to);
 }
 
 /* ---- open files ----------------------------------------------------------- */

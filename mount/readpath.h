@@ -59,16 +59,35 @@ typedef struct {
                                     * frees them */
 } ckfs_ctx;
 
-/* An open file: the state of sequential-read detection (by lock). */
+/* Sequential-read detection of one open file (ckfs_ahead_next). */
+typedef struct {
+    uint64_t next_off;             /* end of the furthest recent read */
+    uint64_t run_start;            /* where the current sequential run began */
+    unsigned seq;                  /* near-sequential reads in a row */
+    uint64_t ahead_to;             /* decode-ahead requested up to here */
+    uint64_t hint_to;              /* disk readahead hinted up to here */
+} ckfs_ahead;
+
+/* What one read asks for ahead of it: decode the chunks holding original
+ * bytes [from, to) on the prefetch workers, and hint the disk for the
+ * packed bytes that [hfrom, hto) decode from (each empty when from >= to). */
+typedef struct {
+    uint64_t from, to, hfrom, hto;
+} ckfs_ahead_plan;
+
+/* Update a (zeroed at open) for a read of [off, end) in a file of fsize
+ * bytes, and say what to do ahead of it with a prefetch window of window
+ * bytes.  Pure: the caller holds the lock of a's open file. */
+void ckfs_ahead_next(ckfs_ahead *a, uint64_t window, uint64_t off, uint64_t end, uint64_t fsize,
+                     ckfs_ahead_plan *p);
+
+/* An open file. */
 typedef struct ckfs_ofile {
     ckfs_ctx *c;
     struct ckfs_ofile *prev, *next; /* in c->ofiles, by c->ofiles_lock */
     uint32_t file;                 /* index in the manifest */
     pthread_mutex_t lock;
-    uint64_t next_off;             /* end of the furthest recent read */
-    unsigned seq;                  /* near-sequential reads in a row */
-    uint64_t ahead_to;             /* decode-ahead requested up to here */
-    uint64_t hint_to;              /* disk readahead hinted up to here */
+    ckfs_ahead ahead;              /* by lock */
 } ckfs_ofile;
 
 /* The bytes of one read: n pieces, piece i is iov[i] inside cache entry e[i]

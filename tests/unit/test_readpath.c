@@ -244,6 +244,98 @@ START_TEST(sequential_reads_prefetch)
 }
 END_TEST
 
+/* ---- read-ahead decisions (ckfs_ahead_next) ------------------------------- */
+
+#define MiB (1ull << 20)
+#define KiB (1ull << 10)
+
+/* Bytes of [from, to) outside [lo, hi). */
+static uint64_t outside(uint64_t from, uint64_t to, uint64_t lo, uint64_t hi)
+{
+    uint64_t n = 0;
+    if (from < lo)
+        n += (to < lo ? to : lo) - from;
+    if (to > hi)
+        n += to - (from > hi ? from : hi);
+    return from < to ? n : 0;
+}
+
+/* A tensor-parallel reader takes an eighth of every tensor's rows: 2 MiB
+ * runs, 16 MiB apart, in 256 KiB requests.  Decode-ahead (and the disk
+ * hint) past each run is bytes nobody reads: at most a quarter of the run
+ * may be queued past it, half of it hinted (the window is 4 MiB, twice the
+ * run). */
+START_TEST(ahead_slices_queue_little_past_each_run)
+{
+    const uint64_t tensor = 16 * MiB, run = 2 * MiB, req = 256 * KiB, fsize = 8 * tensor;
+    ckfs_ahead a = {0};
+    ckfs_ahead_plan p;
+    uint64_t past = 0, hinted_past = 0, queued = 0;
+    for (uint64_t t = 0; t < 8; t++) {
+        uint64_t lo = t * tensor + 3 * run, hi = lo + run;
+        for (uint64_t off = lo; off < hi; off += req) {
+            ckfs_ahead_next(&a, 4 * MiB, off, off + req, fsize, &p);
+            if (p.to > p.from)
+                queued += p.to - p.from, past += outside(p.from, p.to, lo, hi);
+            if (p.hto > p.hfrom)
+                hinted_past += outside(p.hfrom, p.hto, lo, hi);
+        }
+    }
+    ck_assert_uint_gt(queued, 0); /* runs of 8 requests are sequential */
+    ck_assert_msg(past <= 8 * run / 4, "%llu bytes queued past 8 runs of 2 MiB",
+                  (unsigned long long)past);
+    ck_assert_msg(hinted_past <= 8 * run / 2, "%llu bytes hinted past 8 runs of 2 MiB",
+                  (unsigned long long)hinted_past);
+}
+END_TEST
+
+/* One reader streams a 64 MiB file in 128 KiB requests, the kernel's
+ * readahead sending two at a time out of order: once the run is long,
+ * decode-ahead reaches the whole window past each read, every byte after
+ * the first MiB is queued before it is asked for, and nothing is queued
+ * twice or past the end of the file. */
+START_TEST(ahead_long_run_gets_the_window)
+{
+    const uint64_t window = 4 * MiB, req = 128 * KiB, fsize = 64 * MiB;
+    ckfs_ahead a = {0};
+    ckfs_ahead_plan p;
+    uint64_t queued_to = 0, queued = 0;
+    for (uint64_t pair = 0; pair < fsize; pair += 2 * req) {
+        for (int k = 1; k >= 0; k--) {
+            uint64_t off = pair + (uint64_t)k * req;
+            if (off >= MiB)
+                ck_assert_msg(off + req <= queued_to || off + req == fsize,
+                              "read at %llu not queued ahead (queued to %llu)",
+                              (unsigned long long)off, (unsigned long long)queued_to);
+            ckfs_ahead_next(&a, window, off, off + req, fsize, &p);
+            if (p.to > p.from) {
+                ck_assert_uint_ge(p.from, queued_to);
+                ck_assert_uint_le(p.to, fsize);
+                queued += p.to - p.from;
+                queued_to = p.to;
+            }
+            if (off >= 16 * MiB && off + req + window <= fsize)
+                ck_assert_uint_ge(queued_to, off + req + window - req);
+        }
+    }
+    ck_assert_uint_eq(queued_to, fsize);
+    ck_assert_uint_le(queued, fsize);
+}
+END_TEST
+
+/* A read far from the last one starts a new run: nothing is queued for it. */
+START_TEST(ahead_random_read_queues_nothing)
+{
+    ckfs_ahead a = {0};
+    ckfs_ahead_plan p;
+    for (uint64_t off = 0; off < 4 * MiB; off += 128 * KiB)
+        ckfs_ahead_next(&a, 4 * MiB, off, off + 128 * KiB, 64 * MiB, &p);
+    ckfs_ahead_next(&a, 4 * MiB, 40 * MiB, 40 * MiB + 4096, 64 * MiB, &p);
+    ck_assert_uint_ge(p.from, p.to);
+    ck_assert_uint_ge(p.hfrom, p.hto);
+}
+END_TEST
+
 /* Damage in one chunk: reads touching it fail with EIO, every time; the
  * other chunks still read back exactly. */
 START_TEST(damaged_chunk_is_eio)
@@ -436,7 +528,7 @@ START_TEST(mount_options)
     ck_assert_uint_eq(o.cache_size, 256ull << 20);
     ck_assert_uint_eq(o.threads, 16);
     ck_assert_uint_eq(o.prefetch, 4ull << 20);
-    ck_assert_uint_eq(o.read_ahead_kb, 1024);
+    ck_assert_uint_eq(o.read_ahead_kb, 256);
     ck_assert_int_eq(o.mmap, 1);
     ck_assert_int_eq(o.drop_packed, -1);
     ck_assert_int_eq(o.foreground, 0);
@@ -504,6 +596,9 @@ int main(void)
     tcase_set_timeout(t, 120);
     tcase_add_loop_test(t, reads_return_the_original_bytes, 0, 2);
     tcase_add_test(t, sequential_reads_prefetch);
+    tcase_add_test(t, ahead_slices_queue_little_past_each_run);
+    tcase_add_test(t, ahead_long_run_gets_the_window);
+    tcase_add_test(t, ahead_random_read_queues_nothing);
     tcase_add_test(t, open_files_freed_with_the_context);
     tcase_add_test(t, damaged_chunk_is_eio);
     tcase_add_test(t, bad_packed_files);
