@@ -121,7 +121,10 @@ static ckp_status check_fields(const cJSON *j, const char *name, char *err, size
                         cku_escape(k->string, esc, sizeof esc));
         seen |= 1u << i;
     }
-    return seen == 7 ? CKP_OK : fail(err, cap, "tensor \"%s\" lacks dtype, shape or data_offsets", name);
+    for (unsigned i = 0; i < 3; i++)
+        if (!(seen & 1u << i))
+            return fail(err, cap, "tensor \"%s\" lacks \"%s\"", name, known[i]);
+    return CKP_OK;
 }
 
 /* Fill t from the tensor object j; @return CKP_OK or CKP_ERR_SOURCE with err
@@ -137,7 +140,9 @@ static ckp_status parse_tensor(const cJSON *j, st_tensor *t, const char *name, c
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(j, "shape");
     const cJSON *off = cJSON_GetObjectItemCaseSensitive(j, "data_offsets");
     if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(off))
-        return fail(err, cap, "tensor \"%s\" lacks dtype, shape or data_offsets", name);
+        return fail(err, cap, "tensor \"%s\": \"%s\" is not %s", name,
+                    !cJSON_IsString(dt) ? "dtype" : !cJSON_IsArray(sh) ? "shape" : "data_offsets",
+                    !cJSON_IsString(dt) ? "a string" : "an array");
     char esc[CKU_ESC_NAME];
     t->dtype = st_dtype_code(dt->valuestring, &t->elem_bits);
     if (!t->dtype)

@@ -10,9 +10,10 @@
  *   decode/       ckc_decode_chunk does not return CKC_OK
  *   manifest/     ckm_load fails ("body-*": the input is the JSON after a
  *                 first line with the right checksum, as the fuzzer builds it)
- * If NAME.expect exists, the error message must contain its text; a first
- * line "status: NAME" pins the status too (the reader's ckp_status_name,
- * which starts the message of a rejected open and ends that of a chunk).
+ * The message replayed starts with the name of the status (ckp_status_name;
+ * the decoder's ckc_status_name) or, for a chunk that fails, ends with it.
+ * If NAME.expect exists, its first line "status: NAME" pins the status and
+ * the error message must contain the rest (the field at fault).
  * Usage: golden_replay DIR   (DIR = tests/golden-errors)
  */
 #include "fuzz_util.h"
@@ -54,11 +55,11 @@ static uint8_t *slurp(const char *path, size_t *n)
 static int reject_safetensors(const char *name, const uint8_t *d, size_t n, char *why, size_t cap)
 {
     st_header *h = NULL;
-    if (st_parse(d, n, n, &h, why, cap) == 0) {
-        st_free(h);
-        return 0;
-    }
-    return 1;
+    char msg[1024];
+    ckp_status st = st_parse(d, n, n, &h, msg, sizeof msg);
+    st_free(h);
+    snprintf(why, cap, "%s: %s", ckp_status_name(st), st == CKP_OK ? "accepted" : msg);
+    return st != CKP_OK;
 }
 
 static int reject_container(const char *name, const uint8_t *d, size_t n, char *why, size_t cap)
@@ -108,11 +109,11 @@ static int reject_manifest(const char *name, const uint8_t *d, size_t n, char *w
         abort();
     close(fd);
     ckm_manifest *m = NULL;
-    if (ckm_load(tmpdir, &m, why, cap) == 0) {
-        ckm_free(m);
-        return 0;
-    }
-    return 1;
+    char msg[1024];
+    ckp_status st = ckm_load(tmpdir, &m, msg, sizeof msg);
+    ckm_free(m);
+    snprintf(why, cap, "%s: %s", ckp_status_name(st), st == CKP_OK ? "accepted" : msg);
+    return st != CKP_OK;
 }
 
 static const struct {
@@ -141,7 +142,7 @@ static int expect_ok(const char *why, const char *expect)
         const char *nl = strchr(expect, '\n');
         size_t n = (nl ? (size_t)(nl - expect) : strlen(expect)) - 8, wn = strlen(why);
         text = nl ? nl + 1 : "";
-        int head = !strncmp(why, expect + 8, n) && why[n] == ':';
+        int head = !strncmp(why, expect + 8, n) && (why[n] == ':' || why[n] == 0);
         int tail = wn > n + 2 && !strncmp(why + wn - n, expect + 8, n) && !strncmp(why + wn - n - 2, ": ", 2);
         if (!head && !tail)
             return 0;
