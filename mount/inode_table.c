@@ -165,12 +165,12 @@ static int fill_children(cki_table *t)
     return 0;
 }
 
-ckfs_status cki_build(const ckm_manifest *m, int64_t dirMtimeNs, cki_table **out, char *err,
-                      size_t errCapacity)
+ckfs_status cki_build(const ckm_manifest *m, uint32_t rootMode, int64_t dirMtimeNs, cki_table **out,
+                      char *err, size_t errCapacity)
 {
     *out = NULL;
     cki_table *t = calloc(1, sizeof *t);
-    if (!t || add_node(t, strdup(""), S_IFDIR | 0755, 0, dirMtimeNs, -1) != CKI_ROOT)
+    if (!t || add_node(t, strdup(""), S_IFDIR | (rootMode & 07777), 0, dirMtimeNs, -1) != CKI_ROOT)
         goto nomem;
     t->nodes[CKI_ROOT].parent = CKI_ROOT;
     if (map_grow(t) != 0) /* also with no directory listed: link_parents looks up files' parents */

@@ -34,10 +34,12 @@ typedef struct cki_table cki_table;
 /* Build the tree of m, a manifest as ckm_load returns it: its guarantees
  * M1-M4 (manifest.h: safe unique paths, none both a file and a directory,
  * every parent listed) are preconditions, asserted in debug builds.
+ * rootMode is the root's permission bits: the packed directory's own, so
+ * the mount is no more open than it (pack makes it no more open than SRC).
  * dirMtimeNs is the time given to directories (the manifest does not record
  * theirs).  @return CKFS_OK, or CKFS_ERR_NOMEM with a message in err. */
-ckfs_status cki_build(const ckm_manifest *m, int64_t dirMtimeNs, cki_table **out, char *err,
-                      size_t errCapacity);
+ckfs_status cki_build(const ckm_manifest *m, uint32_t rootMode, int64_t dirMtimeNs, cki_table **out,
+                      char *err, size_t errCapacity);
 void cki_free(cki_table *t);
 
 /* @return the node of ino, or NULL if there is none. */

@@ -508,13 +508,16 @@ ckfs_status ckfs_ctx_load(ckfs_ctx *c, char *err, size_t errCapacity)
     char *mpath;
     struct stat st;
     int64_t mtime = 0;
+    uint32_t root_mode = 0700; /* if the directory cannot be stat'ed: nobody else's */
+    if (stat(c->dst, &st) == 0)
+        root_mode = st.st_mode & 07777;
     if (asprintf(&mpath, "%s/%s", c->dst, CKP_MANIFEST_NAME) >= 0) {
         if (stat(mpath, &st) == 0)
             mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
         free(mpath);
     }
     char msg[1024];
-    if ((ls = cki_build(c->m, mtime, &c->t, msg, sizeof msg)) != CKFS_OK)
+    if ((ls = cki_build(c->m, root_mode, mtime, &c->t, msg, sizeof msg)) != CKFS_OK)
         return cku_errf(err, errCapacity, ls, "%s: %s", c->dst, msg);
     c->files = calloc(c->m->n_files ? c->m->n_files : 1, sizeof *c->files);
     if (!c->files)

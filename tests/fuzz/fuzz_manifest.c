@@ -48,7 +48,7 @@ static void check_tree(const ckm_manifest *m)
 {
     cki_table *t = NULL;
     char err[256];
-    ckfs_status st = cki_build(m, 0, &t, err, sizeof err);
+    ckfs_status st = cki_build(m, 0755, 0, &t, err, sizeof err);
     if (st == CKFS_ERR_NOMEM)
         return;
     if (st != CKFS_OK || cki_count(t) != 1 + m->n_dirs + m->n_files)

@@ -2,6 +2,7 @@
 # mount_options: what `ckptfs mount` promises before and around serving.
 #  - uid=, gid=, umask= (fmask=, dmask=) through a real mount: a 0600 shard
 #    is readable by the uid given (and only then) and reads back exactly;
+#    the root has the packed directory's mode;
 #  - a mount point that is already a live mount, or not empty, is refused
 #    (-o nonempty allows the latter);
 #  - a pack with an unreadable packed file (a newer format version, a
@@ -38,6 +39,16 @@ mount_fg m -o fmask=0077,dmask=0022
 [ "$(stat -c %a "$T/m/config.json") $(stat -c %a "$T/m/sub")" = "600 755" ] ||
     fail "fmask/dmask: $(stat -c %a "$T/m/config.json") $(stat -c %a "$T/m/sub")"
 stop_daemon TERM "$PID"
+# the mount's root has the packed directory's mode (it was always 0755): a
+# 0700 packed directory keeps its 0644 files (fmask=0022 makes them so)
+# from other users through an allow_other mount as it does on disk
+chmod 0700 "$T/dst"
+mount_fg m -o allow_other,fmask=0022
+[ "$(stat -c %a "$T/m")" = 700 ] || fail "root of the mount: mode $(stat -c %a "$T/m"), packed directory 700"
+[ "$(stat -c %a "$T/m/config.json")" = 644 ] || fail "config.json: mode $(stat -c %a "$T/m/config.json")"
+as_nobody cat "$T/m/config.json" >/dev/null 2>&1 && fail "nobody read a file of a 0700 packed directory"
+stop_daemon TERM "$PID"
+chmod 0755 "$T/dst"
 if "$CKPTFS" mount -o umask=999 "$T/dst" "$T/m" 2>"$T/err"; then fail "umask=999 accepted"; fi
 if "$CKPTFS" mount -o uid=no-such-user-here "$T/dst" "$T/m" 2>"$T/err"; then fail "unknown user accepted"; fi
 grep -q "no such user" "$T/err" || fail "unknown user: $(cat "$T/err")"

@@ -426,7 +426,7 @@ START_TEST(inode_table_tree)
     ckm_manifest m = {.files = f, .n_files = 3, .dirs = d, .n_dirs = 3};
     cki_table *t;
     char err[256];
-    ck_assert_msg(cki_build(&m, 99, &t, err, sizeof err) == CKFS_OK, "%s", err);
+    ck_assert_msg(cki_build(&m, 0750, 99, &t, err, sizeof err) == CKFS_OK, "%s", err);
     /* 1 root, 2-4 the listed dirs, 5-7 the files */
     ck_assert_uint_eq(cki_count(t), 7);
     ck_assert_uint_eq(cki_file_ino(t, 0), 5);
@@ -435,6 +435,7 @@ START_TEST(inode_table_tree)
     ck_assert_uint_eq(root->n_children, 3);
     ck_assert_uint_eq(root->n_subdirs, 2);
     ck_assert_uint_eq(root->parent, CKI_ROOT);
+    ck_assert_int_eq(root->mode, 040750); /* the packed directory's mode, given */
     static const char *names[] = {"a", "e", "z"}; /* sorted */
     for (int i = 0; i < 3; i++)
         ck_assert_str_eq(cki_get(t, root->children[i])->name, names[i]);
@@ -499,7 +500,7 @@ START_TEST(inode_table_asserts_the_manifest_guarantees)
     ckm_manifest m = {.dirs = twice, .n_dirs = 2};
     cki_table *t = NULL;
     char err[256];
-    cki_build(&m, 0, &t, err, sizeof err); /* raises SIGABRT */
+    cki_build(&m, 0755, 0, &t, err, sizeof err); /* raises SIGABRT */
     cki_free(t);
 }
 END_TEST
