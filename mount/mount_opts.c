@@ -34,7 +34,7 @@ const char *ckfs_mount_usage(void)
            "  threads=N          most FUSE worker threads (default 16)\n"
            "  prefetch=BYTES     decode ahead of sequential readers (default 4M; 0 = off)\n"
            "  prefetch_threads=N decode-ahead workers (default min(2, CPUs - 1), at least 1)\n"
-           "  read_ahead_kb=N    kernel readahead of the mount (default 256; 0 = kernel's)\n"
+           "  read_ahead_kb=N    kernel readahead of the mount (default 1024; 0 = kernel's)\n"
            "  allow_other        let other users read (adds default_permissions)\n"
            "  stats              print cache statistics at unmount (with -f)\n"
            "  uid=USER, gid=GROUP  owner and group every file shows (names or numbers;\n"

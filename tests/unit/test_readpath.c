@@ -529,7 +529,7 @@ START_TEST(mount_options)
     ck_assert_uint_eq(o.cache_size, 256ull << 20);
     ck_assert_uint_eq(o.threads, 16);
     ck_assert_uint_eq(o.prefetch, 4ull << 20);
-    ck_assert_uint_eq(o.read_ahead_kb, 256);
+    ck_assert_uint_eq(o.read_ahead_kb, 1024);
     ck_assert_int_eq(o.mmap, 1);
     ck_assert_int_eq(o.drop_packed, -1);
     ck_assert_int_eq(o.foreground, 0);
