@@ -8,7 +8,9 @@
  *   shared) -> fuse_reply_iov straight from them.
  * Everything served is immutable while mounted, so entries and attributes are
  * cached by the kernel forever, files are opened with keep_cache, and no
- * handler takes a lock longer than a cache lookup.
+ * handler takes a lock longer than a cache lookup.  (A packed file that
+ * changes under the mount is refused from then on, and its cached pages are
+ * dropped: on_change below.)
  *
  * Every handler replies exactly once, on every path.
  */
@@ -19,6 +21,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +34,7 @@
 
 #include "mount.h"
 #include "readpath.h"
+#include "util.h"
 
 #define TIMEOUT_FOREVER 1e9        /* seconds (~31 years): nothing ever changes */
 
@@ -367,6 +372,132 @@ static const struct fuse_lowlevel_ops ckfs_ops = {
     .fallocate = ll_fallocate,
 };
 
+/* ---- the kernel's pages of a packed file changed while mounted ------------ */
+
+/* When the read path finds a packed file changed since it was bound
+ * (readpath.h: its opens and reads are EIO from then on), the pages the
+ * kernel cached of its inode are dropped too, so that readers holding it
+ * open (or mapped) get EIO from then on as well, not some of its bytes from
+ * the cache and EIO for the rest.  Those pages hold the original bytes
+ * (each chunk was checked against its hash when decoded): dropping them is
+ * for a failure that is the same at every offset, not for correctness.
+ * The kernel locks each cached page to drop it, waiting for reads of the
+ * file in flight, which only this daemon's workers answer: so it is done on
+ * a thread of its own (the finder may be a worker inside such a read), and
+ * at exit, while it is still at it, the main thread answers requests
+ * itself (stop_inval). */
+static struct {
+    struct fuse_session *se;
+    const cki_table *t;
+    int pipe[2];                  /* file numbers from on_change to inval_main */
+    pthread_t thread;
+    int started;
+    pthread_mutex_t lock;         /* busy, stopping */
+    int busy, stopping;
+} g_inval = {.pipe = {-1, -1}, .lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void on_change(void *arg, uint32_t file)
+{
+    (void)arg;
+    /* once per file; a full pipe (thousands of files changed at once)
+     * leaves the pages of the rest to the kernel's reclaim */
+    pthread_mutex_lock(&g_inval.lock);
+    if (!g_inval.stopping && write(g_inval.pipe[1], &file, sizeof file) != (ssize_t)sizeof file) {
+    }
+    pthread_mutex_unlock(&g_inval.lock);
+}
+
+static void *inval_main(void *arg)
+{
+    ckfs_ctx *c = arg;
+    uint32_t file;
+    while (read(g_inval.pipe[0], &file, sizeof file) == (ssize_t)sizeof file) {
+        pthread_mutex_lock(&g_inval.lock);
+        int go = !g_inval.stopping;
+        g_inval.busy = go;
+        pthread_mutex_unlock(&g_inval.lock);
+        if (!go)
+            continue;
+        int rc = fuse_lowlevel_notify_inval_inode(g_inval.se, (fuse_ino_t)cki_file_ino(g_inval.t, file), 0, 0);
+        if (rc && rc != -ENOENT) /* ENOENT: the kernel holds no inode (nor pages) of it */
+            ckfs_log("%s: cannot drop the kernel's cached pages of it: %s", CKU_ESC(c->m->files[file].path),
+                     strerror(-rc));
+        pthread_mutex_lock(&g_inval.lock);
+        g_inval.busy = 0;
+        pthread_mutex_unlock(&g_inval.lock);
+    }
+    return NULL;
+}
+
+/* Start the thread (after fuse_daemonize: threads do not survive its fork)
+ * and hook it to the read path.  Without it (no pipe or thread) changed
+ * files are EIO all the same; only their cached pages stay. */
+static void start_inval(ckfs_ctx *c, struct fuse_session *se)
+{
+    g_inval.se = se;
+    g_inval.t = c->t;
+    if (pipe2(g_inval.pipe, O_CLOEXEC) != 0) {
+        ckfs_log("cannot start the page cache notifier: %s", strerror(errno));
+        return;
+    }
+    fcntl(g_inval.pipe[1], F_SETFL, O_NONBLOCK);
+    if ((errno = pthread_create(&g_inval.thread, NULL, inval_main, c)) != 0) {
+        ckfs_log("cannot start the page cache notifier: %s", strerror(errno));
+        close(g_inval.pipe[0]);
+        close(g_inval.pipe[1]);
+        g_inval.pipe[0] = g_inval.pipe[1] = -1;
+        return;
+    }
+    g_inval.started = 1;
+    c->on_change_arg = NULL;
+    c->on_change = on_change;
+}
+
+static int inval_busy(void)
+{
+    pthread_mutex_lock(&g_inval.lock);
+    int b = g_inval.busy;
+    pthread_mutex_unlock(&g_inval.lock);
+    return b;
+}
+
+/* After the loop: no new invalidation starts; one in progress may wait for
+ * reads that no worker will answer any more, so answer them here until it
+ * returns; then end the thread. */
+static void stop_inval(struct fuse_session *se)
+{
+    pthread_mutex_lock(&g_inval.lock);
+    g_inval.stopping = 1;         /* on_change writes nothing more (prefetch workers still run) */
+    if (g_inval.pipe[1] >= 0)
+        close(g_inval.pipe[1]);   /* inval_main reads what is left, skips it, and returns */
+    g_inval.pipe[1] = -1;
+    pthread_mutex_unlock(&g_inval.lock);
+    if (inval_busy()) {
+        fuse_session_reset(se); /* a request read while exited is dropped unanswered */
+        while (inval_busy()) {
+            struct pollfd p = {.fd = fuse_session_fd(se), .events = POLLIN};
+            if (poll(&p, 1, 20) <= 0)
+                continue;
+            if (!(p.revents & POLLIN))
+                break;           /* the connection is gone: the kernel let go of the pages */
+            struct fuse_buf fb = {.mem = NULL};
+            int res = fuse_session_receive_buf(se, &fb);
+            if (res > 0)
+                fuse_session_process_buf(se, &fb);
+            free(fb.mem);
+            if (res <= 0 && res != -EINTR && res != -EAGAIN)
+                break;
+        }
+        fuse_session_exit(se);
+    }
+    if (g_inval.started)
+        pthread_join(g_inval.thread, NULL);
+    if (g_inval.pipe[0] >= 0)
+        close(g_inval.pipe[0]);
+    g_inval.pipe[0] = -1;
+    g_inval.started = 0;
+}
+
 /* ---- setup and the loop -------------------------------------------------- */
 
 /* Readers stay open for the whole mount: allow as many descriptors as the
@@ -462,6 +593,7 @@ static int serve(ckfs_ctx *c, const char *mnt)
         ckfs_log("out of memory");
         goto out_cache;
     }
+    start_inval(c, se);
     fuse_loop_cfg_set_max_threads(cfg, c->o.threads);
     fuse_loop_cfg_set_clone_fd(cfg, 0);
     char size_s[32], cache_s[32];
@@ -471,6 +603,7 @@ static int serve(ckfs_ctx *c, const char *mnt)
               c->o.mmap ? "mapped" : "pread", c->o.drop_packed ? ", drop_packed" : "");
     int rc = fuse_session_loop_mt(se, cfg);
     fuse_loop_cfg_destroy(cfg);
+    stop_inval(se);
     /* 0: unmounted (fusermount3 -u); > 0: the signal that stopped us
      * (libfuse's handlers record it); < 0: -errno of a failure. */
     if (rc < 0)

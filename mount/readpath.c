@@ -7,11 +7,13 @@
  * entries, which fuse_ll.c hands to the kernel without a copy.  Sequential
  * readers get decode-ahead on the cache's prefetch threads and a disk
  * readahead hint for the packed planes.  Everything served is immutable while
- * mounted: no lock is held longer than a cache lookup or the few fields of an
- * open file's read-ahead state.
+ * mounted (a packed file that changes under the mount is refused from then
+ * on: check_bound): no lock is held longer than a cache lookup or the few
+ * fields of an open file's read-ahead state.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -172,6 +174,12 @@ static int get_reader(ckfs_ctx *c, uint32_t i, const ckp_reader **out)
         err = f->open_err;
         if (!r && !err) {
             err = open_reader(c, i, &r);
+            if (!err && fstat(ckp_fd(r), &f->bound) != 0) {
+                ckfs_log("%s: cannot look at packed file: %s", CKU_ESC(c->m->files[i].path), strerror(errno));
+                ckp_close(r);
+                r = NULL;
+                err = EIO;
+            }
             if (err == EIO)
                 f->open_err = err;     /* damage does not heal; other errors may */
             else if (!err)
@@ -183,8 +191,96 @@ static int get_reader(ckfs_ctx *c, uint32_t i, const ckp_reader **out)
     return err;
 }
 
+#define CHECK_NS 10000000 /* a decode checks its file's identity if the last check is older (10 ms) */
+
+/* 1 if a decode of f should check its identity now (and note that it did). */
+static int check_due(ckfs_mfile *f)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    uint64_t last = atomic_load_explicit(&f->checked_ns, memory_order_relaxed);
+    return now - last >= CHECK_NS &&
+           atomic_compare_exchange_strong_explicit(&f->checked_ns, &last, now, memory_order_relaxed,
+                                                   memory_order_relaxed);
+}
+
+static int same_time(const struct timespec *a, const struct timespec *b)
+{
+    return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
+}
+
+/* Is packed file i (bound, reader r) still what it was when it was bound?
+ * Its path must name the same file (device and inode: not renamed over,
+ * removed, or a directory of the path replaced) and that file must have
+ * the same size, mtime and ctime (not written, truncated or set back: a
+ * writer can set the mtime back, not the ctime).  Two system calls on
+ * metadata the kernel holds (~1.7 us of CPU), per open and, for chunks
+ * decoded from disk, at most every CHECK_NS per file and after every failed
+ * decode.
+ * Bytes of a changed file were never served wrong (every chunk is checked
+ * against its hash when decoded); the mount serves the file it bound, so
+ * once that file is no longer at its path, the file is EIO from then on.
+ * @return 0, or EIO (the first finder logs what changed and calls
+ * c->on_change). */
+static int check_bound(ckfs_ctx *c, uint32_t i, const ckp_reader *r)
+{
+    ckfs_mfile *f = &c->files[i];
+    if (atomic_load_explicit(&f->changed, memory_order_relaxed))
+        return EIO;
+    const struct stat *b = &f->bound;
+    struct stat now;
+    char what[256];
+    what[0] = 0;
+    if (fstatat(AT_FDCWD, f->at, &now, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno != ENAMETOOLONG) /* longer than PATH_MAX: only the descriptor is checked */
+            snprintf(what, sizeof what, "removed while mounted (%s)", strerror(errno));
+    } else if (now.st_dev != b->st_dev || now.st_ino != b->st_ino) {
+        snprintf(what, sizeof what, "replaced while mounted (its path names another file now)");
+    }
+    if (!what[0] && fstat(ckp_fd(r), &now) == 0) {
+        if (now.st_size != b->st_size)
+            snprintf(what, sizeof what, "changed size while mounted (%lld bytes, was %lld)",
+                     (long long)now.st_size, (long long)b->st_size);
+        else if (!same_time(&now.st_mtim, &b->st_mtim))
+            snprintf(what, sizeof what, "changed while mounted (written: its mtime changed)");
+        else if (!same_time(&now.st_ctim, &b->st_ctim))
+            snprintf(what, sizeof what, "changed while mounted (its ctime changed: written, linked, "
+                                        "renamed or its mode changed)");
+    }
+    if (!what[0])
+        return 0;
+    if (atomic_exchange(&f->changed, EIO) == 0) {
+        ckfs_log("%s: packed file %s; its opens and reads fail with EIO until it is mounted again",
+                 CKU_ESC(c->m->files[i].path), what);
+        if (c->on_change)
+            c->on_change(c->on_change_arg, i);
+    }
+    return EIO;
+}
+
 #define DROP_LAG 8 /* chunks behind a decode whose packed pages it drops again */
 
+/* Decode chunk k of r into dst; a SIGBUS from r's mapping is CKP_ERR_IO
+ * with *bus set.  Its own function: nothing of the caller's lives across
+ * the jump. */
+static __attribute__((noinline)) ckp_status read_chunk_guarded(const ckp_reader *r, const ckcache_key *k,
+                                                               void *dst, ckp_scratch *s, int *bus)
+{
+    ckp_status st;
+    *bus = 0;
+    if (!ckp_is_mapped(r))
+        return ckp_read_chunk(r, k->extent, k->chunk, dst, s);
+    if (sigsetjmp(bus_jmp, 0) == 0) {
+        bus_armed = 1;
+        st = ckp_read_chunk(r, k->extent, k->chunk, dst, s);
+        bus_armed = 0;
+    } else {
+        st = CKP_ERR_IO;   /* SIGBUS: the packed file shrank under us */
+        *bus = 1;
+    }
+    return st;
+}
 
 /* Chunk fill for the cache: decode and verify one chunk. */
 static int fill_chunk(void *arg, const ckcache_key *k, void *dst, size_t len)
@@ -192,23 +288,18 @@ static int fill_chunk(void *arg, const ckcache_key *k, void *dst, size_t len)
     ckfs_ctx *c = arg;
     const ckp_reader *r = atomic_load_explicit(&c->files[k->file].r, memory_order_acquire);
     ckp_scratch *s = thread_scratch();
-    if (!r)
+    if (!r || atomic_load_explicit(&c->files[k->file].changed, memory_order_relaxed))
         return EIO;
     if (!s)
         return ENOMEM;
-    ckp_status st;
-    int bus = 0;
-    if (ckp_is_mapped(r)) {
-        if (sigsetjmp(bus_jmp, 0) == 0) {
-            bus_armed = 1;
-            st = ckp_read_chunk(r, k->extent, k->chunk, dst, s);
-            bus_armed = 0;
-        } else {
-            st = CKP_ERR_IO;   /* SIGBUS: the packed file shrank under us */
-            bus = 1;
-        }
-    } else {
-        st = ckp_read_chunk(r, k->extent, k->chunk, dst, s);
+    int bus;
+    ckp_status st = read_chunk_guarded(r, k, dst, s, &bus);
+    /* After the decode: a change made before or while it read is seen
+     * (at most every CHECK_NS per file while decodes succeed: the bytes are
+     * checked against their hashes anyway). */
+    if ((st != CKP_OK || check_due(&c->files[k->file])) && check_bound(c, k->file, r) != 0) {
+        atomic_fetch_add_explicit(&c->decode_errors, 1, memory_order_relaxed);
+        return EIO;
     }
     if (st == CKP_OK) {
         atomic_fetch_add_explicit(&c->decoded_bytes, len, memory_order_relaxed);
@@ -346,6 +437,8 @@ int ckfs_file_open(ckfs_ctx *c, uint32_t file, ckfs_ofile **out)
     const ckp_reader *r;
     *out = NULL;
     int err = get_reader(c, file, &r);
+    if (!err)
+        err = check_bound(c, file, r);
     if (err)
         return err;
     ckfs_ofile *of = calloc(1, sizeof *of);
@@ -444,6 +537,8 @@ int ckfs_read(ckfs_ctx *c, ckfs_ofile *of, uint64_t fsize, uint64_t off, size_t 
         return 0;
     uint64_t end = off + size < fsize ? off + size : fsize;
     const ckp_reader *r = atomic_load_explicit(&c->files[of->file].r, memory_order_acquire);
+    if (atomic_load_explicit(&c->files[of->file].changed, memory_order_relaxed))
+        return EIO;                /* cached chunks of a changed file are not served either */
     atomic_fetch_add_explicit(&c->reads, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->read_bytes, end - off, memory_order_relaxed);
     if (size >= (512u << 10))
@@ -486,6 +581,7 @@ void ckfs_ctx_free(ckfs_ctx *c)
     if (c->files) {
         for (size_t i = 0; i < c->m->n_files; i++) {
             ckp_close(atomic_load(&c->files[i].r));
+            free(c->files[i].at);
             pthread_mutex_destroy(&c->files[i].lock);
         }
         free(c->files);
@@ -524,6 +620,10 @@ ckfs_status ckfs_ctx_load(ckfs_ctx *c, char *err, size_t errCapacity)
         return cku_errf(err, errCapacity, CKFS_ERR_NOMEM, "%s: out of memory", c->dst);
     for (size_t i = 0; i < c->m->n_files; i++) {
         pthread_mutex_init(&c->files[i].lock, NULL);
+        if (asprintf(&c->files[i].at, "%s/%s%s", c->dst, c->m->files[i].path, CKP_SUFFIX) < 0) {
+            c->files[i].at = NULL;
+            return cku_errf(err, errCapacity, CKFS_ERR_NOMEM, "%s: out of memory", c->dst);
+        }
         c->total_size += c->m->files[i].size;
     }
     if (c->o.drop_packed < 0)

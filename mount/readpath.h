@@ -17,6 +17,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -28,11 +29,23 @@
 
 #define CKFS_MAX_IOV 1000          /* pieces in one reply: below IOV_MAX, leaving room for the header */
 
-/* A packed file, opened on first open(2) and kept open until unmount. */
+/* A packed file, opened and bound to its manifest entry at mount time
+ * (ckfs_open_all) and kept open until unmount.  What it was when bound is
+ * kept: the mount serves that file only.  Each open of the virtual file and
+ * each chunk decoded from disk checks that its path below the packed
+ * directory still names that file (device, inode) and that the file has the
+ * same size, mtime and ctime (decodes: at most every 10 ms per file, and
+ * after every failed one); once it does not, the change is logged once,
+ * every later open and read of the file fails with EIO (changed), and
+ * ckfs_ctx.on_change is called. */
 typedef struct {
     pthread_mutex_t lock;          /* serializes the first open */
     _Atomic(ckp_reader *) r;
     int open_err;                  /* remembered damage (EIO) after a failed open; by lock */
+    char *at;                      /* its absolute path (dst/path.ckpt), for the check */
+    struct stat bound;             /* fstat of r's descriptor when bound (set before r) */
+    atomic_int changed;            /* EIO once found changed while mounted */
+    _Atomic uint64_t checked_ns;   /* CLOCK_MONOTONIC_COARSE of the last check by a decode */
 } ckfs_mfile;
 
 struct ckfs_ofile;
@@ -57,6 +70,12 @@ typedef struct {
                                     * sends no release for files still open at
                                     * unmount (fusermount3 -uz); ckfs_ctx_free
                                     * frees them */
+    /* Called once for each packed file found changed while mounted, on the
+     * thread that found it (a FUSE request's or a prefetch worker's; no lock
+     * held); NULL: nothing.  fuse_ll.c drops the kernel's cached pages of
+     * its inode. */
+    void (*on_change)(void *arg, uint32_t file);
+    void *on_change_arg;
 } ckfs_ctx;
 
 /* Sequential-read detection of one open file (ckfs_ahead_next). */
@@ -127,14 +146,16 @@ ckfs_status ckfs_cache_start(ckfs_ctx *c);
 void ckfs_cache_stop(ckfs_ctx *c);
 
 /* Open manifest file `file` for reading.  @return 0 or an errno value
- * (EIO for a damaged packed file, remembered for later opens). */
+ * (EIO for a damaged packed file, remembered for later opens, and for one
+ * changed since it was bound: ckfs_mfile). */
 int ckfs_file_open(ckfs_ctx *c, uint32_t file, ckfs_ofile **out);
 void ckfs_file_close(ckfs_ofile *of);
 
 /* Gather the bytes [off, off+size) of an open file of size fsize (clipped to
  * it) into p, decoding the chunks not in the cache, and queue decode-ahead
  * for sequential readers.  @return 0 (p holds the pieces; release them with
- * ckfs_pieces_release) or an errno value (EIO for damage; p holds nothing). */
+ * ckfs_pieces_release) or an errno value (EIO for damage or a packed file
+ * changed while mounted; p holds nothing). */
 int ckfs_read(ckfs_ctx *c, ckfs_ofile *of, uint64_t fsize, uint64_t off, size_t size, ckfs_pieces *p);
 /* Copy the pieces into one malloc'ed buffer of p->total bytes (for replies of
  * more than CKFS_MAX_IOV pieces).  @return NULL when out of memory. */

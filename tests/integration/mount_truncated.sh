@@ -2,7 +2,9 @@
 # mount_truncated: a packed file shrinks while mounted (someone truncates it).
 # The daemon maps packed files by default: loads past the new end raise
 # SIGBUS, which must turn into EIO for the reads touching it, never a crash
-# and never wrong bytes; the daemon keeps serving every other file exactly.
+# and never wrong bytes; once the daemon sees the file's new size, every
+# read and open of it is EIO (mount_replaced.sh); it keeps serving every
+# other file exactly.
 # Run once with the mapping (default) and once with -o nommap (pread).
 . "$(dirname "$0")/lib.sh"
 make_model

@@ -67,33 +67,47 @@ typedef struct {
     char packed[512];     /* its packed file */
 } model;
 
+/* path: a packed file of orig (a K15 extent of W_BYTES then a raw extent)
+ * recorded as d/w.bin. */
+static void pack_to(const char *path, const uint8_t *orig, uint64_t size)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    ck_assert_int_ge(fd, 0);
+    ckp_writer_opts o = {.path = "d/w.bin", .kind = CKP_KIND_BLOB, .mode = 0644, .mtime_ns = 42};
+    ckp_writer *w;
+    ck_assert_int_eq(ckp_writer_new(fd, &o, &w), CKP_OK);
+    ck_assert_int_eq(ckp_writer_add(w, CKC_ENC_K15, orig, W_BYTES, "w", 0), CKP_OK);
+    ck_assert_int_eq(ckp_writer_add(w, CKC_ENC_RAW, orig + W_BYTES, size - W_BYTES, "", 0), CKP_OK);
+    uint8_t sha[32] = {0};
+    ck_assert_int_eq(ckp_writer_finish(w, sha), CKP_OK);
+    ckp_writer_free(w);
+    close(fd);
+}
+
+/* Original bytes of "d/w.bin": weights, then random bytes. */
+static uint8_t *make_orig(uint64_t size)
+{
+    uint8_t *orig = malloc(size);
+    for (uint64_t i = 0; i < W_BYTES; i += 2) {
+        uint16_t w = weight();
+        memcpy(orig + i, &w, 2);
+    }
+    for (uint64_t i = W_BYTES; i < size; i++)
+        orig[i] = (uint8_t)rnd();
+    return orig;
+}
+
 /* tmpdir/d/w.bin.ckpt: a K15 extent of W_BYTES then a raw extent; the
  * manifest lists d/ and d/w.bin. */
 static void write_model(model *md)
 {
     md->size = W_BYTES + RAW_BYTES;
-    md->orig = malloc(md->size);
-    for (uint64_t i = 0; i < W_BYTES; i += 2) {
-        uint16_t w = weight();
-        memcpy(md->orig + i, &w, 2);
-    }
-    for (uint64_t i = W_BYTES; i < md->size; i++)
-        md->orig[i] = (uint8_t)rnd();
+    md->orig = make_orig(md->size);
     char dir[300];
     snprintf(dir, sizeof dir, "%s/d", tmpdir);
     ck_assert_int_eq(mkdir(dir, 0755), 0);
     snprintf(md->packed, sizeof md->packed, "%s/d/w.bin%s", tmpdir, CKP_SUFFIX);
-    int fd = open(md->packed, O_RDWR | O_CREAT | O_TRUNC, 0644);
-    ck_assert_int_ge(fd, 0);
-    ckp_writer_opts o = {.path = "d/w.bin", .kind = CKP_KIND_BLOB, .mode = 0644, .mtime_ns = 42};
-    ckp_writer *w;
-    ck_assert_int_eq(ckp_writer_new(fd, &o, &w), CKP_OK);
-    ck_assert_int_eq(ckp_writer_add(w, CKC_ENC_K15, md->orig, W_BYTES, "w", 0), CKP_OK);
-    ck_assert_int_eq(ckp_writer_add(w, CKC_ENC_RAW, md->orig + W_BYTES, RAW_BYTES, "", 0), CKP_OK);
-    uint8_t sha[32] = {0};
-    ck_assert_int_eq(ckp_writer_finish(w, sha), CKP_OK);
-    ckp_writer_free(w);
-    close(fd);
+    pack_to(md->packed, md->orig, md->size);
     ckm_file f = {.path = "d/w.bin", .size = md->size, .mode = 0644, .mtime_ns = 42, .kind = CKP_KIND_BLOB};
     ckm_dir d = {.path = "d", .mode = 0755};
     ckm_manifest m = {.files = &f, .n_files = 1, .dirs = &d, .n_dirs = 1};
@@ -415,6 +429,138 @@ START_TEST(bad_packed_files)
 }
 END_TEST
 
+/* ---- a packed file changed while mounted ------------------------------------ */
+
+static uint32_t changed_calls, changed_file;
+static void note_change(void *arg, uint32_t file)
+{
+    ck_assert_ptr_eq(arg, &changed_calls);
+    changed_calls++;
+    changed_file = file;
+}
+
+/* Changes made to d/w.bin.ckpt under a running context. */
+enum { CH_REPACKED, CH_OTHER, CH_WRITTEN, CH_WRITTEN_MTIME_BACK, CH_REMOVED, CH_TRUNCATED, CH_N };
+
+static void change_packed(const model *md, int how)
+{
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.new", md->packed);
+    struct stat st;
+    ck_assert_int_eq(stat(md->packed, &st), 0);
+    usleep(20000); /* past the coarse clock's tick: the file's times can change */
+    if (how == CH_REPACKED || how == CH_OTHER) {
+        /* the same file packed again, or another valid pack of the same
+         * path and size, renamed over it (a pack updated under the mount) */
+        uint8_t *other = how == CH_OTHER ? make_orig(md->size) : NULL;
+        pack_to(tmp, other ? other : md->orig, md->size);
+        free(other);
+        ck_assert_int_eq(rename(tmp, md->packed), 0);
+    } else if (how == CH_WRITTEN || how == CH_WRITTEN_MTIME_BACK) {
+        /* the same byte written back in place: the bytes are unchanged */
+        int fd = open(md->packed, O_RDWR);
+        uint8_t b;
+        ck_assert_int_eq(pread(fd, &b, 1, 100), 1);
+        ck_assert_int_eq(pwrite(fd, &b, 1, 100), 1);
+        if (how == CH_WRITTEN_MTIME_BACK) { /* the mtime set back: only the ctime tells */
+            struct timespec ts[2] = {st.st_atim, st.st_mtim};
+            ck_assert_int_eq(futimens(fd, ts), 0);
+        }
+        close(fd);
+    } else if (how == CH_REMOVED) {
+        ck_assert_int_eq(unlink(md->packed), 0);
+    } else {
+        ck_assert_int_eq(truncate(md->packed, st.st_size - 1), 0);
+    }
+}
+
+/* A packed file renamed over (by the same file packed again, or by another
+ * valid one), written in place (even with its mtime set back), removed or
+ * truncated while the context serves it: found at the next decode of one
+ * of its chunks (_i even) or the next open (_i odd); one log line names the
+ * file and what changed, on_change is called once, and every open and read
+ * of it fails with EIO from then on, chunks already cached included.  No
+ * read returns a byte other than the original's (read_check). */
+START_TEST(changed_packed_file_is_eio)
+{
+    static const char *what[CH_N] = {"replaced while mounted", "replaced while mounted",
+                                     "changed while mounted (written", "changed while mounted (its ctime",
+                                     "removed while mounted", "changed size while mounted"};
+    int how = _i / 2, by_open = _i % 2;
+    model md;
+    ckfs_ctx c;
+    uint64_t size;
+    int err;
+    write_model(&md);
+    ctx_open(&c, 0, 0);
+    changed_calls = 0;
+    c.on_change = note_change;
+    c.on_change_arg = &changed_calls;
+    char logpath[300];
+    snprintf(logpath, sizeof logpath, "%s/log", tmpdir);
+    int logfd = open(logpath, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    ck_assert_int_ge(logfd, 0);
+    ckfs_log_to_fd(logfd);
+    uint64_t chunk = 2 * CKP_BF16_CHUNK_WEIGHTS;
+    ckfs_ofile *of = open_w(&c, &size, &err);
+    ck_assert_int_eq(err, 0);
+    ck_assert_int_eq(read_check(&c, of, &md, 0, 4096), 0); /* chunk 0 now cached */
+    change_packed(&md, how);
+    if (by_open) {
+        ck_assert_ptr_null(open_w(&c, &size, &err));
+        ck_assert_int_eq(err, EIO);
+    }
+    ck_assert_int_eq(read_check(&c, of, &md, 3 * chunk + 5, 100), EIO);  /* decoded from disk */
+    ck_assert_int_eq(read_check(&c, of, &md, 10, 100), EIO);             /* cached */
+    ck_assert_int_eq(read_check(&c, of, &md, W_BYTES + 10, 100), EIO);   /* the raw extent */
+    ck_assert_ptr_null(open_w(&c, &size, &err));
+    ck_assert_int_eq(err, EIO);
+    ck_assert_uint_eq(changed_calls, 1);
+    ck_assert_uint_eq(changed_file, 0);
+    ckfs_log_to_fd(-1);
+    char buf[4096];
+    ssize_t n = pread(logfd, buf, sizeof buf - 1, 0);
+    close(logfd);
+    ck_assert_int_ge(n, 0);
+    buf[n] = 0;
+    char want[200];
+    snprintf(want, sizeof want, "d/w.bin: packed file %s", what[how]);
+    ck_assert_msg(strstr(buf, want) != NULL, "no line \"%s\" in the log:\n%s", want, buf);
+    ck_assert_msg(strchr(buf, '\n') == buf + n - 1, "not one log line:\n%s", buf);
+    ckfs_file_close(of);
+    ctx_close(&c);
+    free(md.orig);
+}
+END_TEST
+
+/* Reads, opens and the times the reads themselves change (atime) are not
+ * changes: a file left alone serves every byte, and on_change is never
+ * called. */
+START_TEST(unchanged_packed_file_keeps_serving)
+{
+    model md;
+    ckfs_ctx c;
+    uint64_t size;
+    int err;
+    write_model(&md);
+    ctx_open(&c, 1, 1u << 20);
+    changed_calls = 0;
+    c.on_change = note_change;
+    c.on_change_arg = &changed_calls;
+    for (int it = 0; it < 3; it++) {
+        ckfs_ofile *of = open_w(&c, &size, &err);
+        ck_assert_int_eq(err, 0);
+        for (uint64_t off = 0; off < md.size; off += 128 << 10)
+            ck_assert_int_eq(read_check(&c, of, &md, off, 128 << 10), 0);
+        ckfs_file_close(of);
+        usleep(10000);
+    }
+    ck_assert_uint_eq(changed_calls, 0);
+    ctx_close(&c);
+    free(md.orig);
+}
+END_TEST
+
 /* ---- the inode table ------------------------------------------------------- */
 
 START_TEST(inode_table_tree)
@@ -603,6 +749,8 @@ int main(void)
     tcase_add_test(t, open_files_freed_with_the_context);
     tcase_add_test(t, damaged_chunk_is_eio);
     tcase_add_test(t, bad_packed_files);
+    tcase_add_loop_test(t, changed_packed_file_is_eio, 0, 2 * CH_N);
+    tcase_add_test(t, unchanged_packed_file_keeps_serving);
     tcase_add_test(t, inode_table_tree);
     tcase_add_test(t, inode_table_conflicts_refused_by_the_manifest);
 #ifndef NDEBUG
