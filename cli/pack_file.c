@@ -293,8 +293,9 @@ static int pack_file(pack_ctx *c, const src_entry *e)
     sha_job sj = {0};
     pthread_t sha_th;
     int sha_started = 0;
-    if (cks_map_open(src_path, &sm)) {
-        fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(src_path), strerror(errno));
+    char why[512];
+    if (cks_map_open(src_path, &sm, why, sizeof why)) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(src_path), why);
         goto out;
     }
     const uint8_t *p = sm.p;
@@ -400,7 +401,7 @@ static int already_packed(pack_ctx *c, const src_entry *e)
     sha_job sj = {0};
     char src_path[PATH_MAX];
     join_path(src_path, sizeof src_path, c->src_root, e->rel, "");
-    if (cks_map_open(src_path, &sm) == 0 && cks_same_file(&sm.st, &e->st)) {
+    if (cks_map_open(src_path, &sm, err, sizeof err) == 0 && cks_same_file(&sm.st, &e->st)) {
         sj.p = sm.p;
         sj.size = sm.size;
         sha_thread(&sj);

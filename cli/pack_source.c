@@ -42,8 +42,17 @@ int cmp_entry(const void *a, const void *b)
     return strcmp(((const src_entry *)a)->rel, ((const src_entry *)b)->rel);
 }
 
+/* What pack says of a symbolic link to a file with --delete-source, which
+ * deletes each file it packs, after reading it: the name is a link, so the
+ * file deleted would be either the link (while its target stays outside
+ * the source: the check that it is the file read fails, and the pack never
+ * finishes) or, for a single file named by a link, the target. */
+#define LINK_REFUSED "a symbolic link; --delete-source deletes the files it packs and a link is not one: put " \
+                     "the file itself there, or pack without --delete-source; nothing was packed"
+
 /* Walk root/rel recursively.  File symlinks are followed (their content is
- * packed); directory symlinks are refused, so the walk cannot loop. */
+ * packed), except with --delete-source, which refuses them; directory
+ * symlinks are refused, so the walk cannot loop. */
 static int walk(pack_ctx *c, const char *rel)
 {
     char dir[PATH_MAX];
@@ -81,6 +90,9 @@ static int walk(pack_ctx *c, const char *rel)
         struct stat st, lst;
         if (lstat(full, &lst) || stat(full, &st)) {
             fprintf(stderr, "ckptfs pack: %s: %s\n", cku_escape(full, esc, sizeof esc), strerror(errno));
+            rc = -1;
+        } else if (S_ISLNK(lst.st_mode) && S_ISREG(st.st_mode) && c->o->delete_source) {
+            fprintf(stderr, "ckptfs pack: %s: " LINK_REFUSED "\n", cku_escape(full, esc, sizeof esc));
             rc = -1;
         } else if (S_ISDIR(st.st_mode) && S_ISLNK(lst.st_mode)) {
             fprintf(stderr, "ckptfs pack: %s: symbolic link to a directory is not supported\n",
@@ -135,9 +147,10 @@ int validate_all(pack_ctx *c, uint64_t *total)
         char path[PATH_MAX];
         join_path(path, sizeof path, c->src_root, e->rel, "");
         cks_map sm;
-        if (cks_map_open(path, &sm)) {
+        char why[512];
+        if (cks_map_open(path, &sm, why, sizeof why)) {
             char esc[PATH_MAX];
-            fprintf(stderr, "ckptfs pack: %s: %s\n", cku_escape(path, esc, sizeof esc), strerror(errno));
+            fprintf(stderr, "ckptfs pack: %s: %s\n", cku_escape(path, esc, sizeof esc), why);
             return -1;
         }
         st_header *h = check_safetensors(path, sm.p, sm.size);
@@ -213,6 +226,11 @@ int setup_source(pack_ctx *c, char *src_real)
         c->src_missing = 1; /* acceptable only if DST's state says it packed all of it: see prepare_dst */
         snprintf(c->src_root, sizeof c->src_root, "%s", src_real);
         return 0;
+    }
+    struct stat lst;
+    if (S_ISREG(st.st_mode) && o->delete_source && lstat(o->src, &lst) == 0 && S_ISLNK(lst.st_mode)) {
+        fprintf(stderr, "ckptfs pack: %s: " LINK_REFUSED "\n", CKU_ESC(o->src));
+        return -1;
     }
     if (S_ISREG(st.st_mode)) {
         c->single_file = 1;

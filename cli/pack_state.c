@@ -233,7 +233,7 @@ static int force_loses_nothing(pack_ctx *c, const cJSON *st)
         join_path(src_path, sizeof src_path, c->src_root, f->path, "");
         cks_map sm;
         sha_job sj = {0};
-        if (e && !e->is_dir && (uint64_t)e->st.st_size == f->size && cks_map_open(src_path, &sm) == 0) {
+        if (e && !e->is_dir && (uint64_t)e->st.st_size == f->size && cks_map_open(src_path, &sm, NULL, 0) == 0) {
             sj.p = sm.p;
             sj.size = sm.size;
             sha_thread(&sj);

@@ -13,6 +13,8 @@
  */
 #define _GNU_SOURCE
 #include "source_map.h"
+#include "util.h"
+
 
 #include <errno.h>
 #include <fcntl.h>
@@ -60,12 +62,12 @@ static void install_handler(void)
     sigaction(SIGBUS, &sa, NULL);
 }
 
-int cks_map_open(const char *path, cks_map *m)
+int cks_map_open(const char *path, cks_map *m, char *err, size_t errCapacity)
 {
     *m = (cks_map){.fd = -1, .slot = -1};
     pthread_once(&handler_once, install_handler);
-    m->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (m->fd < 0 || fstat(m->fd, &m->st))
+    m->fd = cku_open_regular(NULL, path, &m->st, err, errCapacity);
+    if (m->fd < 0)
         return -1;
     m->size = (uint64_t)m->st.st_size;
     if (!m->size)
@@ -86,6 +88,9 @@ int cks_map_open(const char *path, cks_map *m)
     pthread_mutex_unlock(&map_lock);
     if (!m->p) {
         m->slot = -1;
+        close(m->fd);
+        m->fd = -1;
+        cku_errf(err, errCapacity, -1, "%s", strerror(e));
         errno = e;
         return -1;
     }

@@ -8,6 +8,7 @@
 #ifndef CKS_SOURCE_MAP_H
 #define CKS_SOURCE_MAP_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
 
@@ -19,10 +20,13 @@ typedef struct {
     int slot;           /* in the SIGBUS table, -1 if none */
 } cks_map;
 
-/* Open and map path (symlinks followed).  @return 0, or -1 with errno
- * (EMFILE-like ENOSPC when more than CKS_MAX_MAPS maps are open at once). */
+/* Open and map path (symlinks followed).  Only a regular file is opened
+ * (cku_open_regular): a FIFO, device or directory put at path since it was
+ * looked at is refused, never waited on.  @return 0, or -1 with errno and
+ * what went wrong in err ("a FIFO, not a regular file"; ENOSPC when more
+ * than CKS_MAX_MAPS maps are open at once); nothing is left open then. */
 #define CKS_MAX_MAPS 256
-int cks_map_open(const char *path, cks_map *m);
+int cks_map_open(const char *path, cks_map *m, char *err, size_t errCapacity);
 /* 1 if a read of m past its file's end was caught since it was opened. */
 int cks_map_truncated(const cks_map *m);
 void cks_map_close(cks_map *m);

@@ -6,10 +6,11 @@ and 11), each checked against the original bytes (SHA-256):
      `--force` refuses to drop a packed file whose source was deleted;
   4  a finished single-file `pack --delete-source` can be rerun;
   5  names that cannot be packed (a file `zz` beside a directory `zz.ckpt/`,
-     reserved names, names too long) are refused before anything is written
-     or deleted;
+     reserved names, names too long, links with --delete-source) are refused
+     before anything is written or deleted;
   6  a source replaced while it is packed is not deleted; one truncated while
-     it is packed is an error naming it (not SIGBUS); a file renamed over the
+     it is packed is an error naming it (not SIGBUS), and so is one replaced
+     by a FIFO or directory after the walk (no hang); a file renamed over the
      source's name at any step of its deletion survives, and a run killed
      while the source is under its private name (.ckptfs-deleting.NAME) puts
      it back on the rerun;
@@ -178,6 +179,49 @@ def refused_before_anything(files, what, needle):
     check("5: %s: nothing written" % what, not os.path.exists(dst), str(os.listdir(dst) if os.path.isdir(dst) else dst))
 
 
+def links_with_delete_source():
+    """A symbolic link to a file: pack follows it (packs the file's bytes), but
+    --delete-source, which deletes what it packs, refuses it before anything
+    is written or deleted: a link in SRC to a file outside made the run
+    delete the other sources and then fail at the link on every rerun (its
+    check that the name still holds the file read saw the link), and a
+    single file named by a link had its target deleted.  Hard links are two
+    names of one file: both packed, both deleted."""
+    src, dst, out = fresh("s5s"), fresh("d5s"), fresh("o5s")
+    want = make_src(src, {"aa.bin": 5000, "zz.bin": 5000})
+    target = os.path.join(fresh("t5s"), "outside.bin")
+    os.makedirs(os.path.dirname(target))
+    with open(target, "wb") as f:
+        f.write(os.urandom(7000))
+    os.symlink(target, os.path.join(src, "mm.bin"))
+    r = run("pack", "--delete-source", "--jobs", "1", src, dst)
+    check("5: --delete-source with a link to a file outside SRC: refused, naming it",
+          r.returncode != 0 and "mm.bin: a symbolic link" in r.stderr, r.stderr.strip())
+    check("5: ... nothing deleted or written", tree(src) == dict(want, **{"mm.bin": sha(target)}) and
+          os.path.exists(target) and not os.path.exists(dst), str(sorted(tree(src))))
+    r = run("pack", src, dst)
+    u = run("unpack", dst, out)
+    check("5: without --delete-source the link's file is packed",
+          r.returncode == 0 and u.returncode == 0 and tree(out) == dict(want, **{"mm.bin": sha(target)}),
+          r.stderr.strip() + u.stderr.strip())
+    link = os.path.join(fresh("s5f"), "one.bin")
+    os.makedirs(os.path.dirname(link))
+    os.symlink(target, link)
+    r = run("pack", "--delete-source", link, fresh("d5f"))
+    check("5: --delete-source of a single file named by a link: refused, the file kept",
+          r.returncode != 0 and "a symbolic link" in r.stderr and os.path.exists(target) and os.path.islink(link),
+          r.stderr.strip())
+    src, dst, out = fresh("s5h"), fresh("d5h"), fresh("o5h")
+    want = make_src(src, {"a.bin": 6000, "sub/c.bin": 100})
+    os.link(os.path.join(src, "a.bin"), os.path.join(src, "sub", "b.bin"))
+    want["sub/b.bin"] = want["a.bin"]
+    r = run("pack", "--delete-source", src, dst)
+    u = run("unpack", dst, out)
+    check("5: hard links with --delete-source: each name packed and deleted",
+          r.returncode == 0 and tree(src) == {} and u.returncode == 0 and tree(out) == want,
+          r.stderr.strip() + str(tree(src)))
+
+
 def item5():
     refused_before_anything({"aa.bin": 5000, "zz": 5000, "zz.ckpt/in.bin": 5000}, "a file zz beside a directory zz.ckpt/", "zz")
     refused_before_anything({"aa.bin": 5000, ".ckptfs.manifest.tmp/x": 10}, "a directory .ckptfs.manifest.tmp",
@@ -186,6 +230,7 @@ def item5():
                             ".ckptfs.manifest.tmp")
     refused_before_anything({"aa.bin": 5000, "ckptfs.state": 10}, "a file ckptfs.state", "ckptfs.state")
     refused_before_anything({"aa.bin": 5000, "n" * 251: 10}, "a name of 251 bytes", "n" * 251)
+    links_with_delete_source()
     src, dst = fresh("s5l"), fresh("d5l")
     want = make_src(src, {"l" * 246: 3000, "m" * 250: 3000, "sub/" + "k" * 249: 100})
     r = run("pack", "--delete-source", src, dst)
@@ -238,6 +283,43 @@ def item6():
           cut and res and res[0] == 1 and "big.bin" in res[1], str(res))
     left = [f for f in (os.listdir(dst) if os.path.isdir(dst) else []) if f.endswith(".tmp")]
     check("6: ... and no temporary file left", not left, str(left))
+
+
+def replaced_by_special():
+    """A source replaced by a FIFO (or a directory) after the walk looked at
+    it: pack opened it as it was, and waited on the FIFO for a writer
+    forever, holding DST's lock; now only a regular file is opened."""
+    for kind in ("fifo", "dir"):
+        src, dst = fresh("s6f"), fresh("d6f")
+        make_src(src, {"a.bin": 30000, "b.bin": 3000})
+        b = os.path.join(src, "b.bin")
+
+        def replace():
+            os.unlink(b)
+            if kind == "fifo":
+                os.mkfifo(b)
+            else:
+                os.mkdir(b)
+        env = dict(os.environ, CKPTFS_FAULT="stop:1")
+        p = subprocess.Popen([CK, "pack", "--jobs", "1", src, dst], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env)
+        while p.poll() is None:  # stopped at its first step, after the walk
+            with open("/proc/%d/stat" % p.pid) as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                    break
+            time.sleep(0.002)
+        if p.poll() is None:
+            replace()
+            os.kill(p.pid, signal.SIGCONT)
+        try:
+            _, err = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+            err = "hung (killed after 30 s) " + err
+        what = "a FIFO" if kind == "fifo" else "a directory"
+        check("6: a source replaced by %s after the walk: an error naming it, no hang" % what,
+              p.returncode == 1 and "b.bin: %s, not a regular file" % what in err, err.strip())
 
 
 def item6_window():
@@ -373,7 +455,7 @@ def item11():
 
 
 try:
-    for t in (item3, item4, item5, item6, item6_window, item7, item8, item11):
+    for t in (item3, item4, item5, item6, replaced_by_special, item6_window, item7, item8, item11):
         t()
 finally:
     shutil.rmtree(T, ignore_errors=True)
