@@ -30,6 +30,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -107,8 +108,7 @@ int ckpt_pack(const ckpt_pack_opts *o)
         /* one there must be a directory itself: nothing is written through a
          * link in DST (its files would land elsewhere, and the manifest, which
          * readers follow no link to, would leave them out) */
-        if (e->is_dir && mkdir(path, (e->st.st_mode & 07777) | 0700) &&
-            (errno != EEXIST || lstat(path, &ds) || !S_ISDIR(ds.st_mode))) {
+        if (e->is_dir && mkdir(path, 0700) && (errno != EEXIST || lstat(path, &ds) || !S_ISDIR(ds.st_mode))) {
             fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(path),
                     errno != EEXIST ? strerror(errno)
                                     : S_ISLNK(ds.st_mode) ? "a symbolic link where the pack has a directory "
@@ -117,6 +117,19 @@ int ckpt_pack(const ckpt_pack_opts *o)
                                                           : "not a directory; remove it");
             goto out;
         }
+        /* the source directory's mode whatever the umask (the manifest
+         * records it from here, and unpack and the mount give it back),
+         * writable by the owner for a rerun */
+        mode_t want = (e->st.st_mode & 07777) | 0700;
+        int dfd = e->is_dir ? open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+        if (e->is_dir && (dfd < 0 || fstat(dfd, &ds) || ((ds.st_mode & 07777) != want && fchmod(dfd, want)))) {
+            fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(path), strerror(errno));
+            if (dfd >= 0)
+                close(dfd);
+            goto out;
+        }
+        if (dfd >= 0)
+            close(dfd);
     }
     if (pack_files(&c, n_files))
         goto out;

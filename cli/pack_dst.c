@@ -183,8 +183,16 @@ int write_manifest(pack_ctx *c)
     if (rc == 0 && ckpt_fail("pack", ckm_write(c->dst, &b.m, err, sizeof err), err) != CKPT_EXIT_OK)
         rc = -1;
     char man[PATH_MAX];
-    struct stat st;
+    struct stat st, ds;
     snprintf(man, sizeof man, "%s/%s", c->dst, CKP_MANIFEST_NAME);
+    /* readable by whoever can read DST, whatever the umask */
+    int mfd = rc == 0 ? open(man, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    if (rc == 0 && (mfd < 0 || fstat(c->lock_fd, &ds) || fchmod(mfd, (ds.st_mode & 0444) | 0200))) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(man), strerror(errno));
+        rc = -1;
+    }
+    if (mfd >= 0)
+        close(mfd);
     c->packed_bytes = b.packed + (stat(man, &st) ? 0 : (uint64_t)st.st_size);
     mf_free(&b);
     return rc;

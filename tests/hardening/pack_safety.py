@@ -16,7 +16,7 @@ and 11), each checked against the original bytes (SHA-256):
      it back on the rerun;
   7  an interrupted `unpack` can be rerun; a failed pack says DST was kept;
   8  modes: a 0600 file stays 0600 packed and unpacked, DST no more open
-     than SRC;
+     than SRC, directories and the manifest whatever the umask;
   11 SRC/DST overlap through `..` is refused creating nothing; two packs into
      one DST: the second is refused.
 
@@ -412,6 +412,27 @@ def item8():
     dst1 = fresh("d8f")
     run("pack", os.path.join(src, "secret.bin"), dst1)
     check("8: DST of a single 0600 file is 0700", mode(dst1) == 0o700, oct(mode(dst1)))
+    # under umask 077 the directories kept the umask's 0700 (recorded so, and
+    # given back so by unpack and the mount) and the manifest was 0600 in a
+    # 0755 DST: the pack depended on the umask of whoever made it
+    src, dst, out = fresh("s8u"), fresh("d8u"), fresh("o8u")
+    make_src(src, {"sub/a.bin": 3000, "b.bin": 3000})
+    os.chmod(src, 0o755)
+    os.chmod(os.path.join(src, "sub"), 0o750)
+    os.chmod(os.path.join(src, "sub", "a.bin"), 0o640)
+    old = os.umask(0o077)
+    try:
+        r = run("pack", src, dst)
+        u = run("unpack", dst, out)
+    finally:
+        os.umask(old)
+    got = [mode(os.path.join(d, p)) for d in (dst, out) for p in ("", "sub")]
+    check("8: umask 077: DST and its directories have the source's modes (0755, 0750), so has unpack's output",
+          r.returncode == 0 and u.returncode == 0 and got == [0o755, 0o750] * 2, r.stderr + u.stderr + str(list(map(oct, got))))
+    check("8: umask 077: the manifest is readable by whoever can read DST (0644 in a 0755 DST)",
+          mode(os.path.join(dst, "ckptfs.manifest")) == 0o644, oct(mode(os.path.join(dst, "ckptfs.manifest"))))
+    check("8: umask 077: files keep their modes packed and unpacked",
+          mode(os.path.join(dst, "sub", "a.bin.ckpt")) == 0o640 and mode(os.path.join(out, "sub", "a.bin")) == 0o640)
 
 
 def item11():
