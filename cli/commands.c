@@ -319,6 +319,22 @@ static int make_staging(const char *out, const char *stage)
     return fd;
 }
 
+/* 1 if OUT (which does not exist yet) would be inside the packed directory
+ * dst: its files would be taken for part of the pack there (a later pack
+ * into dst removes temporaries and reads .ckpt files anywhere in it). */
+static int out_inside(const char *dst, const char *out)
+{
+    char parent[PATH_MAX], rp[PATH_MAX], rd[PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", out);
+    char *slash = strrchr(parent, '/');
+    if (slash)
+        slash[slash == parent] = 0; /* "/x": the parent is "/" */
+    if (!realpath(slash ? parent : ".", rp) || !realpath(dst, rd))
+        return 0;                   /* staging says what is wrong with OUT */
+    size_t n = strlen(rd);
+    return !strncmp(rp, rd, n) && (rp[n] == '/' || !rp[n] || n == 1);
+}
+
 static int unpack_locked(const char *dst, const char *out_arg, int jobs)
 {
     char err[768], out[PATH_MAX], stage[PATH_MAX + 32];
@@ -330,6 +346,12 @@ static int unpack_locked(const char *dst, const char *out_arg, int jobs)
     for (size_t n = strlen(out); n > 1 && out[n - 1] == '/'; n--)
         out[n - 1] = 0;
     snprintf(stage, sizeof stage, "%s.ckptfs-partial", out);
+    if (out_inside(dst, out)) {
+        fprintf(stderr, "ckptfs unpack: %s: inside the packed directory %s; unpack it elsewhere\n", CKU_ESC(out),
+                CKU_ESC(dst));
+        ckm_free(m);
+        return 1;
+    }
     int rc = 1, stage_fd = make_staging(out, stage);
     if (stage_fd < 0) {
         ckm_free(m);

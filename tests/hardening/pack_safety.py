@@ -14,7 +14,8 @@ and 11), each checked against the original bytes (SHA-256):
      source's name at any step of its deletion survives, and a run killed
      while the source is under its private name (.ckptfs-deleting.NAME) puts
      it back on the rerun;
-  7  an interrupted `unpack` can be rerun; a failed pack says DST was kept;
+  7  an interrupted `unpack` can be rerun, one to an OUT that exists or is
+     inside the packed directory is refused; a failed pack says DST was kept;
   8  modes: a 0600 file stays 0600 packed and unpacked, DST no more open
      than SRC, directories and the manifest whatever the umask;
   11 SRC/DST overlap through `..` is refused creating nothing; two packs into
@@ -391,6 +392,34 @@ def item7():
             check("7: unpack killed at step %d, then rerun" % n, False, r.stderr.strip())
             return
     check("7: unpack killed at each of its %d steps can be rerun, giving the originals" % kills, kills >= 4)
+    # OUT that exists (a file, a link to a directory, a dangling link) is
+    # refused and left alone; OUT inside the packed directory is refused too
+    # (it was unpacked there, where a later pack into DST takes its files
+    # for its own: temporaries removed, .ckpt files read as packed ones)
+    before = tree(dst)
+    for kind in ("file", "link", "dangling", "inside", "inside via .."):
+        out = fresh("out7x")
+        if kind == "file":
+            with open(out, "w") as f:
+                f.write("keep")
+        elif kind == "link":
+            os.makedirs(out + ".target", exist_ok=True)
+            os.symlink(out + ".target", out)
+        elif kind == "dangling":
+            os.symlink(out + ".nowhere", out)
+        elif kind == "inside":
+            out = os.path.join(dst, "sub", "out")
+        else:
+            out = os.path.join(dst, "..", os.path.basename(dst), "out")
+        r = run("unpack", dst, out)
+        check("7: unpack to an OUT that is %s: refused, nothing written" % (
+              "inside the packed directory" if kind.startswith("inside") else "a " + kind),
+              r.returncode == 1 and tree(dst) == before and not os.path.exists(out + ".ckptfs-partial") and
+              (kind != "file" or open(out).read() == "keep") and
+              (kind != "link" or os.listdir(out + ".target") == []) and
+              ("inside the packed directory" in r.stderr or not kind.startswith("inside")), r.stderr.strip())
+        if os.path.islink(out) or os.path.isfile(out):
+            os.unlink(out)
 
 
 def item8():
