@@ -279,47 +279,27 @@ fail:
     return rc;
 }
 
-/* Pack one file; on success the packed file is durable and verified. */
-static int pack_file(pack_ctx *c, const src_entry *e)
+/* Encode the source p[0..size) of e (h: its safetensors header, or NULL
+ * for a blob) into the new temporary packed file tmp, its SHA-256 (in sj)
+ * computed in a thread meanwhile.  @return the temporary's descriptor, or -1
+ * after saying why, with nothing left at tmp. */
+static int write_packed(pack_ctx *c, const src_entry *e, const char *tmp, const uint8_t *p, uint64_t size,
+                        st_header *h, sha_job *sj)
 {
-    char src_path[PATH_MAX], final[PATH_MAX], tmp[PATH_MAX];
-    join_path(src_path, sizeof src_path, c->src_root, e->rel, "");
-    join_path(final, sizeof final, c->dst, e->rel, CKP_SUFFIX);
-    tmp_path(tmp, sizeof tmp, c->dst, e->rel);
-    int tfd = -1, rc = -1;
-    cks_map sm;
-    st_header *h = NULL;
     ckp_writer *w = NULL;
-    sha_job sj = {0};
     pthread_t sha_th;
-    int sha_started = 0;
-    char why[512];
-    if (cks_map_open(src_path, &sm, why, sizeof why)) {
-        fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(src_path), why);
-        goto out;
-    }
-    const uint8_t *p = sm.p;
-    uint64_t size = sm.size;
-    if (!cks_same_file(&sm.st, &e->st)) {
-        fprintf(stderr, "ckptfs pack: %s: changed since the start of this run; run the same command again\n",
-                CKU_ESC(src_path));
-        goto out;
-    }
-    int is_st = has_suffix(e->rel, ".safetensors");
-    if (is_st && !(h = check_safetensors(src_path, p, size)))
-        goto out;
-    sj.p = p;
-    sj.size = size;
-    sha_started = pthread_create(&sha_th, NULL, sha_thread, &sj) == 0;
+    sj->p = p;
+    sj->size = size;
+    int sha_started = pthread_create(&sha_th, NULL, sha_thread, sj) == 0, ok = 0;
     if (!sha_started)
-        sha_thread(&sj);
-    tfd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        sha_thread(sj);
+    int tfd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     cku_fault_point(); /* a kill test's step: the temporary exists, the source is being read */
     if (tfd >= 0 && fchmod(tfd, (e->st.st_mode & 0777) | 0400)) { /* the source's mode, whatever the umask */
         fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(tmp), strerror(errno));
         goto out;
     }
-    ckp_writer_opts wo = {.path = e->rel, .kind = is_st ? CKP_KIND_SAFETENSORS : CKP_KIND_BLOB,
+    ckp_writer_opts wo = {.path = e->rel, .kind = h ? CKP_KIND_SAFETENSORS : CKP_KIND_BLOB,
                           .mode = e->st.st_mode & 07777, .mtime_ns = mtime_ns(&e->st), .jobs = c->jobs_each};
     if (tfd < 0 || ckp_writer_new(tfd, &wo, &w) != CKP_OK) {
         fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(tmp), tfd < 0 ? strerror(errno) : "cannot start writer");
@@ -330,47 +310,98 @@ static int pack_file(pack_ctx *c, const src_entry *e)
     if (sha_started)
         pthread_join(sha_th, NULL);
     sha_started = 0;
-    if (ckp_writer_finish(w, sj.sha) != CKP_OK) {
+    if (ckp_writer_finish(w, sj->sha) != CKP_OK) {
         int err = errno;
         write_failed(c, tmp, *ckp_writer_error(w) ? ckp_writer_error(w) : strerror(err), err);
         goto out;
     }
-    /* fsync and read back at once; the rename waits for both */
+    ok = 1;
+out:
+    if (sha_started)
+        pthread_join(sha_th, NULL);
+    ckp_writer_free(w);
+    if (!ok && tfd >= 0) {
+        unlink(tmp);
+        close(tfd);
+        tfd = -1;
+    }
+    return tfd;
+}
+
+/* fsync the temporary packed file tmp (descriptor tfd) while it is read back
+ * and compared with the source (sm, of e, with SHA-256 sha), which must not
+ * have changed meanwhile.  @return 0, or -1 after saying why. */
+static int sync_and_read_back(pack_ctx *c, int tfd, const cks_map *sm, const src_entry *e, const char *tmp,
+                              const char *src_path, const uint8_t sha[32])
+{
     sync_job sy = {.fd = tfd};
     pthread_t sync_th;
     int sync_started = pthread_create(&sync_th, NULL, sync_thread, &sy) == 0;
     if (!sync_started)
         sync_thread(&sy);
     struct stat now;
-    int changed = fstat(sm.fd, &now) || !cks_same_file(&now, &e->st) || cks_map_truncated(&sm);
-    int bad = changed || read_back(tmp, src_path, p, size, sj.sha, c->jobs_each);
+    int changed = fstat(sm->fd, &now) || !cks_same_file(&now, &e->st) || cks_map_truncated(sm);
+    int bad = changed || read_back(tmp, src_path, sm->p, sm->size, sha, c->jobs_each);
     if (sync_started)
         pthread_join(sync_th, NULL);
     if (changed)
         fprintf(stderr, "ckptfs pack: %s: source changed while it was being packed\n", CKU_ESC(src_path));
     if (sy.err)
         write_failed(c, tmp, strerror(sy.err), sy.err);
-    if (bad || sy.err)
-        goto out;
+    return bad || sy.err ? -1 : 0;
+}
+
+/* Rename tmp to final and fsync their directory.  @return 0, or -1 after
+ * saying why. */
+static int put_in_place(const char *tmp, const char *final)
+{
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s", final);
     *strrchr(dir, '/') = 0;
     cku_fault_point();
     if (rename(tmp, final) || cku_fsync_dir(dir)) {
         fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(final), strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* Pack one file; on success the packed file is durable and verified: the
+ * source mapped and checked, encoded into a temporary, synced and read back
+ * equal, renamed into place, then (--delete-source) the source deleted. */
+static int pack_file(pack_ctx *c, const src_entry *e)
+{
+    char src_path[PATH_MAX], final[PATH_MAX], tmp[PATH_MAX];
+    join_path(src_path, sizeof src_path, c->src_root, e->rel, "");
+    join_path(final, sizeof final, c->dst, e->rel, CKP_SUFFIX);
+    tmp_path(tmp, sizeof tmp, c->dst, e->rel);
+    int tfd = -1, rc = -1;
+    cks_map sm;
+    st_header *h = NULL;
+    sha_job sj = {0};
+    char why[512];
+    if (cks_map_open(src_path, &sm, why, sizeof why)) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(src_path), why);
         goto out;
     }
+    if (!cks_same_file(&sm.st, &e->st)) {
+        fprintf(stderr, "ckptfs pack: %s: changed since the start of this run; run the same command again\n",
+                CKU_ESC(src_path));
+        goto out;
+    }
+    if (has_suffix(e->rel, ".safetensors") && !(h = check_safetensors(src_path, sm.p, sm.size)))
+        goto out;
+    if ((tfd = write_packed(c, e, tmp, sm.p, sm.size, h, &sj)) < 0 ||
+        sync_and_read_back(c, tfd, &sm, e, tmp, src_path, sj.sha) || put_in_place(tmp, final))
+        goto out;
     rc = 0;
     if (c->o->delete_source)
         rc = delete_source(c, src_path, &e->st);
 out:
-    if (sha_started)
-        pthread_join(sha_th, NULL);
     if (rc && tfd >= 0)
         unlink(tmp);
     if (tfd >= 0)
         close(tfd);
-    ckp_writer_free(w);
     st_free(h);
     cks_map_close(&sm);
     return rc;

@@ -380,84 +380,112 @@ static ckp_status write_plane(ckp_writer *w, uint8_t *rec, int plane, const void
     return s;
 }
 
-static ckp_status add_bf16(ckp_writer *w, uint8_t *rec, uint32_t enc, const uint8_t *src, uint64_t size)
+/* The job of a BF16 tensor of size bytes at src: its chunks, the weights
+ * (src, or an aligned copy in *copy when src is at an odd address) and the
+ * per-chunk tables.  Free with bf16_job_free whatever it returns. */
+static ckp_status bf16_job_init(ckp_writer *w, bf16_job *j, uint32_t enc, const uint8_t *src, uint64_t size,
+                                uint16_t **copy)
 {
-    bf16_job j = {.enc = enc, .n = size / 2, .chunk_w = CKP_BF16_CHUNK_WEIGHTS};
-    j.n_chunks = (j.n + j.chunk_w - 1) / j.chunk_w;
-    uint16_t *copy = NULL;
+    *j = (bf16_job){.enc = enc, .n = size / 2, .chunk_w = CKP_BF16_CHUNK_WEIGHTS, .fd = w->fd};
+    j->n_chunks = (j->n + j->chunk_w - 1) / j->chunk_w;
+    *copy = NULL;
     if ((uintptr_t)src & 1) { /* a tensor at an odd file offset: encode from an aligned copy */
-        copy = malloc(size);
-        if (!copy)
+        if (!(*copy = malloc(size)))
             return werr(w, CKP_ERR_NOMEM, "out of memory");
-        memcpy(copy, src, size);
+        memcpy(*copy, src, size);
     }
-    j.w = copy ? copy : (const uint16_t *)(const void *)src;
-    uint64_t hist[512] = {0};
-    ckc_codebook cb;
-    ckp_status s = CKP_OK;
-    uint64_t codes_sz = ckc_code_plane_size(j.n), low_sz = ckc_low_plane_size(enc, j.n);
-    j.cb = &cb;
-    j.esc_count = calloc(j.n_chunks, sizeof *j.esc_count);
-    j.chunk_esc = calloc(j.n_chunks, sizeof *j.chunk_esc);
-    j.ix = calloc(j.n_chunks, sizeof *j.ix);
-    uint8_t *esc = NULL;
-    if (!j.esc_count || !j.chunk_esc || !j.ix) {
-        s = werr(w, CKP_ERR_NOMEM, "out of memory for a tensor of %llu bytes", (unsigned long long)size);
-        goto out;
-    }
-    uint64_t align = j.n >= CKP_BIG_TENSOR_WEIGHTS ? 4096 : 64;
-    j.fd = w->fd;
-    j.codes_off = align_up(w->pos, align);
-    j.low_off = align_up(j.codes_off + codes_sz, align);
-    run_pass(&j, 0, w->o.jobs, hist);
-    ckc_codebook_from_hist(enc, hist, &cb);
-    run_pass(&j, 1, w->o.jobs, NULL); /* writes the code and low planes */
-    if (atomic_load(&j.io_errno)) {
-        s = werr(w, CKP_ERR_IO, "write failed: %s", strerror(atomic_load(&j.io_errno)));
-        goto out;
-    }
+    j->w = *copy ? *copy : (const uint16_t *)(const void *)src;
+    j->esc_count = calloc(j->n_chunks, sizeof *j->esc_count);
+    j->chunk_esc = calloc(j->n_chunks, sizeof *j->chunk_esc);
+    j->ix = calloc(j->n_chunks, sizeof *j->ix);
+    if (!j->esc_count || !j->chunk_esc || !j->ix)
+        return werr(w, CKP_ERR_NOMEM, "out of memory for a tensor of %llu bytes", (unsigned long long)size);
+    return CKP_OK;
+}
+
+static void bf16_job_free(bf16_job *j)
+{
+    for (uint64_t c = 0; j->chunk_esc && c < j->n_chunks; c++)
+        free(j->chunk_esc[c]);
+    free(j->chunk_esc);
+    free(j->esc_count);
+    free(j->ix);
+}
+
+/* The two passes over the chunks: the histogram, whose codebook goes to *cb,
+ * then the encode, which writes the code and low planes at their places
+ * (aligned to align from w->pos on) and keeps each chunk's escapes.  Fills
+ * the record's fields of planes 0 and 1. */
+static ckp_status encode_planes(ckp_writer *w, bf16_job *j, uint8_t *rec, uint64_t align, ckc_codebook *cb)
+{
+    uint64_t hist[512] = {0}, codes_sz = ckc_code_plane_size(j->n), low_sz = ckc_low_plane_size(j->enc, j->n);
+    j->codes_off = align_up(w->pos, align);
+    j->low_off = align_up(j->codes_off + codes_sz, align);
+    run_pass(j, 0, w->o.jobs, hist);
+    ckc_codebook_from_hist(j->enc, hist, cb);
+    j->cb = cb;
+    run_pass(j, 1, w->o.jobs, NULL);
+    if (atomic_load(&j->io_errno))
+        return werr(w, CKP_ERR_IO, "write failed: %s", strerror(atomic_load(&j->io_errno)));
     for (int k = 0; k < 2; k++) {
-        cku_put64(rec + X_P0_OFF + 16 * k, k ? j.low_off : j.codes_off);
+        cku_put64(rec + X_P0_OFF + 16 * k, k ? j->low_off : j->codes_off);
         cku_put64(rec + X_P0_SIZE + 16 * k, k ? low_sz : codes_sz);
     }
-    w->pos = j.low_off + low_sz;
+    w->pos = j->low_off + low_sz;
+    return CKP_OK;
+}
+
+/* The escape plane: each chunk's escapes packed at its prefix count (the
+ * chunk's datum, set here), in order (K15 escapes of adjacent chunks share
+ * bytes), then written after the low plane.  Fills the record's plane 2 and
+ * n_escapes fields. */
+static ckp_status write_escapes(ckp_writer *w, bf16_job *j, uint8_t *rec, uint64_t align)
+{
     uint64_t n_esc = 0;
-    for (uint64_t c = 0; c < j.n_chunks; c++) {
-        j.ix[c].datum = n_esc;
-        n_esc += j.esc_count[c];
+    for (uint64_t c = 0; c < j->n_chunks; c++) {
+        j->ix[c].datum = n_esc;
+        n_esc += j->esc_count[c];
     }
-    uint64_t esc_sz = ckc_escape_plane_size(enc, n_esc);
-    esc = calloc(1, esc_sz);
-    ckc_status enc_st = (ckc_status)atomic_load(&j.status);
-    if (!esc || enc_st == CKC_ERR_NOMEM) {
+    uint64_t esc_sz = ckc_escape_plane_size(j->enc, n_esc);
+    uint8_t *esc = calloc(1, esc_sz);
+    ckc_status enc_st = (ckc_status)atomic_load(&j->status);
+    ckp_status s = CKP_OK;
+    if (!esc || enc_st == CKC_ERR_NOMEM)
         s = werr(w, CKP_ERR_NOMEM, "out of memory");
-        goto out;
-    }
-    if (enc_st != CKC_OK) { /* the encoder rejected what this writer gave it */
+    else if (enc_st != CKC_OK) /* the encoder rejected what this writer gave it */
         s = werr(w, CKP_ERR_INTERNAL, "internal encoder error: %s", ckc_status_name(enc_st));
-        goto out;
-    }
-    for (uint64_t c = 0; c < j.n_chunks; c++) /* sequential: K15 escapes of adjacent chunks share bytes */
-        if (ckc_pack_escapes(enc, j.chunk_esc[c], j.esc_count[c], j.ix[c].datum, esc, esc_sz) != CKC_OK) {
+    for (uint64_t c = 0; s == CKP_OK && c < j->n_chunks; c++)
+        if (ckc_pack_escapes(j->enc, j->chunk_esc[c], j->esc_count[c], j->ix[c].datum, esc, esc_sz) != CKC_OK)
             s = werr(w, CKP_ERR_INTERNAL, "internal encoder error: escapes do not fit");
-            goto out;
-        }
-    cku_put32(rec + X_ENC, enc);
-    cku_put32(rec + X_CHUNK, (uint32_t)(j.chunk_w * 2));
-    cku_put64(rec + X_NESC, n_esc);
-    for (int k = 0; k < 16; k++)
-        cku_put16(rec + X_CODEBOOK + 2 * k, cb.sym[k]);
-    if ((s = write_plane(w, rec, 2, esc, esc_sz, align)) != CKP_OK)
-        goto out;
-    s = write_index(w, rec, j.ix, j.n_chunks);
-out:
-    free(copy);
-    for (uint64_t c = 0; j.chunk_esc && c < j.n_chunks; c++)
-        free(j.chunk_esc[c]);
-    free(j.chunk_esc);
-    free(j.esc_count);
-    free(j.ix);
+    if (s == CKP_OK) {
+        cku_put64(rec + X_NESC, n_esc);
+        s = write_plane(w, rec, 2, esc, esc_sz, align);
+    }
     free(esc);
+    return s;
+}
+
+/* A K15 / byte-split extent: planes, escapes, codebook, index. */
+static ckp_status add_bf16(ckp_writer *w, uint8_t *rec, uint32_t enc, const uint8_t *src, uint64_t size)
+{
+    bf16_job j;
+    uint16_t *copy;
+    ckc_codebook cb;
+    ckp_status s = bf16_job_init(w, &j, enc, src, size, &copy);
+    uint64_t align = j.n >= CKP_BIG_TENSOR_WEIGHTS ? 4096 : 64;
+    if (s == CKP_OK)
+        s = encode_planes(w, &j, rec, align, &cb);
+    if (s == CKP_OK)
+        s = write_escapes(w, &j, rec, align);
+    if (s == CKP_OK) {
+        cku_put32(rec + X_ENC, enc);
+        cku_put32(rec + X_CHUNK, (uint32_t)(j.chunk_w * 2));
+        for (int k = 0; k < 16; k++)
+            cku_put16(rec + X_CODEBOOK + 2 * k, cb.sym[k]);
+        s = write_index(w, rec, j.ix, j.n_chunks);
+    }
+    bf16_job_free(&j);
+    free(copy);
     return s;
 }
 
