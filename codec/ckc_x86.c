@@ -21,8 +21,8 @@
  *                       hundred escapes); vpexpandw drops the next ones into
  *                       the lanes with code 15 (table entry 0).  No branch
  *                       depends on where escapes fall: with ~2% escapes, 40%
- *                       of blocks have one, and a scalar patch loop's
- *                       mispredictions cost a quarter of K15's decode time.
+ *                       of blocks have one, where a scalar patch loop's
+ *                       branches mispredict.
  * Encode (64 weights per step) looks codes up in the symbol -> code map
  * held in registers (vpermt2b), packs nibbles with a shift and vpmovwb, and
  * packs mantissas 8 per u64 with three shift/mask steps and a vpermb that

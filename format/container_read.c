@@ -560,12 +560,14 @@ static int zstd_profile_ok(const uint8_t *in, size_t n)
            fh.windowSize <= CKP_MAX_CHUNK && ZSTD_findFrameCompressedSize(in, n) == n;
 }
 
-/* Read [off, off+len) of plane p of x into dst. */
+/* Read [off, off+len) of plane p of x into dst.  Every caller's range lies
+ * in the plane: a RAW chunk's bytes by R3 and R5 (plane 0 is orig_size
+ * bytes), a ZSTD frame by R6 (datums below plane0_size, increasing), a
+ * K15/BSPLIT range as read_bf16_chunk clamps it. */
 static ckp_status read_plane(const ckp_reader *r, const ckp_extent *x, int p, uint64_t off, uint64_t len,
                              uint8_t *dst)
 {
-    if (off > x->plane_size[p] || len > x->plane_size[p] - off)
-        return CKP_ERR_CHUNK;
+    assert(off <= x->plane_size[p] && len <= x->plane_size[p] - off);
     if (r->map) {
         memcpy(dst, r->map + x->plane_offset[p] + off, len);
         return CKP_OK;
@@ -584,11 +586,13 @@ static ckp_status read_bf16_chunk(const ckp_reader *r, const ckp_extent *x, uint
     ckp_chunk_span(x, c, c + 1, &sp);
     const uint64_t *off = sp.off, *end = sp.end;
     uint64_t got[3], total = 0;
-    if (sp.esc1 < sp.esc0 || sp.esc1 - sp.esc0 > nw)
-        return CKP_ERR_CHUNK; /* more escapes than weights: never read them */
+    assert(sp.esc0 <= sp.esc1); /* R6: datums do not decrease and stay <= n_escapes */
+    if (sp.esc1 - sp.esc0 > nw)
+        return CKP_ERR_CHUNK; /* R46, more escapes than weights: never read them */
     for (int p = 0; p < 3; p++) {
-        if (off[p] > x->plane_size[p] || end[p] < off[p])
-            return CKP_ERR_CHUNK;
+        /* R5, R6: the chunk's first weight and escape lie in the planes
+         * (its end may not: the escapes a damaged datum claims) */
+        assert(off[p] <= x->plane_size[p] && off[p] <= end[p]);
         got[p] = min64(end[p] - off[p] + 8, x->plane_size[p] - off[p]); /* + tail for 2/8-byte loads */
         total += got[p];
     }
@@ -629,13 +633,14 @@ ckp_status ckp_read_chunk(const ckp_reader *r, uint32_t e, uint64_t c, void *dst
         ckp_span sp;
         ckp_chunk_span(x, c, c + 1, &sp);
         uint64_t a = sp.off[0], b = sp.end[0];
-        if (b < a || b - a > ZSTD_COMPRESSBOUND(len))
-            return CKP_ERR_CHUNK; /* no frame of a chunk is longer: never read it */
+        assert(a < b && b <= x->plane_size[0]); /* R6: datums increase and stay below plane0_size */
+        if (b - a > ZSTD_COMPRESSBOUND(len))
+            return CKP_ERR_CHUNK; /* R47, no frame of a chunk is longer: never read it */
         if (!s->dctx && !(s->dctx = ZSTD_createDCtx()))
             return CKP_ERR_NOMEM;
         const uint8_t *in = NULL;
         if (r->map) {
-            st = a <= b && b <= x->plane_size[0] ? CKP_OK : CKP_ERR_CHUNK;
+            st = CKP_OK;
             in = r->map + x->plane_offset[0] + a;
         } else {
             if (grow(&s->in, &s->in_cap, (size_t)(b - a) + 1))
@@ -731,8 +736,8 @@ ckp_status ckp_pread(const ckp_reader *r, void *buf, size_t len, uint64_t off, s
     while (*got < len) {
         uint64_t pos = off + *got, c;
         uint32_t e;
-        if ((st = ckp_locate(r, pos, &e, &c)) != CKP_OK)
-            break;
+        st = ckp_locate(r, pos, &e, &c);
+        assert(st == CKP_OK); /* pos < original_size: R1, the extents tile it */
         const ckp_extent *x = &r->x[e];
         uint64_t cstart = x->orig_offset + c * x->chunk_size, clen = ckp_chunk_len(x, c);
         uint64_t skip = pos - cstart, take = min64(clen - skip, len - *got);

@@ -6,8 +6,9 @@
  * Entry data is written only by the thread that fills it, before the entry
  * becomes READY (under the lock), and is read-only afterwards.  Decodes run
  * without the lock; threads waiting for a decode sleep on c->done, which is
- * broadcast whenever any decode finishes (decodes are ~100 µs; a shared
- * condition variable is simpler than one per entry and cheap enough).
+ * broadcast whenever any decode finishes (a decode is one chunk's work, long
+ * next to a wake-up; a shared condition variable is simpler than one per
+ * entry and cheap enough).
  *
  * Invariants (ckcache_check verifies 1-5 and 7; asserts check 6 where it applies):
  *   1. an entry is in the LRU list iff it is in the table and not LOADING;

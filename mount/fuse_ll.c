@@ -646,8 +646,7 @@ int ckptfs_mount_main(int argc, char **argv)
     /* Buffers of 1 MiB and more (chunks over the writer's sizes, their
      * scratch) are mapped and unmapped by malloc itself: with glibc's
      * moving threshold, freed ones stayed in each thread's arena and the
-     * daemon grew far past cache_size (446 MiB at cache_size=0 reading a
-     * pack of 16 MiB chunks). */
+     * daemon grew far past cache_size reading a pack of 16 MiB chunks. */
     mallopt(M_MMAP_THRESHOLD, 1 << 20);
     raise_fd_limit(); /* before ckfs_open_all opens every packed file */
     /* complaints until the log opens go to stderr */
