@@ -2,8 +2,9 @@
 """pack_safety.py — the ways to lose a file or a pack (issue 11, items 3-8
 and 11), each checked against the original bytes (SHA-256):
 
-  3  an interrupted `pack --delete-source` resumes from a moved source, and
-     `--force` refuses to drop a packed file whose source was deleted;
+  3  an interrupted `pack --delete-source` resumes from a moved source and
+     after its sources were edited, and `--force` refuses to drop a packed
+     file whose source was deleted;
   4  a finished single-file `pack --delete-source` can be rerun;
   5  names that cannot be packed (a file `zz` beside a directory `zz.ckpt/`,
      reserved names, names too long, links with --delete-source) are refused
@@ -152,6 +153,56 @@ def item3():
     check("3: a different source is still refused", r.returncode != 0 and "already exists" in r.stderr, r.stderr)
 
 
+def item3_edited_and_forced():
+    """Killed at each step, then every source still there edited (new bytes,
+    the same size, the mtime set back, so only the content tells): the rerun
+    must keep the new versions (pack them again, never delete one whose
+    packed copy is the old); and `--force` on the moved source after a kill
+    must resume or refuse, never drop a file whose only copy is the pack."""
+    lost, kills = [], 0
+    for n in range(1, 60):
+        src, dst = fresh("s3e"), fresh("d3e")
+        make_src(src, {"a.bin": 30000, "sub/b.bin": 20000, "z.bin": 1000})
+        r = run("pack", "--delete-source", "--jobs", "1", src, dst, fault="step:%d" % n)
+        if r.returncode != FAULT_EXIT:
+            break
+        kills += 1
+        want = {}
+        for rel, p in ((rel, os.path.join(src, rel)) for rel in ("a.bin", "sub/b.bin", "z.bin")):
+            if os.path.exists(p):
+                st = os.stat(p)
+                with open(p, "r+b") as f:
+                    f.write(os.urandom(st.st_size))
+                os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+                want[rel] = sha(p)
+        r = run("pack", "--delete-source", "--jobs", "1", src, dst)
+        out = fresh("o3e")
+        u = run("unpack", dst, out)
+        got = tree(out) if u.returncode == 0 else {}
+        if r.returncode or any(got.get(rel) != h for rel, h in want.items()):
+            lost.append((n, r.stderr.strip()[-200:]))
+    check("3: sources edited after a kill at each of %d steps (mtime set back): the rerun packs the new bytes"
+          % kills, kills >= 10 and not lost, str(lost[:3]))
+    bad, kills = [], 0
+    for n in range(1, 60):
+        src, dst, moved = fresh("s3f"), fresh("d3f"), fresh("m3f")
+        want = make_src(src, {"a.bin": 30000, "sub/b.bin": 20000, "z.bin": 1000})
+        r = run("pack", "--delete-source", "--jobs", "1", src, dst, fault="step:%d" % n)
+        if r.returncode != FAULT_EXIT:
+            break
+        kills += 1
+        os.rename(src, moved)
+        r = run("pack", "--force", moved, dst)
+        out = fresh("o3f")
+        u = run("unpack", dst, out)
+        have, got = tree(moved), tree(out) if u.returncode == 0 else {}
+        if any(got.get(rel) != h and have.get(rel) != h and
+               not (r.returncode and os.path.exists(os.path.join(dst, rel + ".ckpt"))) for rel, h in want.items()):
+            bad.append((n, r.returncode, r.stderr.strip()[-200:]))
+    check("3: --force on the moved source after a kill at each of %d steps loses nothing" % kills,
+          kills >= 10 and not bad, str(bad[:3]))
+
+
 def item4():
     d = fresh("s4")
     want = make_src(d, {"only.bin": 40000})
@@ -231,11 +282,15 @@ def item5():
                             ".ckptfs.manifest.tmp")
     refused_before_anything({"aa.bin": 5000, "ckptfs.state": 10}, "a file ckptfs.state", "ckptfs.state")
     refused_before_anything({"aa.bin": 5000, "n" * 251: 10}, "a name of 251 bytes", "n" * 251)
+    refused_before_anything({"aa.bin": 5000, "n" * 249 + "\u00e9": 10}, "a name of 251 bytes ending in a 2-byte character",
+                            "n" * 249)
     links_with_delete_source()
     src, dst = fresh("s5l"), fresh("d5l")
-    want = make_src(src, {"l" * 246: 3000, "m" * 250: 3000, "sub/" + "k" * 249: 100})
+    want = make_src(src, {"l" * 246: 3000, "m" * 250: 3000, "sub/" + "k" * 249: 100, "e" * 247 + "\u4e2d": 10,
+                          "d" * 255 + "/x.bin": 10})
     r = run("pack", "--delete-source", src, dst)
-    check("5: names of 246-250 bytes are packed", r.returncode == 0 and tree(src) == {}, r.stderr.strip())
+    check("5: names of 246-250 bytes (one ending in a 3-byte character) and a 255-byte directory are packed",
+          r.returncode == 0 and tree(src) == {}, r.stderr.strip())
     unpacked(dst, want, "5: long names")
 
 
@@ -474,8 +529,12 @@ def item11():
     src, dst = os.path.join(b, "src"), fresh("d11")
     second = {}
 
+    other = fresh("o11")
+    make_src(other, {"b.bin": 1000})
+
     def race():
         second["r"] = run("pack", src, dst)
+        second["o"] = run("pack", "--force", other, dst)
         second["v"] = run("verify", dst)
         second["u"] = run("unpack", dst, os.path.join(b, "out"))
     res = stopped(["pack", src, dst], 1, race)
@@ -483,6 +542,9 @@ def item11():
     check("11: a second pack into the same DST is refused",
           r2 is not None and r2.returncode != 0 and "another ckptfs command" in r2.stderr, r2 and r2.stderr)
     busy = "a ckptfs pack is writing it"
+    r2 = second.get("o")
+    check("11: ... and so is a pack --force of another source",
+          r2 is not None and r2.returncode != 0 and "another ckptfs command" in r2.stderr, r2 and r2.stderr)
     check("11: verify during a pack says the pack is being written",
           v is not None and v.returncode == 1 and busy in v.stderr, v and v.stderr)
     check("11: unpack during a pack says so and writes nothing",
@@ -505,7 +567,7 @@ def item11():
 
 
 try:
-    for t in (item3, item4, item5, item6, replaced_by_special, item6_window, item7, item8, item11):
+    for t in (item3, item3_edited_and_forced, item4, item5, item6, replaced_by_special, item6_window, item7, item8, item11):
         t()
 finally:
     shutil.rmtree(T, ignore_errors=True)
