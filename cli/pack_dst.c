@@ -194,6 +194,9 @@ int write_manifest(pack_ctx *c)
     if (mfd >= 0)
         close(mfd);
     c->packed_bytes = b.packed + (stat(man, &st) ? 0 : (uint64_t)st.st_size);
+    c->n_packed = b.m.n_files;
+    for (size_t i = 0; i < b.m.n_files; i++)
+        c->orig_bytes += b.m.files[i].size;
     mf_free(&b);
     return rc;
 }

@@ -49,6 +49,9 @@ typedef struct {
     /* for the summary: files kept from an earlier run, sources deleted */
     atomic_uint_fast64_t kept, deleted, deleted_bytes;
     uint64_t packed_bytes;     /* of the finished pack, manifest included */
+    uint64_t orig_bytes;       /* original bytes of the files the finished pack holds */
+    size_t n_packed;           /* files the finished pack holds (sources deleted by an
+                                * earlier run included) */
 } pack_ctx;
 
 /* SHA-256 of p[0..size), computed by sha_thread (in a thread or called). */

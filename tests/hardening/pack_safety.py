@@ -147,6 +147,8 @@ def item3():
     os.rename(src, moved)
     r = run("pack", "--delete-source", moved, dst)
     check("3: the rerun on the moved source finishes", r.returncode == 0, r.stderr.strip())
+    check("3: ... and its summary counts the files the pack holds, deleted sources included",
+          r.stdout.startswith("packed %d files: 151 kB -> " % len(want)), r.stdout.strip())
     check("3: ... and empties it", tree(moved) == {}, str(tree(moved)))
     unpacked(dst, want, "3")
     r = run("pack", other, dst)
