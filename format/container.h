@@ -138,9 +138,11 @@ int ckp_is_mapped(const ckp_reader *r);
  * their plane bytes from disk (readahead; no effect on correctness). */
 void ckp_willneed(const ckp_reader *r, uint32_t e, uint64_t c0, uint64_t c1);
 /* Drop the page cache of the plane bytes of chunks c0..c1-1 of extent e
- * (after they were decoded), every page they touch: a reader streaming a
- * file larger than memory then leaves only its decoded bytes cached.  No
- * effect on correctness. */
+ * (after they were decoded): every page that lies wholly in bytes only those
+ * chunks read, none that chunk c0-1 or c1 also reads (a decoder of those
+ * would read it from disk again).  A reader streaming a file larger than
+ * memory that drops each run of decoded chunks then leaves only its decoded
+ * bytes cached.  No effect on correctness. */
 void ckp_dontneed(const ckp_reader *r, uint32_t e, uint64_t c0, uint64_t c1);
 
 const ckp_info *ckp_get_info(const ckp_reader *r);

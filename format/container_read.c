@@ -706,20 +706,38 @@ void ckp_willneed(const ckp_reader *r, uint32_t e, uint64_t c0, uint64_t c1)
 
 void ckp_dontneed(const ckp_reader *r, uint32_t e, uint64_t c0, uint64_t c1)
 {
-    uint64_t lo[3], hi[3];
-    if (!chunk_ranges(r, e, c0, c1, lo, hi))
+    if (e >= r->info.n_extents)
         return;
+    const ckp_extent *x = &r->x[e];
+    if (c1 > x->n_chunks)
+        c1 = x->n_chunks;
+    if (c0 >= c1)
+        return;
+    ckp_span sp, before, after;
+    ckp_chunk_span(x, c0, c1, &sp);
+    if (c0 > 0)
+        ckp_chunk_span(x, c0 - 1, c0, &before);
+    if (c1 < x->n_chunks)
+        ckp_chunk_span(x, c1, c1 + 1, &after);
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
     for (int p = 0; p < 3; p++) {
-        /* Every page the chunks touched, the one shared with the next chunk
-         * too: decodes run out of order (prefetch), so a page kept for the
-         * next chunk could outlive it; the next chunk reads it again. */
-        uint64_t a = (r->x[e].plane_offset[p] + lo[p]) / page * page;
-        uint64_t b = (r->x[e].plane_offset[p] + hi[p] + page - 1) / page * page;
-        if (lo[p] >= hi[p] || a >= b)
+        /* Only bytes no other chunk reads: chunk c0-1 reads up to its end
+         * and 8 bytes past (read_bf16_chunk's tail), chunk c1 from its
+         * start.  Only pages wholly inside are dropped (the kernel keeps
+         * partial ones), so the neighbours' pages stay for their decodes. */
+        uint64_t lo = sp.off[p], hi = min64(sp.end[p], x->plane_size[p]);
+        if (c0 > 0 && before.end[p] + 8 > lo)
+            lo = before.end[p] + 8;
+        if (c1 < x->n_chunks && after.off[p] < hi)
+            hi = after.off[p];
+        if (lo >= hi)
             continue;
-        if (r->map) /* a page still mapped is not dropped: unmap ours first */
-            madvise((void *)(r->map + a), (size_t)(b - a), MADV_DONTNEED);
+        uint64_t a = x->plane_offset[p] + lo, b = x->plane_offset[p] + hi;
+        if (r->map) { /* a page still mapped is not dropped: unmap ours first */
+            uint64_t ma = (a + page - 1) / page * page, mb = b / page * page;
+            if (ma < mb)
+                madvise((void *)(r->map + ma), (size_t)(mb - ma), MADV_DONTNEED);
+        }
         posix_fadvise(r->fd, (off_t)a, (off_t)(b - a), POSIX_FADV_DONTNEED);
     }
 }

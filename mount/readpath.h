@@ -29,6 +29,8 @@
 
 #define CKFS_MAX_IOV 1000          /* pieces in one reply: below IOV_MAX, leaving room for the header */
 
+struct ckfs_decoded;
+
 /* A packed file, opened and bound to its manifest entry at mount time
  * (ckfs_open_all) and kept open until unmount.  What it was when bound is
  * kept: the mount serves that file only.  Each open of the virtual file and
@@ -46,6 +48,8 @@ typedef struct {
     struct stat bound;             /* fstat of r's descriptor when bound (set before r) */
     atomic_int changed;            /* EIO once found changed while mounted */
     _Atomic uint64_t checked_ns;   /* CLOCK_MONOTONIC_COARSE of the last check by a decode */
+    _Atomic(struct ckfs_decoded *) decoded; /* drop_packed: which chunks were
+                                    * decoded (set on the first decode) */
 } ckfs_mfile;
 
 struct ckfs_ofile;

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -306,8 +307,10 @@ END_TEST
 /* One reader streams a 64 MiB file in 128 KiB requests, the kernel's
  * readahead sending two at a time out of order: once the run is long,
  * decode-ahead reaches the whole window past each read, every byte after
- * the first MiB is queued before it is asked for, and nothing is queued
- * twice or past the end of the file. */
+ * the first MiB is queued before it is asked for, nothing is queued twice
+ * or past the end of the file, and the disk hint stays past the
+ * decode-ahead (with drop_packed, a page hinted after its chunk was decoded
+ * is read again and stays cached). */
 START_TEST(ahead_long_run_gets_the_window)
 {
     const uint64_t window = 4 * MiB, req = 128 * KiB, fsize = 64 * MiB;
@@ -328,6 +331,10 @@ START_TEST(ahead_long_run_gets_the_window)
                 queued += p.to - p.from;
                 queued_to = p.to;
             }
+            if (p.hto > p.hfrom) /* never bytes whose chunks may be decoded (and dropped) */
+                ck_assert_msg(p.hfrom >= queued_to, "read at %llu hints from %llu, queued to %llu",
+                              (unsigned long long)off, (unsigned long long)p.hfrom,
+                              (unsigned long long)queued_to);
             if (off >= 16 * MiB && off + req + window <= fsize)
                 ck_assert_uint_ge(queued_to, off + req + window - req);
         }
@@ -347,6 +354,123 @@ START_TEST(ahead_random_read_queues_nothing)
     ckfs_ahead_next(&a, 4 * MiB, 40 * MiB, 40 * MiB + 4096, 64 * MiB, &p);
     ck_assert_uint_ge(p.from, p.to);
     ck_assert_uint_ge(p.hfrom, p.hto);
+}
+END_TEST
+
+/* ---- drop_packed ------------------------------------------------------------ */
+
+/* How many of the pages holding bytes [a, b) of the packed file (mincore
+ * vector vec) are in the page cache, and how many there are. */
+static void resident(const unsigned char *vec, uint64_t a, uint64_t b, unsigned *in, unsigned *all)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    *in = *all = 0;
+    for (uint64_t pg = a / page; a < b && pg <= (b - 1) / page; pg++, ++*all)
+        *in += vec[pg] & 1;
+}
+
+static unsigned char *cached_pages(const char *path, size_t *len)
+{
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    *len = (size_t)st.st_size;
+    void *m = mmap(NULL, *len, PROT_READ, MAP_SHARED, fd, 0);
+    ck_assert_ptr_ne(m, MAP_FAILED);
+    long page = sysconf(_SC_PAGESIZE);
+    unsigned char *vec = malloc((*len + page - 1) / page);
+    ck_assert_int_eq(mincore(m, *len, vec), 0);
+    munmap(m, *len);
+    close(fd);
+    return vec;
+}
+
+/* Chunk c's plane bytes [lo, hi) of plane p, with the 8 bytes past its end
+ * that the decoder reads. */
+static void chunk_bytes(const ckp_extent *x, uint64_t c, int p, uint64_t *lo, uint64_t *hi)
+{
+    ckp_span sp;
+    ckp_chunk_span(x, c, c + 1, &sp);
+    *lo = x->plane_offset[p] + sp.off[p];
+    *hi = x->plane_offset[p] + (sp.end[p] + 8 < x->plane_size[p] ? sp.end[p] + 8 : x->plane_size[p]);
+}
+
+/* -o drop_packed: a decode drops the packed pages of the chunks decoded
+ * around it, never a page a chunk not decoded yet reads (decodes run out of
+ * order: dropping "the chunks before this one" made the daemon read them
+ * from disk again).  Truth is mincore(2) on the packed file. */
+START_TEST(drop_packed_keeps_the_pages_of_chunks_to_come)
+{
+    model md;
+    ckfs_ctx c;
+    char err[1024];
+    uint64_t size, lo, hi;
+    int e;
+    unsigned in, all;
+    size_t len;
+    write_model(&md);
+    memset(&c, 0, sizeof c);
+    c.o.dst = tmpdir;
+    c.o.cache_size = 64ull << 20;
+    c.o.drop_packed = 1; /* no prefetch: only the reads below decode */
+    ck_assert_msg(ckfs_ctx_load(&c, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(ckfs_cache_start(&c), 0);
+    ckfs_ofile *of = open_w(&c, &size, &e);
+    ck_assert_int_eq(e, 0);
+    const ckp_extent *x = ckp_get_extent(atomic_load(&c.files[0].r), 0);
+    ck_assert_uint_ge(x->n_chunks, 6);
+    /* the whole packed file in the page cache, clean (written back: dirty
+     * pages are never dropped), in single pages (FADV_RANDOM: no large
+     * folios, which the kernel drops only whole) */
+    int fd = open(md.packed, O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(fsync(fd), 0);
+    ck_assert_int_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+    ck_assert_int_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM), 0);
+    char buf[4096];
+    for (off_t o = 0; pread(fd, buf, sizeof buf, o) > 0; o += sizeof buf)
+        ;
+    close(fd);
+    unsigned char *vec = cached_pages(md.packed, &len);
+    resident(vec, 0, len, &in, &all);
+    ck_assert_uint_eq(in, all);
+    free(vec);
+    const uint64_t ch = 2 * CKP_BF16_CHUNK_WEIGHTS;
+    ck_assert_int_eq(read_check(&c, of, &md, 3 * ch, ch), 0); /* chunk 3 alone */
+    vec = cached_pages(md.packed, &len);
+    for (int p = 0; p < 3; p++)
+        for (uint64_t k = 2; k <= 4; k += 2) {
+            chunk_bytes(x, k, p, &lo, &hi);
+            resident(vec, lo, hi, &in, &all);
+            ck_assert_msg(in == all, "plane %d: %u of the %u pages chunk %llu reads dropped", p, all - in, all,
+                          (unsigned long long)k);
+        }
+    uint64_t lo3, hi3, lo4, hi4;
+    chunk_bytes(x, 3, 0, &lo3, &hi3);
+    chunk_bytes(x, 4, 0, &lo4, &hi4);
+    resident(vec, lo3 + 4096, lo4 - 4096, &in, &all); /* chunk 3's own code pages */
+    ck_assert_uint_gt(all, 0);
+    ck_assert_msg(in == 0, "%u of chunk 3's %u code pages still cached", in, all);
+    free(vec);
+    /* chunks 2 and 4 decoded too: the pages they shared with 3 go now,
+     * those of 1 and 5 stay */
+    ck_assert_int_eq(read_check(&c, of, &md, 2 * ch, ch), 0);
+    ck_assert_int_eq(read_check(&c, of, &md, 4 * ch, ch), 0);
+    vec = cached_pages(md.packed, &len);
+    resident(vec, lo3, lo3 + 1, &in, &all);
+    ck_assert_msg(in == 0, "the code page chunks 2 and 3 share is still cached");
+    for (int p = 0; p < 3; p++)
+        for (uint64_t k = 1; k <= 5; k += 4) {
+            chunk_bytes(x, k, p, &lo, &hi);
+            resident(vec, lo, hi, &in, &all);
+            ck_assert_msg(in == all, "plane %d: %u of the %u pages chunk %llu reads dropped", p, all - in, all,
+                          (unsigned long long)k);
+        }
+    free(vec);
+    ckfs_file_close(of);
+    ctx_close(&c);
+    free(md.orig);
 }
 END_TEST
 
@@ -746,6 +870,7 @@ int main(void)
     tcase_add_test(t, ahead_slices_queue_little_past_each_run);
     tcase_add_test(t, ahead_long_run_gets_the_window);
     tcase_add_test(t, ahead_random_read_queues_nothing);
+    tcase_add_test(t, drop_packed_keeps_the_pages_of_chunks_to_come);
     tcase_add_test(t, open_files_freed_with_the_context);
     tcase_add_test(t, damaged_chunk_is_eio);
     tcase_add_test(t, bad_packed_files);
