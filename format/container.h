@@ -191,6 +191,26 @@ void ckp_scratch_free(ckp_scratch *s);
  * must not be returned to anyone. */
 ckp_status ckp_read_chunk(const ckp_reader *r, uint32_t e, uint64_t c, void *dst, ckp_scratch *s);
 
+/* Plane bytes of one extent held by the caller (read with O_DIRECT, say):
+ * bytes [off[p], off[p] + len[p]) of plane p (offsets within the plane) at
+ * base[p]. */
+typedef struct {
+    const uint8_t *base[3];
+    uint64_t off[3], len[3];
+} ckp_planes;
+
+/* The bytes of each plane [lo[p], hi[p]) (offsets within the plane, clamped
+ * to it; empty when lo == hi) that decoding chunks c0..c1-1 of extent e
+ * reads: what ckp_planes must hold for ckp_read_chunk_from.  All zero for
+ * chunks outside the extent. */
+void ckp_chunk_need(const ckp_reader *r, uint32_t e, uint64_t c0, uint64_t c1, uint64_t lo[3], uint64_t hi[3]);
+
+/* ckp_read_chunk taking the plane bytes from pl instead of the file (the
+ * same checks: the chunk's hash, R46/R47).  @return CKP_ERR_ARG if pl does
+ * not hold every byte the chunk reads (ckp_chunk_need). */
+ckp_status ckp_read_chunk_from(const ckp_reader *r, uint32_t e, uint64_t c, const ckp_planes *pl, void *dst,
+                               ckp_scratch *s);
+
 /* Read original bytes [off, off+len) into buf, decoding only the chunks they
  * touch.  *got = bytes read (short only at end of file).  Fails whole if any
  * chunk touched is damaged. */

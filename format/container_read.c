@@ -564,12 +564,25 @@ static int zstd_profile_ok(const uint8_t *in, size_t n)
  * in the plane: a RAW chunk's bytes by R3 and R5 (plane 0 is orig_size
  * bytes), a ZSTD frame by R6 (datums below plane0_size, increasing), a
  * K15/BSPLIT range as read_bf16_chunk clamps it. */
-static ckp_status read_plane(const ckp_reader *r, const ckp_extent *x, int p, uint64_t off, uint64_t len,
-                             uint8_t *dst)
+/* Bytes [off, off+len) of plane p of x where they lie in memory: the
+ * caller's planes (ckp_read_chunk_from, which checked they hold them) or
+ * the mapping; NULL when they must be read with pread. */
+static const uint8_t *plane_mem(const ckp_reader *r, const ckp_extent *x, const ckp_planes *pl, int p,
+                                uint64_t off)
+{
+    if (pl)
+        return pl->base[p] + (off - pl->off[p]);
+    return r->map ? r->map + x->plane_offset[p] + off : NULL;
+}
+
+/* Read [off, off+len) of plane p of x into dst. */
+static ckp_status read_plane(const ckp_reader *r, const ckp_extent *x, const ckp_planes *pl, int p,
+                             uint64_t off, uint64_t len, uint8_t *dst)
 {
     assert(off <= x->plane_size[p] && len <= x->plane_size[p] - off);
-    if (r->map) {
-        memcpy(dst, r->map + x->plane_offset[p] + off, len);
+    const uint8_t *m = plane_mem(r, x, pl, p, off);
+    if (m) {
+        memcpy(dst, m, len);
         return CKP_OK;
     }
     return cku_pread_full(r->fd, dst, len, x->plane_offset[p] + off) ? CKP_ERR_IO : CKP_OK;
@@ -578,8 +591,8 @@ static ckp_status read_plane(const ckp_reader *r, const ckp_extent *x, int p, ui
 static uint64_t min64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
 /* Decode a K15/BS chunk: read only the bytes of each plane that it uses. */
-static ckp_status read_bf16_chunk(const ckp_reader *r, const ckp_extent *x, uint64_t c, uint64_t len,
-                                  uint16_t *dst, ckp_scratch *s)
+static ckp_status read_bf16_chunk(const ckp_reader *r, const ckp_extent *x, const ckp_planes *pl, uint64_t c,
+                                  uint64_t len, uint16_t *dst, ckp_scratch *s)
 {
     uint64_t nw = len / 2;
     ckp_span sp;
@@ -597,17 +610,16 @@ static ckp_status read_bf16_chunk(const ckp_reader *r, const ckp_extent *x, uint
         total += got[p];
     }
     ckc_cplanes cp;
-    if (r->map) {             /* planes lie in the file: decode in place */
-        const uint8_t *m = r->map;
-        cp = (ckc_cplanes){m + x->plane_offset[0] + off[0], m + x->plane_offset[1] + off[1],
-                           m + x->plane_offset[2] + off[2], got[0], got[1], got[2]};
+    if (r->map || pl) {       /* planes lie in memory: decode in place */
+        cp = (ckc_cplanes){plane_mem(r, x, pl, 0, off[0]), plane_mem(r, x, pl, 1, off[1]),
+                           plane_mem(r, x, pl, 2, off[2]), got[0], got[1], got[2]};
     } else {
         if (grow(&s->in, &s->in_cap, (size_t)total + 1))
             return CKP_ERR_NOMEM;
         uint8_t *b = s->in;
         cp = (ckc_cplanes){b, b + got[0], b + got[0] + got[1], got[0], got[1], got[2]};
         for (int p = 0; p < 3; p++) {
-            ckp_status st = read_plane(r, x, p, off[p], got[p], b);
+            ckp_status st = read_plane(r, x, NULL, p, off[p], got[p], b);
             if (st != CKP_OK)
                 return st;
             b += got[p];
@@ -618,16 +630,28 @@ static ckp_status read_bf16_chunk(const ckp_reader *r, const ckp_extent *x, uint
     return cs == CKC_OK ? CKP_OK : CKP_ERR_CHUNK;
 }
 
-ckp_status ckp_read_chunk(const ckp_reader *r, uint32_t e, uint64_t c, void *dst, ckp_scratch *s)
+/* The bytes of each plane that decoding chunks c0..c1-1 of x reads (a
+ * K15/BS decoder's 8-byte tail included), clamped to the planes. */
+static void chunk_need(const ckp_extent *x, uint64_t c0, uint64_t c1, uint64_t lo[3], uint64_t hi[3])
 {
-    if (e >= r->info.n_extents || c >= r->x[e].n_chunks || !s)
-        return CKP_ERR_ARG;
+    ckp_span sp;
+    ckp_chunk_span(x, c0, c1, &sp);
+    int tail = x->encoding != CKC_ENC_RAW && x->encoding != CKC_ENC_ZSTD ? 8 : 0;
+    for (int p = 0; p < 3; p++) {
+        lo[p] = min64(sp.off[p], x->plane_size[p]);
+        hi[p] = sp.end[p] > lo[p] ? min64(sp.end[p] + tail, x->plane_size[p]) : lo[p];
+    }
+}
+
+static ckp_status read_chunk(const ckp_reader *r, uint32_t e, uint64_t c, const ckp_planes *pl, void *dst,
+                             ckp_scratch *s)
+{
     const ckp_extent *x = &r->x[e];
     uint64_t len = ckp_chunk_len(x, c);
     ckp_status st;
     switch (x->encoding) {
     case CKC_ENC_RAW:
-        st = read_plane(r, x, 0, c * x->chunk_size, len, dst);
+        st = read_plane(r, x, pl, 0, c * x->chunk_size, len, dst);
         break;
     case CKC_ENC_ZSTD: {
         ckp_span sp;
@@ -638,14 +662,12 @@ ckp_status ckp_read_chunk(const ckp_reader *r, uint32_t e, uint64_t c, void *dst
             return CKP_ERR_CHUNK; /* R47, no frame of a chunk is longer: never read it */
         if (!s->dctx && !(s->dctx = ZSTD_createDCtx()))
             return CKP_ERR_NOMEM;
-        const uint8_t *in = NULL;
-        if (r->map) {
-            st = CKP_OK;
-            in = r->map + x->plane_offset[0] + a;
-        } else {
+        const uint8_t *in = plane_mem(r, x, pl, 0, a);
+        st = CKP_OK;
+        if (!in) {
             if (grow(&s->in, &s->in_cap, (size_t)(b - a) + 1))
                 return CKP_ERR_NOMEM;
-            st = read_plane(r, x, 0, a, b - a, s->in);
+            st = read_plane(r, x, NULL, 0, a, b - a, s->in);
             in = s->in;
         }
         if (st == CKP_OK && !zstd_profile_ok(in, (size_t)(b - a)))
@@ -660,18 +682,46 @@ ckp_status ckp_read_chunk(const ckp_reader *r, uint32_t e, uint64_t c, void *dst
         if ((uintptr_t)dst & 1) {
             if (grow(&s->chunk, &s->chunk_cap, len))
                 return CKP_ERR_NOMEM;
-            st = read_bf16_chunk(r, x, c, len, (uint16_t *)(void *)s->chunk, s);
+            st = read_bf16_chunk(r, x, pl, c, len, (uint16_t *)(void *)s->chunk, s);
             if (st == CKP_OK)
                 memcpy(dst, s->chunk, len);
             trim(&s->chunk, &s->chunk_cap);
         } else {
-            st = read_bf16_chunk(r, x, c, len, dst, s);
+            st = read_bf16_chunk(r, x, pl, c, len, dst, s);
         }
     }
     trim(&s->in, &s->in_cap);
     if (st == CKP_OK && ckc_hash64(dst, len) != x->index[c].hash)
         st = CKP_ERR_CHUNK;
     return st;
+}
+
+ckp_status ckp_read_chunk(const ckp_reader *r, uint32_t e, uint64_t c, void *dst, ckp_scratch *s)
+{
+    if (e >= r->info.n_extents || c >= r->x[e].n_chunks || !s)
+        return CKP_ERR_ARG;
+    return read_chunk(r, e, c, NULL, dst, s);
+}
+
+void ckp_chunk_need(const ckp_reader *r, uint32_t e, uint64_t c0, uint64_t c1, uint64_t lo[3], uint64_t hi[3])
+{
+    memset(lo, 0, 3 * sizeof *lo);
+    memset(hi, 0, 3 * sizeof *hi);
+    if (e < r->info.n_extents && c0 < c1 && c1 <= r->x[e].n_chunks)
+        chunk_need(&r->x[e], c0, c1, lo, hi);
+}
+
+ckp_status ckp_read_chunk_from(const ckp_reader *r, uint32_t e, uint64_t c, const ckp_planes *pl, void *dst,
+                               ckp_scratch *s)
+{
+    if (e >= r->info.n_extents || c >= r->x[e].n_chunks || !s || !pl)
+        return CKP_ERR_ARG;
+    uint64_t lo[3], hi[3];
+    chunk_need(&r->x[e], c, c + 1, lo, hi);
+    for (int p = 0; p < 3; p++)
+        if (hi[p] > lo[p] && (!pl->base[p] || lo[p] < pl->off[p] || hi[p] - pl->off[p] > pl->len[p]))
+            return CKP_ERR_ARG; /* not all the chunk reads */
+    return read_chunk(r, e, c, pl, dst, s);
 }
 
 /* The plane byte ranges of chunks c0..c1-1 of extent e, clamped to the

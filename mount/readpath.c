@@ -6,7 +6,9 @@
  * against their hashes by the container reader) -> pieces pointing into the
  * entries, which fuse_ll.c hands to the kernel without a copy.  Sequential
  * readers get decode-ahead on the cache's prefetch threads and a disk
- * readahead hint for the packed planes.  Everything served is immutable while
+ * readahead hint for the packed planes (with drop_packed: the packed bytes
+ * read ahead with O_DIRECT, and pages read otherwise dropped once decoded;
+ * packed_io.h).  Everything served is immutable while
  * mounted (a packed file that changes under the mount is refused from then
  * on: check_bound): no lock is held longer than a cache lookup or the few
  * fields of an open file's read-ahead state.
@@ -25,6 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "packed_io.h"
+#include "plane_window.h"
 #include "readpath.h"
 #include "util.h"
 
@@ -32,6 +36,8 @@
 
 #define MAX_PREFETCH_CHUNKS 64     /* chunks queued per read request */
 #define HINT_WINDOWS 4             /* disk readahead: this many prefetch windows ahead */
+#define DIRECT_WINDOWS 64          /* drop_packed: O_DIRECT windows (~0.7 MiB each) */
+#define DIRECT_THREADS 4           /* drop_packed: threads reading them (several reads at once) */
 
 /* Where the daemon logs: stderr until it detaches (and with -f); then
  * syslog, or g_log_fd with -o log=FILE / log=stderr (hosts and containers
@@ -163,8 +169,6 @@ static int open_reader(ckfs_ctx *c, uint32_t i, ckp_reader **out)
     return 0;
 }
 
-static void no_readahead(const ckp_reader *r);
-
 static int get_reader(ckfs_ctx *c, uint32_t i, const ckp_reader **out)
 {
     ckfs_mfile *f = &c->files[i];
@@ -186,7 +190,7 @@ static int get_reader(ckfs_ctx *c, uint32_t i, const ckp_reader **out)
                 f->open_err = err;     /* damage does not heal; other errors may */
             else if (!err) {
                 if (c->o.drop_packed)
-                    no_readahead(r);
+                    ckfs_no_readahead(r);
                 atomic_store_explicit(&f->r, r, memory_order_release);
             }
         }
@@ -264,106 +268,6 @@ static int check_bound(ckfs_ctx *c, uint32_t i, const ckp_reader *r)
     return EIO;
 }
 
-/* ---- drop_packed: which chunks were decoded ------------------------------- */
-
-#define DROP_LAG 8 /* chunks each side of a decode whose packed pages it drops (again) */
-
-/* One bit per chunk of a packed file, set once the chunk was decoded.  A
- * decode drops the packed pages of the run of decoded chunks around it,
- * never a page that a chunk not decoded yet still reads: decodes run out of
- * order (decode-ahead on the workers, several requests at once), and
- * dropping the pages of chunks still to come (as "the 8 chunks before this
- * one" did) made the daemon read them from disk again, one small synchronous
- * read at a time, since the kernel takes a read whose preceding pages are
- * gone for a random one (the daemon read 1.2-1.8x the packed bytes, and a
- * cold cat took 1.4-2.2x as long).  Going over the neighbours again also
- * catches pages that another CPU's LRU batch kept out of reach of an
- * earlier drop (mm/fadvise.c).
- *
- * The packed file is read without the kernel's readahead (no_readahead):
- * it reads ahead in large folios, which are dropped only whole, and once
- * one read has left a readahead mark each read of a marked page reads the
- * next window, however the file was advised (6.5-8 MiB of the 11 MiB of a
- * 16 MiB tensor stayed cached).  The hints of read_ahead keep the disk busy
- * instead; they read single pages. */
-typedef struct ckfs_decoded {
-    uint32_t n_extents;
-    uint64_t *base;                /* extent e's chunks are bits base[e].. */
-    _Atomic uint64_t bits[];
-} ckfs_decoded;
-
-/* f's map, made on its first decode. */
-static ckfs_decoded *decoded_map(ckfs_mfile *f, const ckp_reader *r)
-{
-    ckfs_decoded *d = atomic_load_explicit(&f->decoded, memory_order_acquire);
-    if (d)
-        return d;
-    uint32_t n = ckp_get_info(r)->n_extents;
-    uint64_t total = 0;
-    for (uint32_t e = 0; e < n; e++)
-        total += ckp_get_extent(r, e)->n_chunks;
-    d = calloc(1, sizeof *d + (total / 64 + 1) * sizeof d->bits[0]);
-    uint64_t *base = d ? malloc(((size_t)n + 1) * sizeof *base) : NULL;
-    if (!base) {
-        free(d);
-        return NULL;
-    }
-    d->n_extents = n;
-    d->base = base;
-    base[0] = 0;
-    for (uint32_t e = 0; e < n; e++)
-        base[e + 1] = base[e] + ckp_get_extent(r, e)->n_chunks;
-    ckfs_decoded *none = NULL;
-    if (!atomic_compare_exchange_strong(&f->decoded, &none, d)) {
-        free(d->base);
-        free(d);
-        return none; /* another thread's */
-    }
-    return d;
-}
-
-/* drop_packed: right after the reader's open, before any decode, turn the
- * kernel's readahead of the packed file off and drop what the open read
- * (header, table of contents, and the readahead marks among them). */
-static void no_readahead(const ckp_reader *r)
-{
-    posix_fadvise(ckp_fd(r), 0, 0, POSIX_FADV_RANDOM);
-    posix_fadvise(ckp_fd(r), 0, 0, POSIX_FADV_DONTNEED);
-}
-
-static void decoded_free(ckfs_mfile *f)
-{
-    ckfs_decoded *d = atomic_load(&f->decoded);
-    if (d) {
-        free(d->base);
-        free(d);
-    }
-}
-
-static int is_decoded(ckfs_decoded *d, uint64_t bit)
-{
-    return (atomic_load(&d->bits[bit / 64]) >> (bit % 64)) & 1;
-}
-
-/* Chunk k was decoded: drop the packed pages of the decoded run around it
- * (at most DROP_LAG chunks each side). */
-static void drop_decoded(ckfs_ctx *c, const ckcache_key *k, const ckp_reader *r)
-{
-    ckfs_decoded *d = decoded_map(&c->files[k->file], r);
-    if (!d || k->extent >= d->n_extents) {
-        ckp_dontneed(r, k->extent, k->chunk, k->chunk + 1); /* out of memory: k alone */
-        return;
-    }
-    uint64_t base = d->base[k->extent], n = d->base[k->extent + 1] - base, a = k->chunk, b = k->chunk + 1;
-    /* seq_cst: of two neighbours decoded at once, at least one sees the other */
-    atomic_fetch_or(&d->bits[(base + a) / 64], 1ull << (base + a) % 64);
-    while (a > 0 && k->chunk - a < DROP_LAG && is_decoded(d, base + a - 1))
-        a--;
-    while (b < n && b - k->chunk <= DROP_LAG && is_decoded(d, base + b))
-        b++;
-    ckp_dontneed(r, k->extent, a, b);
-}
-
 /* ---- decoding ------------------------------------------------------------ */
 
 /* Decode chunk k of r into dst; a SIGBUS from r's mapping is CKP_ERR_IO
@@ -397,8 +301,13 @@ static int fill_chunk(void *arg, const ckcache_key *k, void *dst, size_t len)
         return EIO;
     if (!s)
         return ENOMEM;
-    int bus;
-    ckp_status st = read_chunk_guarded(r, k, dst, s, &bus);
+    int bus = 0;
+    ckp_planes pl;
+    ckw_window *win = c->windows ? ckw_get(c->windows, k->file, r, k->extent, k->chunk, &pl) : NULL;
+    ckp_status st = win ? ckp_read_chunk_from(r, k->extent, k->chunk, &pl, dst, s)
+                        : read_chunk_guarded(r, k, dst, s, &bus);
+    if (win)
+        ckw_put(c->windows, win, k->chunk, st == CKP_OK);
     /* After the decode: a change made before or while it read is seen
      * (at most every CHECK_NS per file while decodes succeed: the bytes are
      * checked against their hashes anyway). */
@@ -410,7 +319,7 @@ static int fill_chunk(void *arg, const ckcache_key *k, void *dst, size_t len)
         atomic_fetch_add_explicit(&c->decoded_bytes, len, memory_order_relaxed);
         /* The decoded bytes go to the page cache: not both. */
         if (c->o.drop_packed)
-            drop_decoded(c, k, r);
+            ckfs_drop_decoded(c, k, r, !win);
         return 0;
     }
     atomic_fetch_add_explicit(&c->decode_errors, 1, memory_order_relaxed);
@@ -531,7 +440,9 @@ static void read_ahead(ckfs_ctx *c, ckfs_ofile *of, const ckp_reader *r, uint64_
     pthread_mutex_lock(&of->lock);
     ckfs_ahead_next(&of->ahead, c->o.prefetch, off, end, fsize, &p);
     pthread_mutex_unlock(&of->lock);
-    if (p.hto > p.hfrom)
+    if (p.hto > p.hfrom && c->windows)
+        ckfs_window_range(c, of->file, r, p.hfrom, p.hto);
+    else if (p.hto > p.hfrom)
         hint_range(r, p.hfrom, p.hto);
     queue_chunks(c, r, of->file, p.from, p.to);
 }
@@ -688,7 +599,7 @@ void ckfs_ctx_free(ckfs_ctx *c)
         for (size_t i = 0; i < c->m->n_files; i++) {
             ckp_close(atomic_load(&c->files[i].r));
             free(c->files[i].at);
-            decoded_free(&c->files[i]);
+            ckfs_packed_io_free(&c->files[i]);
             pthread_mutex_destroy(&c->files[i].lock);
         }
         free(c->files);
@@ -769,13 +680,20 @@ ckfs_status ckfs_cache_start(ckfs_ctx *c)
         ckfs_log("cannot create the chunk cache (out of memory or threads)");
         return CKFS_ERR_NOMEM;
     }
+    /* drop_packed: sequential readers' packed bytes come through O_DIRECT
+     * windows (without, through the page cache, dropped once decoded) */
+    if (c->o.drop_packed && c->o.prefetch && c->o.prefetch_threads &&
+        !(c->windows = ckw_new(DIRECT_WINDOWS, DIRECT_THREADS)))
+        ckfs_log("cannot start the O_DIRECT read-ahead (out of memory or threads): reading through the page cache");
     return CKFS_OK;
 }
 
 void ckfs_cache_stop(ckfs_ctx *c)
 {
-    ckcache_free(c->cache);
+    ckcache_free(c->cache); /* its workers decode from the windows: first */
     c->cache = NULL;
+    ckw_free(c->windows);
+    c->windows = NULL;
 }
 
 int ckfs_stats_json(ckfs_ctx *c, char *buf, size_t cap)
@@ -805,6 +723,19 @@ int ckfs_stats_json(ckfs_ctx *c, char *buf, size_t cap)
              {"prefetch_cancelled", s.prefetch_cancelled}};
     for (size_t i = 0; i < sizeof n / sizeof *n; i++)
         cJSON_AddNumberToObject(o, n[i].name, (double)n[i].v);
+    if (c->windows) {
+        ckw_stats w;
+        ckw_get_stats(c->windows, &w);
+        const struct {
+            const char *name;
+            uint64_t v;
+        } d[] = {{"direct_loads", w.loads},       {"direct_load_bytes", w.load_bytes},
+                 {"direct_hits", w.hits},         {"direct_waits", w.waits},
+                 {"direct_failures", w.failures},
+                 {"direct_dropped", w.dropped},   {"direct_replaced", w.replaced}};
+        for (size_t i = 0; i < sizeof d / sizeof *d; i++)
+            cJSON_AddNumberToObject(o, d[i].name, (double)d[i].v);
+    }
     char *txt = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     int len = txt ? snprintf(buf, cap, "%s\n", txt) : -1;

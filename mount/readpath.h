@@ -50,6 +50,8 @@ typedef struct {
     _Atomic uint64_t checked_ns;   /* CLOCK_MONOTONIC_COARSE of the last check by a decode */
     _Atomic(struct ckfs_decoded *) decoded; /* drop_packed: which chunks were
                                     * decoded (set on the first decode) */
+    atomic_int dfd1;               /* drop_packed: r's file opened O_DIRECT, + 1
+                                    * (0: not yet, -1: cannot) */
 } ckfs_mfile;
 
 struct ckfs_ofile;
@@ -64,6 +66,8 @@ typedef struct {
     cki_table *t;
     ckfs_mfile *files;             /* one per manifest file */
     ckcache *cache;                /* from ckfs_cache_start */
+    struct ckw_set *windows;       /* drop_packed: O_DIRECT read-ahead (plane_window.h),
+                                    * from ckfs_cache_start; NULL: none */
     uid_t uid;
     gid_t gid;
     uint64_t total_size;

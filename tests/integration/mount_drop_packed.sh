@@ -5,6 +5,8 @@
 # twice; with keep_packed they stay.  Measured per file with fincore, after
 # evicting the packed files (POSIX_FADV_DONTNEED), so nothing else on the
 # machine can blur it.  The bytes read are compared with the originals.
+# Where the file system takes O_DIRECT, most chunks come from the daemon's
+# O_DIRECT windows (plane_window.h; its counters from `ckptfs stat`).
 . "$(dirname "$0")/lib.sh"
 command -v fincore >/dev/null || { echo "SKIP: no fincore (util-linux)"; exit 77; }
 # one shard of 32 MiB in 16 MiB tensors and one of 16 MiB (what the option is for)
@@ -34,6 +36,16 @@ for opt in drop_packed keep_packed; do
     done
     pct=$(cached_pct)
     echo "$opt: ${pct}% of the packed shards cached after reading them all"
+    if [ "$opt" = drop_packed ] && "$PY" -c 'import os, sys; os.close(os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECT))' "$T"/dst/*00001*.ckpt 2>/dev/null; then
+        "$CKPTFS" stat --json "$T/m_$opt" >"$T/stats.json" || fail "ckptfs stat of the mount failed"
+        "$PY" - "$T/stats.json" <<'PYEOF' || fail "drop_packed: the O_DIRECT windows served too few chunks"
+import json, sys
+o = json.load(open(sys.argv[1]))
+# 48 MiB read in one pass: all but the first chunks of each file's run
+print("drop_packed: %d of %d chunks decoded from O_DIRECT windows (%d loads)" % (o["direct_hits"], o["cache_misses"], o["direct_loads"]))
+sys.exit(0 if o["direct_failures"] == 0 and o["direct_hits"] >= o["cache_misses"] // 2 else 1)
+PYEOF
+    fi
     case $opt in
     # 0% seen here at load 12; a little room for a page sitting in another
     # CPU's LRU batch through every drop that covers it.  Before the daemon

@@ -106,15 +106,22 @@ static const piece mixed[] = {
     {CKC_ENC_ZSTD, 5},
 };
 
+/* tmpdir/a.ckpt of the mixed pieces, opened; its original bytes. */
+static uint8_t *open_mixed(char path[300], ckp_reader **r, uint64_t *total)
+{
+    char err[512];
+    snprintf(path, 300, "%s/a.ckpt", tmpdir);
+    uint8_t *orig = write_pack(path, mixed, 6, total);
+    ck_assert_int_eq(ckp_open(path, r, err, sizeof err), CKP_OK);
+    return orig;
+}
+
 START_TEST(roundtrip_every_byte)
 {
     char path[300];
-    snprintf(path, sizeof path, "%s/a.ckpt", tmpdir);
     uint64_t total;
-    uint8_t *orig = write_pack(path, mixed, 6, &total);
     ckp_reader *r;
-    char err[512];
-    ck_assert_int_eq(ckp_open(path, &r, err, sizeof err), CKP_OK);
+    uint8_t *orig = open_mixed(path, &r, &total);
     ck_assert_ptr_null(ckp_check(r));
     const ckp_info *in = ckp_get_info(r);
     ck_assert_uint_eq(in->original_size, total);
@@ -141,6 +148,67 @@ START_TEST(roundtrip_every_byte)
     ckp_scratch_free(s);
     ckp_close(r);
     free(buf);
+    free(orig);
+}
+END_TEST
+
+/* ckp_read_chunk_from: every chunk of every encoding decodes from plane
+ * bytes read by the caller exactly what ckp_read_chunk gives, for views of
+ * just the bytes ckp_chunk_need names and of a whole run of chunks; a view
+ * one byte short at either end is refused (CKP_ERR_ARG), never read past. */
+START_TEST(read_chunk_from_caller_planes)
+{
+    char path[300];
+    uint64_t total;
+    ckp_reader *r;
+    uint8_t *orig = open_mixed(path, &r, &total);
+    int fd = open(path, O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    ckp_scratch *s = ckp_scratch_new();
+    uint8_t *want = malloc(CKP_MAX_CHUNK), *got = malloc(CKP_MAX_CHUNK);
+    for (uint32_t e = 0; e < ckp_get_info(r)->n_extents; e++) {
+        const ckp_extent *x = ckp_get_extent(r, e);
+        for (uint64_t c = 0; c < x->n_chunks; c++) {
+            uint64_t len = ckp_chunk_len(x, c), lo[3], hi[3], rlo[3], rhi[3];
+            ck_assert_int_eq(ckp_read_chunk(r, e, c, want, s), CKP_OK);
+            ckp_chunk_need(r, e, c, c + 1, lo, hi);
+            ckp_chunk_need(r, e, 0, x->n_chunks, rlo, rhi); /* the whole extent's run */
+            for (int view = 0; view < 4; view++) {
+                ckp_planes pl;
+                memset(&pl, 0, sizeof pl);
+                uint8_t *buf[3] = {0};
+                for (int p = 0; p < 3; p++) {
+                    uint64_t a = view == 1 ? rlo[p] : lo[p], b = view == 1 ? rhi[p] : hi[p];
+                    if (b > a && view == 2 && p == 0)
+                        a++; /* one byte short at the start */
+                    if (b > a && view == 3 && p == 0)
+                        b--; /* one byte short at the end */
+                    buf[p] = malloc(b - a + 1);
+                    ck_assert_int_eq(cku_pread_full(fd, buf[p], b - a, x->plane_offset[p] + a), 0);
+                    pl.base[p] = buf[p], pl.off[p] = a, pl.len[p] = b - a;
+                }
+                memset(got, 0xee, len);
+                ckp_status st = ckp_read_chunk_from(r, e, c, &pl, got, s);
+                if (view < 2) {
+                    ck_assert_msg(st == CKP_OK, "extent %u chunk %llu view %d: %s", e, (unsigned long long)c,
+                                  view, ckp_status_name(st));
+                    ck_assert(memcmp(got, want, len) == 0);
+                } else if (hi[0] > lo[0]) {
+                    ck_assert_int_eq(st, CKP_ERR_ARG);
+                }
+                for (int p = 0; p < 3; p++)
+                    free(buf[p]);
+            }
+        }
+    }
+    ckp_planes none;
+    memset(&none, 0, sizeof none);
+    ck_assert_int_eq(ckp_read_chunk_from(r, 1, 0, &none, got, s), CKP_ERR_ARG);
+    close(fd);
+    free(want);
+    free(got);
+    ckp_scratch_free(s);
+    ckp_close(r);
     free(orig);
 }
 END_TEST
@@ -563,6 +631,7 @@ int main(void)
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_set_timeout(t, 120);
     tcase_add_test(t, roundtrip_every_byte);
+    tcase_add_test(t, read_chunk_from_caller_planes);
     tcase_add_loop_test(t, damaged_chunk_is_an_error_others_read, 0, 3);
     tcase_add_loop_test(t, damaged_metadata_is_refused, 0, 7);
     tcase_add_test(t, chunk_span_matches_bit_layout);

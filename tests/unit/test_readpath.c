@@ -21,6 +21,7 @@
 #include "inode_table.h"
 #include "manifest.h"
 #include "mount_opts.h"
+#include "plane_window.h"
 #include "readpath.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -474,6 +475,80 @@ START_TEST(drop_packed_keeps_the_pages_of_chunks_to_come)
 }
 END_TEST
 
+/* ---- O_DIRECT windows (plane_window.h) ------------------------------------- */
+
+/* Windows loaded ahead decode every chunk to the original bytes; a window
+ * leaves once each of its chunks was decoded from it; with every slot taken
+ * by a loaded window nobody holds, a prefetch replaces the oldest; a window
+ * whose load failed is not used.  (The descriptor need not be O_DIRECT:
+ * the windows ask for whole aligned blocks either way.) */
+START_TEST(windows_decode_the_original_bytes)
+{
+    model md;
+    ckp_reader *r;
+    char err[512];
+    write_model(&md);
+    ck_assert_int_eq(ckp_open(md.packed, &r, err, sizeof err), CKP_OK);
+    int fd = open(md.packed, O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    ckp_scratch *s = ckp_scratch_new();
+    uint8_t *buf = malloc(CKP_MAX_CHUNK);
+    ckw_set *w = ckw_new(1, 2);
+    ck_assert_ptr_nonnull(w);
+    ckw_stats st;
+    ckp_planes pl;
+    for (uint32_t e = 0; e < 2; e++) { /* the K15 extent, then the raw one */
+        const ckp_extent *x = ckp_get_extent(r, e);
+        ck_assert_uint_ge(ckw_window_chunks(x), x->n_chunks); /* one window holds the extent */
+        ckw_prefetch(w, 7, r, fd, e, x->n_chunks - 1);
+        for (uint64_t c = 0; c < x->n_chunks; c++) {
+            ckw_window *win = ckw_get(w, 7, r, e, c, &pl);
+            ck_assert_ptr_nonnull(win);
+            ck_assert_int_eq(ckp_read_chunk_from(r, e, c, &pl, buf, s), CKP_OK);
+            uint64_t at = x->orig_offset + c * x->chunk_size;
+            ck_assert(memcmp(buf, md.orig + at, ckp_chunk_len(x, c)) == 0);
+            ckw_put(w, win, c, 1);
+        }
+        ck_assert_ptr_null(ckw_get(w, 7, r, e, 0, &pl)); /* all served: gone */
+    }
+    ckw_get_stats(w, &st);
+    ck_assert_uint_eq(st.loads, 2);
+    ck_assert_uint_eq(st.hits, ckp_get_extent(r, 0)->n_chunks + ckp_get_extent(r, 1)->n_chunks);
+    /* one slot: a loaded window nobody used is replaced by the next prefetch */
+    ckw_prefetch(w, 7, r, fd, 0, 0);
+    ckw_put(w, ckw_get(w, 7, r, 0, 0, &pl), 0, 0); /* waits for the load; nothing decoded */
+    ckw_prefetch(w, 7, r, fd, 1, 0);
+    ckw_window *win = ckw_get(w, 7, r, 1, 0, &pl);
+    ck_assert_ptr_nonnull(win);
+    ck_assert_ptr_null(ckw_get(w, 7, r, 0, 0, &pl));
+    ckw_get_stats(w, &st);
+    ck_assert_uint_eq(st.replaced, 1);
+    /* held: a prefetch finds no slot and is dropped */
+    ckw_prefetch(w, 8, r, fd, 0, 0);
+    ckw_get_stats(w, &st);
+    ck_assert_uint_eq(st.dropped, 1);
+    ckw_put(w, win, 0, 0);
+    /* a load that fails (a file with nothing in it) is not used */
+    char empty[300];
+    snprintf(empty, sizeof empty, "%s/empty", tmpdir);
+    int efd = open(empty, O_RDWR | O_CREAT, 0644);
+    ck_assert_int_ge(efd, 0);
+    ckw_prefetch(w, 9, r, efd, 0, 0);
+    ck_assert_ptr_null(ckw_get(w, 9, r, 0, 0, &pl));
+    ckw_get_stats(w, &st);
+    ck_assert_uint_eq(st.failures, 1);
+    ckw_prefetch(w, 10, r, -1, 0, 0); /* no descriptor: nothing */
+    ck_assert_ptr_null(ckw_get(w, 10, r, 0, 0, &pl));
+    ckw_free(w);
+    close(efd);
+    close(fd);
+    free(buf);
+    ckp_scratch_free(s);
+    ckp_close(r);
+    free(md.orig);
+}
+END_TEST
+
 /* Damage in one chunk: reads touching it fail with EIO, every time; the
  * other chunks still read back exactly. */
 START_TEST(damaged_chunk_is_eio)
@@ -871,6 +946,7 @@ int main(void)
     tcase_add_test(t, ahead_long_run_gets_the_window);
     tcase_add_test(t, ahead_random_read_queues_nothing);
     tcase_add_test(t, drop_packed_keeps_the_pages_of_chunks_to_come);
+    tcase_add_test(t, windows_decode_the_original_bytes);
     tcase_add_test(t, open_files_freed_with_the_context);
     tcase_add_test(t, damaged_chunk_is_eio);
     tcase_add_test(t, bad_packed_files);

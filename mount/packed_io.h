@@ -1,0 +1,36 @@
+/*
+ * packed_io.h — the mount daemon's handling of the packed files' bytes under
+ * -o drop_packed (a model larger than memory: the page cache should hold the
+ * decoded bytes alone).  Internal to the daemon (readpath.c).
+ *   - The pages of decoded chunks are dropped from the page cache, never
+ *     those a chunk not decoded yet reads (ckfs_drop_decoded).
+ *   - The kernel's readahead of the packed files is off (ckfs_no_readahead).
+ *   - Sequential readers' packed bytes are read ahead with O_DIRECT into
+ *     windows of the daemon's own memory (ckfs_window_range), which the
+ *     decodes take them from (plane_window.h).
+ */
+#ifndef CKFS_PACKED_IO_H
+#define CKFS_PACKED_IO_H
+
+#include "readpath.h"
+
+/* Right after a reader's open, before any decode: turn the kernel's
+ * readahead of its packed file off and drop what the open read (header,
+ * table of contents, and the readahead marks among them). */
+void ckfs_no_readahead(const ckp_reader *r);
+
+/* Chunk k of reader r was decoded: drop the packed pages of the run of
+ * decoded chunks around it; cached: it was read through the page cache
+ * (decoded from an O_DIRECT window: it is only marked decoded). */
+void ckfs_drop_decoded(ckfs_ctx *c, const ckcache_key *k, const ckp_reader *r, int cached);
+
+/* Read the packed bytes that original bytes [from, to) of manifest file
+ * `file` decode from into O_DIRECT windows (c->windows) ahead of their
+ * decodes (extents of chunks too large for a window, or a file system
+ * without O_DIRECT: the kernel hint). */
+void ckfs_window_range(ckfs_ctx *c, uint32_t file, const ckp_reader *r, uint64_t from, uint64_t to);
+
+/* Free what the functions above set up for f (at unmount). */
+void ckfs_packed_io_free(ckfs_mfile *f);
+
+#endif

@@ -1,0 +1,291 @@
+/*
+ * plane_window.c — packed bytes read ahead with O_DIRECT (plane_window.h).
+ *
+ * One mutex (w->lock) protects every window's state, refs, used, tick and
+ * key, the queue and the counters.  A window's buffer and planes are written
+ * only by the I/O thread loading it (state LOADING, which nobody reuses) and
+ * read only while it is READY and held (refs > 0, which nobody reuses
+ * either).  Windows are a fixed array of slots searched linearly: a few
+ * dozen, looked at once per decode and per prefetch.
+ *
+ * States: FREE -> QUEUED (ckw_prefetch) -> LOADING (an I/O thread) ->
+ * READY or FAILED; a READY or FAILED window nobody holds becomes FREE once
+ * every chunk was decoded from it, or is taken over by a prefetch (LRU).
+ */
+#define _GNU_SOURCE
+#include "plane_window.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define ALIGN 4096u                /* O_DIRECT offsets, lengths and buffers */
+
+enum { W_FREE, W_QUEUED, W_LOADING, W_READY, W_FAILED };
+
+struct ckw_window {
+    uint32_t file, e;
+    uint64_t idx;                  /* chunks [idx * n_per, ...) of extent e */
+    unsigned n_per, n;             /* chunks per window of the extent, in this one */
+    int state, refs;
+    uint64_t used;                 /* bit i: chunk idx * n_per + i decoded from it */
+    uint64_t tick;                 /* last prefetch or get (LRU) */
+    const ckp_reader *r;
+    int dfd;
+    uint8_t *buf;                  /* ALIGN-aligned, cap bytes (kept when reused) */
+    size_t cap;
+    ckp_planes pl;
+};
+
+struct ckw_set {
+    pthread_mutex_t lock;
+    pthread_cond_t loaded;         /* some load finished */
+    pthread_cond_t work;           /* a window queued, or stopping */
+    ckw_window *slot;
+    unsigned n_slots;
+    unsigned *queue;               /* slots QUEUED, oldest first (ring of n_slots) */
+    unsigned q_head, q_len;
+    uint64_t tick;
+    int stopping;
+    pthread_t *threads;
+    unsigned n_threads;
+    ckw_stats st;
+};
+
+unsigned ckw_window_chunks(const ckp_extent *x)
+{
+    return x->chunk_size && x->chunk_size <= CKW_BYTES ? (unsigned)(CKW_BYTES / x->chunk_size) : 0;
+}
+
+static ckw_window *find(ckw_set *w, uint32_t file, uint32_t e, uint64_t idx)
+{
+    for (unsigned i = 0; i < w->n_slots; i++) {
+        ckw_window *s = &w->slot[i];
+        if (s->state != W_FREE && s->file == file && s->e == e && s->idx == idx)
+            return s;
+    }
+    return NULL;
+}
+
+/* A slot for a new window: a free one, else the least recently used window
+ * loaded (or failed) that nobody holds; NULL when all are queued, loading
+ * or held.  By w->lock. */
+static ckw_window *take_slot(ckw_set *w)
+{
+    ckw_window *lru = NULL;
+    for (unsigned i = 0; i < w->n_slots; i++) {
+        ckw_window *s = &w->slot[i];
+        if (s->state == W_FREE)
+            return s;
+        if ((s->state == W_READY || s->state == W_FAILED) && s->refs == 0 && (!lru || s->tick < lru->tick))
+            lru = s;
+    }
+    if (lru && lru->state == W_READY && lru->used != (lru->n < 64 ? (1ull << lru->n) - 1 : ~0ull))
+        w->st.replaced++;
+    return lru;
+}
+
+void ckw_prefetch(ckw_set *w, uint32_t file, const ckp_reader *r, int dfd, uint32_t e, uint64_t c)
+{
+    const ckp_extent *x = ckp_get_extent(r, e);
+    unsigned n_per = ckw_window_chunks(x);
+    if (!n_per || dfd < 0 || c >= x->n_chunks)
+        return;
+    uint64_t idx = c / n_per;
+    pthread_mutex_lock(&w->lock);
+    ckw_window *s = find(w, file, e, idx);
+    if (s) {
+        s->tick = ++w->tick;
+    } else if (!w->stopping && (s = take_slot(w)) != NULL) {
+        uint64_t c0 = idx * n_per;
+        s->file = file, s->e = e, s->idx = idx, s->n_per = n_per;
+        s->n = (unsigned)(x->n_chunks - c0 < n_per ? x->n_chunks - c0 : n_per);
+        s->state = W_QUEUED, s->refs = 0, s->used = 0, s->tick = ++w->tick;
+        s->r = r, s->dfd = dfd;
+        w->queue[(w->q_head + w->q_len++) % w->n_slots] = (unsigned)(s - w->slot);
+        pthread_cond_signal(&w->work);
+    } else {
+        w->st.dropped++;
+    }
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* Read [a, b) of fd (a aligned) into dst with O_DIRECT, asking for whole
+ * ALIGN blocks; the end of the file may come first.  @return 0 if all of
+ * [a, b) arrived. */
+static int read_direct(int fd, uint8_t *dst, uint64_t a, uint64_t b)
+{
+    uint64_t want = (b - a + ALIGN - 1) / ALIGN * ALIGN, got = 0;
+    while (got < b - a) {
+        ssize_t n = pread(fd, dst + got, want - got, (off_t)(a + got));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        got += (uint64_t)n;
+        if (got % ALIGN)
+            break; /* the end of the file */
+    }
+    return got >= b - a ? 0 : -1;
+}
+
+/* Load window s (LOADING: only this thread touches its buffer), one pread
+ * per plane.  Called without the lock.  @return bytes read, or 0 on failure. */
+static uint64_t load(ckw_window *s)
+{
+    const ckp_extent *x = ckp_get_extent(s->r, s->e);
+    uint64_t c0 = s->idx * s->n_per, lo[3], hi[3], a[3], b[3];
+    size_t need = 0;
+    ckp_chunk_need(s->r, s->e, c0, c0 + s->n, lo, hi);
+    for (int p = 0; p < 3; p++) {
+        a[p] = (x->plane_offset[p] + lo[p]) / ALIGN * ALIGN;
+        b[p] = x->plane_offset[p] + hi[p];
+        if (hi[p] > lo[p])
+            need += (b[p] - a[p] + ALIGN - 1) / ALIGN * ALIGN;
+    }
+    if (need > s->cap) {
+        void *nb = NULL;
+        free(s->buf);
+        s->buf = NULL;
+        s->cap = 0;
+        if (posix_memalign(&nb, ALIGN, need) != 0)
+            return 0;
+        s->buf = nb;
+        s->cap = need;
+    }
+    memset(&s->pl, 0, sizeof s->pl);
+    uint64_t at = 0, bytes = 0;
+    for (int p = 0; p < 3; p++) {
+        if (hi[p] <= lo[p])
+            continue;
+        if (read_direct(s->dfd, s->buf + at, a[p], b[p]) != 0)
+            return 0;
+        s->pl.base[p] = s->buf + at + (x->plane_offset[p] + lo[p] - a[p]);
+        s->pl.off[p] = lo[p];
+        s->pl.len[p] = hi[p] - lo[p];
+        bytes += b[p] - a[p];
+        at += (b[p] - a[p] + ALIGN - 1) / ALIGN * ALIGN;
+    }
+    return bytes ? bytes : 1;
+}
+
+static void *io_main(void *arg)
+{
+    ckw_set *w = arg;
+    pthread_mutex_lock(&w->lock);
+    for (;;) {
+        while (!w->stopping && w->q_len == 0)
+            pthread_cond_wait(&w->work, &w->lock);
+        if (w->stopping)
+            break;
+        ckw_window *s = &w->slot[w->queue[w->q_head]];
+        w->q_head = (w->q_head + 1) % w->n_slots;
+        w->q_len--;
+        s->state = W_LOADING;
+        pthread_mutex_unlock(&w->lock);
+        uint64_t bytes = load(s);
+        pthread_mutex_lock(&w->lock);
+        s->state = bytes ? W_READY : W_FAILED;
+        if (bytes) {
+            w->st.loads++;
+            w->st.load_bytes += bytes;
+        } else {
+            w->st.failures++;
+        }
+        pthread_cond_broadcast(&w->loaded);
+    }
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+ckw_window *ckw_get(ckw_set *w, uint32_t file, const ckp_reader *r, uint32_t e, uint64_t c, ckp_planes *pl)
+{
+    unsigned n_per = ckw_window_chunks(ckp_get_extent(r, e));
+    if (!n_per)
+        return NULL;
+    pthread_mutex_lock(&w->lock);
+    ckw_window *s = find(w, file, e, c / n_per);
+    if (s) {
+        s->refs++; /* held: not taken over while we wait */
+        if (s->state == W_QUEUED || s->state == W_LOADING)
+            w->st.waits++;
+        while (s->state == W_QUEUED || s->state == W_LOADING)
+            pthread_cond_wait(&w->loaded, &w->lock);
+        s->tick = ++w->tick;
+        if (s->state == W_READY) {
+            *pl = s->pl;
+            w->st.hits++;
+        } else {
+            s->refs--;
+            s = NULL;
+        }
+    }
+    pthread_mutex_unlock(&w->lock);
+    return s;
+}
+
+void ckw_put(ckw_set *w, ckw_window *s, uint64_t c, int decoded)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&w->lock);
+    if (decoded)
+        s->used |= 1ull << (c - s->idx * s->n_per);
+    if (--s->refs == 0 && s->used == (s->n < 64 ? (1ull << s->n) - 1 : ~0ull))
+        s->state = W_FREE; /* every chunk served from it: the slot (and its buffer) for the next */
+    pthread_mutex_unlock(&w->lock);
+}
+
+void ckw_get_stats(ckw_set *w, ckw_stats *st)
+{
+    pthread_mutex_lock(&w->lock);
+    *st = w->st;
+    pthread_mutex_unlock(&w->lock);
+}
+
+ckw_set *ckw_new(unsigned maxWindows, unsigned ioThreads)
+{
+    ckw_set *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    w->n_slots = maxWindows ? maxWindows : 1;
+    w->slot = calloc(w->n_slots, sizeof *w->slot);
+    w->queue = calloc(w->n_slots, sizeof *w->queue);
+    w->threads = calloc(ioThreads ? ioThreads : 1, sizeof *w->threads);
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->loaded, NULL);
+    pthread_cond_init(&w->work, NULL);
+    if (!w->slot || !w->queue || !w->threads) {
+        ckw_free(w);
+        return NULL;
+    }
+    for (; w->n_threads < (ioThreads ? ioThreads : 1); w->n_threads++)
+        if (pthread_create(&w->threads[w->n_threads], NULL, io_main, w) != 0) {
+            ckw_free(w);
+            return NULL;
+        }
+    return w;
+}
+
+void ckw_free(ckw_set *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->lock);
+    w->stopping = 1;
+    pthread_cond_broadcast(&w->work);
+    pthread_mutex_unlock(&w->lock);
+    for (unsigned i = 0; i < w->n_threads; i++)
+        pthread_join(w->threads[i], NULL);
+    for (unsigned i = 0; w->slot && i < w->n_slots; i++)
+        free(w->slot[i].buf);
+    free(w->slot);
+    free(w->queue);
+    free(w->threads);
+    pthread_cond_destroy(&w->work);
+    pthread_cond_destroy(&w->loaded);
+    pthread_mutex_destroy(&w->lock);
+    free(w);
+}

@@ -1,0 +1,67 @@
+/*
+ * plane_window.h — packed bytes read ahead with O_DIRECT, for the mount
+ * daemon's -o drop_packed (a model larger than memory).
+ *
+ * A window is CKW_BYTES of original bytes, whole chunks of one extent of
+ * one packed file (ckw_window_chunks of them): the bytes their decodes read
+ * from each plane (ckp_chunk_need), read
+ * with one O_DIRECT pread per plane into the daemon's own memory by a few
+ * I/O threads, ahead of the decodes (ckw_prefetch).  A decode that finds its
+ * chunk's window decodes from it (ckp_read_chunk_from; it waits while the
+ * window loads); one that finds none reads the packed file as before.  The
+ * page cache never holds the packed bytes read this way: nothing to drop
+ * afterwards, no copy out of the page cache, and the disk is read in large
+ * requests, several at once, whatever the kernel's readahead would do with
+ * the three plane streams of a file.
+ *
+ * Bounded: at most maxWindows exist (each at most CKW_BYTES plus a few
+ * pages; about 0.7 MiB for BF16); a window leaves once each of its chunks was decoded from it,
+ * and when all are taken a prefetch replaces the least recently used window
+ * nobody holds, or is dropped.  A window whose load failed is not used: the
+ * decode reads the file itself and reports what is wrong.
+ * FUSE-free; all functions are thread-safe.
+ */
+#ifndef CKFS_PLANE_WINDOW_H
+#define CKFS_PLANE_WINDOW_H
+
+#include <stdint.h>
+
+#include "container.h"
+
+#define CKW_BYTES (1u << 20)       /* original bytes per window: 8 BF16 chunks */
+
+typedef struct ckw_set ckw_set;
+typedef struct ckw_window ckw_window;
+
+typedef struct {
+    uint64_t loads, load_bytes;    /* windows read, and the bytes of their preads */
+    uint64_t failures;             /* loads that failed (the decodes read the file then) */
+    uint64_t hits;                 /* decodes from a window */
+    uint64_t waits;                /* of which found it still loading */
+    uint64_t dropped, replaced;    /* prefetches dropped (all taken) / windows replaced unused */
+} ckw_stats;
+
+/* Chunks per window of extent x: CKW_BYTES of them, or 0 when its chunks
+ * are larger (read as before). */
+unsigned ckw_window_chunks(const ckp_extent *x);
+
+/* @return NULL when out of memory or the threads cannot start. */
+ckw_set *ckw_new(unsigned maxWindows, unsigned ioThreads);
+/* Stop the I/O threads and free everything; no window may be held. */
+void ckw_free(ckw_set *w);
+
+/* Queue the load of the window holding chunk c of extent e of file number
+ * file (reader r, and dfd, a descriptor of the same file opened O_DIRECT),
+ * unless it exists.  Best effort; r and dfd must stay open until ckw_free. */
+void ckw_prefetch(ckw_set *w, uint32_t file, const ckp_reader *r, int dfd, uint32_t e, uint64_t c);
+
+/* The loaded window holding chunk c of extent e of file (waiting while it
+ * loads), held until ckw_put, with *pl its planes; NULL when there is none
+ * or its load failed. */
+ckw_window *ckw_get(ckw_set *w, uint32_t file, const ckp_reader *r, uint32_t e, uint64_t c, ckp_planes *pl);
+/* Give back a window from ckw_get; decoded: chunk c was decoded from it. */
+void ckw_put(ckw_set *w, ckw_window *win, uint64_t c, int decoded);
+
+void ckw_get_stats(ckw_set *w, ckw_stats *st);
+
+#endif
