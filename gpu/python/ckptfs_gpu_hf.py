@@ -38,6 +38,8 @@ import os
 import shutil
 import tempfile
 
+import ckptfs_gpu as _cg  # the GPU binding beside this file: its library finder and tensor description
+
 __all__ = ["ServingError", "NotAModelError", "MissingTensorError", "DeviceError", "OutOfVRAMError",
            "PackedDir", "PackedWeight", "PackedLinear", "PackedEmbedding", "from_pretrained", "load_tokenizer", "load_linear", "row_slice",
            "load_read_library", "check_fits"]
@@ -72,18 +74,15 @@ class OutOfVRAMError(ServingError, MemoryError):
 
 # ---- libckread: the format library's host read API --------------------------------
 
-_DTYPES = {1: "BOOL", 2: "U8", 3: "I8", 4: "I16", 5: "U16", 6: "F16", 7: "BF16", 8: "I32", 9: "U32",
-           10: "F32", 11: "F64", 12: "I64", 13: "U64", 14: "F8_E5M2", 15: "F8_E4M3", 16: "F8_E8M0"}
 _TORCH_DTYPES = {1: "bool", 2: "uint8", 3: "int8", 4: "int16", 6: "float16", 7: "bfloat16", 8: "int32",
                  10: "float32", 11: "float64", 12: "int64", 14: "float8_e5m2", 15: "float8_e4m3fn"}
-_ENCODINGS = {0: "raw", 1: "zstd", 2: "k15", 3: "bytesplit"}
 PACKED_ENCODINGS = ("k15", "bytesplit")
 
 
-class _Info(C.Structure):
-    _fields_ = [("name", C.c_char_p), ("file", C.c_char_p), ("dtype", C.c_uint32), ("encoding", C.c_uint32),
-                ("ndim", C.c_uint32), ("shape", C.c_uint64 * 16), ("nbytes", C.c_uint64),
-                ("packed_bytes", C.c_uint64)]
+class _Info(_cg._Info):
+    """ckr_tensor_info: ckg_tensor_info's fields, then packed_bytes (ctypes
+    appends a subclass's fields after its base's)."""
+    _fields_ = [("packed_bytes", C.c_uint64)]
 
 
 _rlib = None
@@ -94,8 +93,7 @@ def load_read_library(path=None):
     global _rlib
     if _rlib is not None:
         return _rlib
-    from ckptfs_gpu import open_cdll
-    lib = open_cdll("libckread.so", "CKPTFS_READ_LIB", "format", path)
+    lib = _cg.open_cdll("libckread.so", "CKPTFS_READ_LIB", "format", path)
     P, U64, S, SZ, ERR = C.c_void_p, C.c_uint64, C.c_int, C.c_size_t, C.c_char_p
     sigs = {
         "ckr_status_name": (C.c_char_p, [S]),
@@ -116,25 +114,17 @@ def load_read_library(path=None):
     return lib
 
 
-class TensorInfo:
+class TensorInfo(_cg.TensorInfo):
+    """ckptfs_gpu's tensor description, plus the bytes of its planes."""
+
     def __init__(self, index, info):
-        self.index = index
-        self.name = info.name.decode()
-        self.file = info.file.decode()
-        self.dtype_code = info.dtype
-        self.dtype = _DTYPES.get(info.dtype, str(info.dtype))
-        self.encoding = _ENCODINGS.get(info.encoding, str(info.encoding))
-        self.shape = tuple(int(info.shape[d]) for d in range(info.ndim))
-        self.nbytes = int(info.nbytes)
+        super().__init__(index, info)
         self.packed_bytes = int(info.packed_bytes)
 
     @property
     def packed(self):
         """A BF16 tensor stored as K15/byte-split planes."""
         return self.dtype == "BF16" and self.encoding in PACKED_ENCODINGS
-
-    def __repr__(self):
-        return f"TensorInfo({self.name!r}, {self.dtype}, {self.shape}, {self.encoding}, {self.file!r})"
 
 
 class PackedDir:
