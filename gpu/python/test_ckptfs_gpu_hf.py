@@ -27,6 +27,9 @@ safetensors = pytest.importorskip("safetensors")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ckptfs_gpu_hf as ckhf  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "lib"))
+from tiny_llama import tiny_llama as _tiny_llama  # noqa: E402
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 VOCAB = 512
@@ -40,17 +43,7 @@ def ckptfs_bin():
 
 
 def tiny_llama(tied=False, layers=2):
-    from transformers import LlamaConfig, LlamaForCausalLM
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=176, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                      tie_word_embeddings=tied, bos_token_id=1, eos_token_id=2, pad_token_id=0)
-    torch.manual_seed(1201 + tied)
-    m = LlamaForCausalLM(cfg)
-    with torch.no_grad():   # norms away from 1.0 so they carry information too
-        for n, p in m.named_parameters():
-            if "norm" in n:
-                p.add_(torch.randn_like(p) * 0.1)
-    return m.to(torch.bfloat16)
+    return _tiny_llama(1201 + tied, tied=tied, layers=layers, bos_token_id=1, eos_token_id=2, pad_token_id=0)
 
 
 def save_tokenizer(d):

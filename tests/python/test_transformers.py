@@ -4,6 +4,7 @@ bytesplit) and mounted, loads to the same state dict, bit for bit, and gives
 the same logits as the original directory."""
 import json
 import os
+import sys
 
 import pytest
 
@@ -12,22 +13,11 @@ transformers = pytest.importorskip("transformers")
 
 from conftest import mount_fixture, pack  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from tiny_llama import tiny_llama  # noqa: E402
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-
-def tiny_llama():
-    from transformers import LlamaConfig, LlamaForCausalLM
-    cfg = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                      tie_word_embeddings=False)
-    torch.manual_seed(1130)
-    m = LlamaForCausalLM(cfg)
-    with torch.no_grad():   # norms away from 1.0 so they carry information too
-        for n, p in m.named_parameters():
-            if "norm" in n:
-                p.add_(torch.randn_like(p) * 0.1)
-    return m.to(torch.bfloat16)
 
 
 def load(path):
@@ -43,7 +33,7 @@ def load(path):
 @pytest.fixture(scope="module")
 def model_dir(workdir):
     d = os.path.join(workdir, "llama-src")
-    tiny_llama().save_pretrained(d, max_shard_size="100KB", safe_serialization=True)
+    tiny_llama(1130).save_pretrained(d, max_shard_size="100KB", safe_serialization=True)
     return d
 
 
