@@ -194,15 +194,20 @@ cp -a "$T/p-bytesplit" "$T/unfinished" && rm "$T/unfinished/ckptfs.manifest"
 "$CK" verify "$T/unfinished" 2> "$T/err"
 check "unfinished pack: says run the same pack command again" \
   grep -q "unfinished pack (no ckptfs.manifest yet): run the same .ckptfs pack. command again to finish it" "$T/err"
-# a packed file of a newer format version (minor 9, header checksum fixed up)
-cp -a "$T/p-bytesplit" "$T/newer"
-python3 - "$T/newer/config.json.ckpt" <<'PY'
+# set_version FILE MAJOR MINOR: a packed file's format version, its header
+# checksum fixed up (format §3.1: version at bytes 8-11, XXH3 of 0-55 at 56)
+set_version() {
+  python3 - "$@" <<'PY'
 import struct, sys, xxhash
 p = sys.argv[1]; b = bytearray(open(p, "rb").read())
-b[10:12] = struct.pack("<H", 9)
+b[8:12] = struct.pack("<HH", int(sys.argv[2]), int(sys.argv[3]))
 b[56:64] = struct.pack("<Q", xxhash.xxh3_64_intdigest(bytes(b[:56])))
 open(p, "wb").write(b)
 PY
+}
+# a packed file of a newer format version (minor 9)
+cp -a "$T/p-bytesplit" "$T/newer"
+set_version "$T/newer/config.json.ckpt" 1 9
 "$CK" verify "$T/newer" 2> "$T/err"
 check "newer format version: verify exits 1, not 3 (damaged)" test $? -eq 1
 check "newer format version: says written by a newer ckptfs, upgrade; not damaged" \
@@ -210,13 +215,7 @@ check "newer format version: says written by a newer ckptfs, upgrade; not damage
          grep -q '1 of 8 files use a format version this ckptfs cannot read' '$T/err' && ! grep -q damaged '$T/err'"
 # format major 0 (no release wrote it): unsupported, but not 'newer' and not damage
 cp -a "$T/p-bytesplit" "$T/major0"
-python3 - "$T/major0/config.json.ckpt" <<'PY'
-import struct, sys, xxhash
-p = sys.argv[1]; b = bytearray(open(p, "rb").read())
-b[8:10] = struct.pack("<H", 0)
-b[56:64] = struct.pack("<Q", xxhash.xxh3_64_intdigest(bytes(b[:56])))
-open(p, "wb").write(b)
-PY
+set_version "$T/major0/config.json.ckpt" 0 0
 "$CK" verify "$T/major0" 2> "$T/err"
 check "format major 0: verify exits 1, not 3 (damaged)" test $? -eq 1
 check "format major 0: says no release writes it, not 'newer', not damaged" \
