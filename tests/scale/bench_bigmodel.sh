@@ -9,15 +9,17 @@
 #   unpack / verify of the packed model
 # Reports wall time and the ratio original / mount (target >= 1.2), the
 # peaks of the cgroup's page cache and anonymous memory (its memory.stat,
-# sampled every 0.1 s), the bytes read from the disk (/proc/diskstats) and
+# sampled every 0.1 s), the bytes read from storage by the command and the
+# daemon (/proc/PID/io) and
 # the daemon's peak RssAnon; the originals' cold cat is the disk's rate in
 # this run (it varies a lot during the day); and, without the limit,
 # the page cache the mount leaves behind after one cat of the model against
 # the originals' (target: no more: the daemon drops the packed pages it has
 # decoded, -o drop_packed, which the mount turns on by itself for a model
 # over half of the machine's memory; here it is given, since "memory" is the
-# cgroup's).  With LIMIT=0 it runs at the machine's own size
-# (MODEL_GIB of data, default 1.3 x MemTotal; needs that much disk twice).
+# cgroup's).  With LIMIT=0 it runs at the machine's own size (RATIO x
+# MemTotal of data; needs 1.7 times that on disk), the cgroup only
+# accounting, without unpack (a third copy) or the unlimited part.
 # Mount and originals alternate, REPS rounds (default 1; medians), cat and
 # load_file first.  ROWS_ONLY=1 skips unpack, verify and the unlimited part.
 # Env: LIMIT (bytes, or with M/G), RATIO, REPS, CK_OPTS (more mount options),
@@ -46,7 +48,7 @@ CG=""
 cleanup() {
     grep -q " $MNT fuse" /proc/mounts && { fusermount3 -u "$MNT" 2>/dev/null || umount -l "$MNT"; }
     [ -n "$PID" ] && kill "$PID" 2>/dev/null
-    [ -n "$CG" ] && { sleep 0.2; rmdir "$CG" 2>/dev/null || true; }
+    sleep 0.2; rmdir "$CG" 2>/dev/null || true
     rm -rf "$T"
 }
 trap cleanup EXIT
@@ -54,30 +56,24 @@ trap 'exit 1' INT TERM
 log() { echo "[big] $*" >&2; }
 
 # ---- the cgroup -------------------------------------------------------------
-if [ "$LIMIT" -gt 0 ]; then
-    if [ -f /sys/fs/cgroup/cgroup.controllers ]; then    # v2
-        CG=/sys/fs/cgroup/ckptfs-big-$$
-        mkdir "$CG"
-        echo "$LIMIT" >"$CG/memory.max"
-        STAT_FILE=file STAT_ANON=anon
-    else                                                  # v1
-        CG=/sys/fs/cgroup/memory/ckptfs-big-$$
-        mkdir "$CG"
-        echo "$LIMIT" >"$CG/memory.limit_in_bytes"
-        STAT_FILE=total_cache STAT_ANON=total_rss
-    fi
-    incg() { sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$CG" "$@"; }
-else
-    incg() { "$@"; }
+# Always one, for the accounting; limited to LIMIT unless LIMIT=0.
+if [ -f /sys/fs/cgroup/cgroup.controllers ]; then    # v2
+    CG=/sys/fs/cgroup/ckptfs-big-$$
+    mkdir "$CG"
+    [ "$LIMIT" -gt 0 ] && echo "$LIMIT" >"$CG/memory.max"
+    STAT_FILE=file STAT_ANON=anon
+else                                                  # v1
+    CG=/sys/fs/cgroup/memory/ckptfs-big-$$
+    mkdir "$CG"
+    [ "$LIMIT" -gt 0 ] && echo "$LIMIT" >"$CG/memory.limit_in_bytes"
+    STAT_FILE=total_cache STAT_ANON=total_rss
 fi
-# page cache and anonymous bytes charged to the cgroup (the whole machine's
-# without one), every 0.1 s until $T/sampling goes; peaks in $T/mem
+incg() { sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$CG" "$@"; }
+MOUNT_CG=$CG
+# page cache and anonymous bytes charged to the cgroup, every 0.1 s until
+# $T/sampling goes; peaks in $T/mem
 mem_now() {
-    if [ -n "$CG" ]; then
-        awk -v f="$STAT_FILE" -v a="$STAT_ANON" '$1 == f {c = $2} $1 == a {n = $2} END {print c, n}' "$CG/memory.stat"
-    else
-        awk '/^Cached:/ {c = $2 * 1024} /^AnonPages:/ {n = $2 * 1024} END {print c, n}' /proc/meminfo
-    fi
+    awk -v f="$STAT_FILE" -v a="$STAT_ANON" '$1 == f {c = $2} $1 == a {n = $2} END {print c, n}' "$CG/memory.stat"
 }
 sample_mem() {
     while [ -e "$T/sampling" ]; do mem_now; sleep 0.1; done |
@@ -97,17 +93,17 @@ PK=$W/packed-$MODEL_MIB
 [ -f "$PK.done" ] || { rm -rf "$PK"; "$CKPTFS" pack "$SRC" "$PK" >/dev/null 2>&1; touch "$PK.done"; }
 MODEL_BYTES=$(cat "$SRC"/*.safetensors | wc -c)
 
-# sectors read from the disk holding the data (/proc/diskstats, field 6)
-DISK=$(basename "$(findmnt -no SOURCE -T "$W" | sed 's/\[.*//')")
-disk_sectors() { awk -v d="$DISK" '$3 == d {print $6}' /proc/diskstats; }
+# bytes read from storage by a process and the children it waited for
+# (/proc/PID/io: others' reads on the shared disk do not count)
+io_read() { awk '/^read_bytes/ {print $2}' "/proc/$1/io" 2>/dev/null || echo 0; }
 now() { date +%s.%N; }
 since() { awk -v a="$(now)" -v b="$1" 'BEGIN {printf "%.2f", a - b}'; }
 drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 cached_kib() { awk '/^Cached:/ {print $2}' /proc/meminfo; }
 ANONMAX=0
 sample_anon() { while [ -e "/proc/$1/status" ]; do awk '/RssAnon/ {print $2}' "/proc/$1/status" 2>/dev/null; sleep 0.1; done >"$T/anon"; }
-mount_ck() {   # mount_ck [OPTS]
-    incg "$CKPTFS" mount -f ${1:+-o "$1"} "$PK" "$MNT" 2>>"$T/ck.log" &
+mount_ck() {   # mount_ck [OPTS]: PID is the daemon's (the subshell execs it)
+    (echo "$BASHPID" >"$MOUNT_CG/cgroup.procs" && exec "$CKPTFS" mount -f ${1:+-o "$1"} "$PK" "$MNT") 2>>"$T/ck.log" &
     PID=$!
     sample_anon "$PID" &
     for _ in $(seq 400); do grep -q " $MNT fuse.ckptfs " /proc/mounts && return 0; sleep 0.025; done
@@ -138,22 +134,22 @@ row() {   # row WHAT KEY_MOUNT KEY_ORIG DAEMON_ANON
     ROWS+="| $1 | $m s | $o s | $(awk -v a="$o" -v b="$m" 'BEGIN {printf "%.2f", (b > 0) ? a / b : 0}') | $(echo "${C[$2]}" | med | cut -d. -f1) / $(echo "${C[$3]}" | med | cut -d. -f1) | $(echo "${A[$2]}" | med | cut -d. -f1) / $(echo "${A[$3]}" | med | cut -d. -f1) | $(echo "${D[$2]}" | med | cut -d. -f1) / $(echo "${D[$3]}" | med | cut -d. -f1) | $4 |"$'\n'
 }
 declare -A S C A D
-one() {   # one KEY CMD...: cold wall time of CMD inside the cgroup, page cache and anon peaks, disk MiB read
+one() {   # one KEY CMD...: cold wall time of CMD inside the cgroup, page cache and anon peaks, MiB read
     local key=$1 t d0 pc an
     shift
     drop
-    d0=$(disk_sectors)
+    d0=$([ -n "$PID" ] && io_read "$PID" || echo 0)   # the daemon's reads count too
     touch "$T/sampling"
     sample_mem &
     local sp=$!
     t=$(now)
-    incg "$@" >/dev/null
+    incg sh -c '"$@" >/dev/null; awk "/^read_bytes/ {print \$2}" /proc/$$/io >"$0"' "$T/io" "$@"
     S[$key]+="$(since "$t") "
     rm -f "$T/sampling"
     wait "$sp"
     read -r pc an <"$T/mem"
     C[$key]+="$pc " A[$key]+="$an "
-    D[$key]+="$(( ($(disk_sectors) - d0) / 2048 )) "
+    D[$key]+="$(( ($(cat "$T/io") + $([ -n "$PID" ] && io_read "$PID" || echo 0) - d0) >> 20 )) "
 }
 anon_peak() { awk -v k="$ANONMAX" 'BEGIN {printf "%.1f", k / 1024}'; }
 for what in cat load_file; do
@@ -181,12 +177,14 @@ for what in cat load_file; do
 done
 DISK_RATE=$(awk -v b="$MODEL_BYTES" -v s="$(echo "${S[cat.o]}" | med)" 'BEGIN {printf "%.2f", b / s / 1e9}')
 if [ -z "${ROWS_ONLY:-}" ]; then
-    rm -rf "$T/out"
-    one unpack "$CKPTFS" unpack "$PK" "$T/out"
-    rm -rf "$T/out"
-    one cp cp -r "$SRC" "$T/out"
-    row "unpack (originals: cp -r)" unpack cp "-"
-    rm -rf "$T/out"
+    if [ "$LIMIT" -gt 0 ]; then # at LIMIT=0 the model would not fit on the disk a third time
+        rm -rf "$T/out"
+        one unpack "$CKPTFS" unpack "$PK" "$T/out"
+        rm -rf "$T/out"
+        one cp cp -r "$SRC" "$T/out"
+        row "unpack (originals: cp -r)" unpack cp "-"
+        rm -rf "$T/out"
+    fi
     one verify "$CKPTFS" verify "$PK"
     one sha sh -c 'sha256sum "$0"/*.safetensors' "$SRC"
     row "verify (originals: sha256sum)" verify sha "-"
@@ -194,9 +192,10 @@ fi
 
 # ---- page cache left behind, no limit -----------------------------------------
 UNLIMITED=""
-if [ -z "${ROWS_ONLY:-}" ]; then
+if [ -z "${ROWS_ONLY:-}" ] && [ "$LIMIT" -gt 0 ]; then
     CG_SAVE=$CG
     incg() { "$@"; }
+    MOUNT_CG=$(dirname "$CG")   # the parent: no limit
     for o in drop_packed keep_packed; do
         drop; c0=$(cached_kib)
         mount_ck "$o"
@@ -211,9 +210,9 @@ if [ -z "${ROWS_ONLY:-}" ]; then
     UNLIMITED="Page cache after one cold cat of the model, no limit: through the mount $c_drop_packed MiB with -o drop_packed, $c_keep_packed MiB with keep_packed; originals $c_orig MiB (model $((MODEL_BYTES >> 20)) MiB)."
 fi
 {
-    echo "Model larger than memory: $((MODEL_BYTES >> 20)) MiB of BF16 shards, memory cgroup limit $((LIMIT >> 20)) MiB (ratio $RATIO), cold each time, $(nproc) cores, $START to $(date -u +%H:%MZ), load average $LOAD0 at start, $(cut -d' ' -f1-3 /proc/loadavg) at end; medians of $REPS alternating rounds; the disk read the originals cold at $DISK_RATE GB/s (cat)${CK_OPTS:+; mount -o drop_packed,$CK_OPTS}"
+    echo "Model larger than memory: $((MODEL_BYTES >> 20)) MiB of BF16 shards, $([ "$LIMIT" -gt 0 ] && echo "memory cgroup limit $((LIMIT >> 20)) MiB" || echo "no limit: the machine's $((MEM >> 20)) MiB") (ratio $RATIO), cold each time, $(nproc) cores, $START to $(date -u +%H:%MZ), load average $LOAD0 at start, $(cut -d' ' -f1-3 /proc/loadavg) at end; medians of $REPS alternating rounds; the disk read the originals cold at $DISK_RATE GB/s (cat)${CK_OPTS:+; mount -o drop_packed,$CK_OPTS}"
     echo
-    echo "| read (cold) | through the mount | originals | originals / mount | page cache peak MiB, mount / orig | anon peak MiB, mount / orig | MiB read from disk, mount / orig | daemon peak RssAnon MiB |"
+    echo "| read (cold) | through the mount | originals | originals / mount | page cache peak MiB, mount / orig | anon peak MiB, mount / orig | MiB read from storage, mount / orig | daemon peak RssAnon MiB |"
     echo "|---|---:|---:|---:|---:|---:|---:|---:|"
     printf '%s' "$ROWS"
     [ -n "$UNLIMITED" ] && { echo; echo "$UNLIMITED"; }
