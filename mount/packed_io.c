@@ -132,7 +132,7 @@ static int direct_fd(ckfs_mfile *f, const ckp_reader *r)
     return want > 0 ? want - 1 : -1;
 }
 
-void ckfs_window_range(ckfs_ctx *c, uint32_t file, const ckp_reader *r, uint64_t from, uint64_t to)
+void ckfs_window_range(ckfs_ctx *c, uint32_t file, const ckp_reader *r, uint64_t from, uint64_t to, int demand)
 {
     int dfd = direct_fd(&c->files[file], r);
     while (from < to) {
@@ -144,8 +144,25 @@ void ckfs_window_range(ckfs_ctx *c, uint32_t file, const ckp_reader *r, uint64_t
         uint64_t xend = x->orig_offset + x->orig_size;
         unsigned n = ckw_window_chunks(x);
         if (n && dfd >= 0) {
-            ckw_prefetch(c->windows, file, r, dfd, e, ch);
-            uint64_t c1 = (ch / n + 1) * n;
+            /* From the first chunk wholly past `from` (the one holding it
+             * may be queued for decode already: the decode-ahead ends
+             * there) to the next multiple of n, only chunks not decoded yet:
+             * a reader's run starts again after a jump, and bytes of
+             * decoded chunks loaded again would never be used (a third of
+             * the windows, under load_file). */
+            uint64_t c0 = !demand && from > x->orig_offset + ch * x->chunk_size ? ch + 1 : ch;
+            uint64_t c1 = (c0 / n + 1) * n < x->n_chunks ? (c0 / n + 1) * n : x->n_chunks;
+            uint64_t last = to < xend ? (to - 1 - x->orig_offset) / x->chunk_size + 1 : x->n_chunks;
+            uint64_t cut = demand && last < c1 ? last : c1; /* a request: its own chunks only */
+            ckfs_decoded *d = atomic_load_explicit(&c->files[file].decoded, memory_order_acquire);
+            uint64_t base = d ? d->base[e] : 0;
+            while (d && c0 < cut && is_decoded(d, base + c0))
+                c0++;
+            uint64_t stop = c0;
+            while (stop < cut && !(d && is_decoded(d, base + stop)))
+                stop++;
+            if (c0 < stop)
+                ckw_prefetch(c->windows, file, r, dfd, e, c0, stop);
             next = c1 < x->n_chunks ? x->orig_offset + c1 * x->chunk_size : xend;
         } else {
             next = to < xend ? to : xend;

@@ -27,8 +27,11 @@ void ckfs_drop_decoded(ckfs_ctx *c, const ckcache_key *k, const ckp_reader *r, i
 /* Read the packed bytes that original bytes [from, to) of manifest file
  * `file` decode from into O_DIRECT windows (c->windows) ahead of their
  * decodes (extents of chunks too large for a window, or a file system
- * without O_DIRECT: the kernel hint). */
-void ckfs_window_range(ckfs_ctx *c, uint32_t file, const ckp_reader *r, uint64_t from, uint64_t to);
+ * without O_DIRECT: the kernel hint), for chunks not decoded yet.  Ahead
+ * (demand 0): from the first chunk wholly past from, in windows up to their
+ * ends; demand: the chunks of a request about to be decoded, exactly (a
+ * few large reads instead of three small ones per chunk). */
+void ckfs_window_range(ckfs_ctx *c, uint32_t file, const ckp_reader *r, uint64_t from, uint64_t to, int demand);
 
 /* Free what the functions above set up for f (at unmount). */
 void ckfs_packed_io_free(ckfs_mfile *f);

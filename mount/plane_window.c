@@ -8,6 +8,9 @@
  * either).  Windows are a fixed array of slots searched linearly: a few
  * dozen, looked at once per decode and per prefetch.
  *
+ * A window starts at the chunk its first prefetch names and ends at the
+ * next multiple of ckw_window_chunks (or where the next window starts).
+ *
  * States: FREE -> QUEUED (ckw_prefetch) -> LOADING (an I/O thread) ->
  * READY or FAILED; a READY or FAILED window nobody holds becomes FREE once
  * every chunk was decoded from it, or is taken over by a prefetch (LRU).
@@ -27,10 +30,10 @@ enum { W_FREE, W_QUEUED, W_LOADING, W_READY, W_FAILED };
 
 struct ckw_window {
     uint32_t file, e;
-    uint64_t idx;                  /* chunks [idx * n_per, ...) of extent e */
-    unsigned n_per, n;             /* chunks per window of the extent, in this one */
+    uint64_t c0;                   /* chunks [c0, c0 + n) of extent e */
+    unsigned n;
     int state, refs;
-    uint64_t used;                 /* bit i: chunk idx * n_per + i decoded from it */
+    uint64_t used;                 /* bit i: chunk c0 + i decoded from it */
     uint64_t tick;                 /* last prefetch or get (LRU) */
     const ckp_reader *r;
     int dfd;
@@ -59,12 +62,19 @@ unsigned ckw_window_chunks(const ckp_extent *x)
     return x->chunk_size && x->chunk_size <= CKW_BYTES ? (unsigned)(CKW_BYTES / x->chunk_size) : 0;
 }
 
-static ckw_window *find(ckw_set *w, uint32_t file, uint32_t e, uint64_t idx)
+/* The window holding chunk c of extent e of file, or NULL; with *end the
+ * first chunk past c where another window of the extent starts (at most
+ * `end` as given).  By w->lock. */
+static ckw_window *find(ckw_set *w, uint32_t file, uint32_t e, uint64_t c, uint64_t *end)
 {
     for (unsigned i = 0; i < w->n_slots; i++) {
         ckw_window *s = &w->slot[i];
-        if (s->state != W_FREE && s->file == file && s->e == e && s->idx == idx)
+        if (s->state == W_FREE || s->file != file || s->e != e)
+            continue;
+        if (s->c0 <= c && c - s->c0 < s->n)
             return s;
+        if (end && s->c0 > c && s->c0 < *end)
+            *end = s->c0;
     }
     return NULL;
 }
@@ -87,21 +97,24 @@ static ckw_window *take_slot(ckw_set *w)
     return lru;
 }
 
-void ckw_prefetch(ckw_set *w, uint32_t file, const ckp_reader *r, int dfd, uint32_t e, uint64_t c)
+void ckw_prefetch(ckw_set *w, uint32_t file, const ckp_reader *r, int dfd, uint32_t e, uint64_t c, uint64_t cEnd)
 {
     const ckp_extent *x = ckp_get_extent(r, e);
     unsigned n_per = ckw_window_chunks(x);
-    if (!n_per || dfd < 0 || c >= x->n_chunks)
+    if (!n_per || dfd < 0 || c >= x->n_chunks || cEnd <= c)
         return;
-    uint64_t idx = c / n_per;
+    /* From c (the chunks before it were asked for already: a window of
+     * chunks decoded otherwise would never be used up) to the next multiple
+     * of n_per, cEnd, or the next window */
+    uint64_t end = (c / n_per + 1) * n_per < x->n_chunks ? (c / n_per + 1) * n_per : x->n_chunks;
+    if (cEnd < end)
+        end = cEnd;
     pthread_mutex_lock(&w->lock);
-    ckw_window *s = find(w, file, e, idx);
+    ckw_window *s = find(w, file, e, c, &end);
     if (s) {
         s->tick = ++w->tick;
     } else if (!w->stopping && (s = take_slot(w)) != NULL) {
-        uint64_t c0 = idx * n_per;
-        s->file = file, s->e = e, s->idx = idx, s->n_per = n_per;
-        s->n = (unsigned)(x->n_chunks - c0 < n_per ? x->n_chunks - c0 : n_per);
+        s->file = file, s->e = e, s->c0 = c, s->n = (unsigned)(end - c);
         s->state = W_QUEUED, s->refs = 0, s->used = 0, s->tick = ++w->tick;
         s->r = r, s->dfd = dfd;
         w->queue[(w->q_head + w->q_len++) % w->n_slots] = (unsigned)(s - w->slot);
@@ -136,7 +149,7 @@ static int read_direct(int fd, uint8_t *dst, uint64_t a, uint64_t b)
 static uint64_t load(ckw_window *s)
 {
     const ckp_extent *x = ckp_get_extent(s->r, s->e);
-    uint64_t c0 = s->idx * s->n_per, lo[3], hi[3], a[3], b[3];
+    uint64_t c0 = s->c0, lo[3], hi[3], a[3], b[3];
     size_t need = 0;
     ckp_chunk_need(s->r, s->e, c0, c0 + s->n, lo, hi);
     for (int p = 0; p < 3; p++) {
@@ -202,11 +215,10 @@ static void *io_main(void *arg)
 
 ckw_window *ckw_get(ckw_set *w, uint32_t file, const ckp_reader *r, uint32_t e, uint64_t c, ckp_planes *pl)
 {
-    unsigned n_per = ckw_window_chunks(ckp_get_extent(r, e));
-    if (!n_per)
+    if (!ckw_window_chunks(ckp_get_extent(r, e)))
         return NULL;
     pthread_mutex_lock(&w->lock);
-    ckw_window *s = find(w, file, e, c / n_per);
+    ckw_window *s = find(w, file, e, c, NULL);
     if (s) {
         s->refs++; /* held: not taken over while we wait */
         if (s->state == W_QUEUED || s->state == W_LOADING)
@@ -232,7 +244,7 @@ void ckw_put(ckw_set *w, ckw_window *s, uint64_t c, int decoded)
         return;
     pthread_mutex_lock(&w->lock);
     if (decoded)
-        s->used |= 1ull << (c - s->idx * s->n_per);
+        s->used |= 1ull << (c - s->c0);
     if (--s->refs == 0 && s->used == (s->n < 64 ? (1ull << s->n) - 1 : ~0ull))
         s->state = W_FREE; /* every chunk served from it: the slot (and its buffer) for the next */
     pthread_mutex_unlock(&w->lock);

@@ -2,9 +2,10 @@
  * plane_window.h — packed bytes read ahead with O_DIRECT, for the mount
  * daemon's -o drop_packed (a model larger than memory).
  *
- * A window is CKW_BYTES of original bytes, whole chunks of one extent of
- * one packed file (ckw_window_chunks of them): the bytes their decodes read
- * from each plane (ckp_chunk_need), read
+ * A window is up to CKW_BYTES of original bytes, whole chunks of one extent
+ * of one packed file (at most ckw_window_chunks of them, from the chunk the
+ * prefetch names to the next multiple of that): the bytes their decodes
+ * read from each plane (ckp_chunk_need), read
  * with one O_DIRECT pread per plane into the daemon's own memory by a few
  * I/O threads, ahead of the decodes (ckw_prefetch).  A decode that finds its
  * chunk's window decodes from it (ckp_read_chunk_from; it waits while the
@@ -50,10 +51,11 @@ ckw_set *ckw_new(unsigned maxWindows, unsigned ioThreads);
 /* Stop the I/O threads and free everything; no window may be held. */
 void ckw_free(ckw_set *w);
 
-/* Queue the load of the window holding chunk c of extent e of file number
- * file (reader r, and dfd, a descriptor of the same file opened O_DIRECT),
- * unless it exists.  Best effort; r and dfd must stay open until ckw_free. */
-void ckw_prefetch(ckw_set *w, uint32_t file, const ckp_reader *r, int dfd, uint32_t e, uint64_t c);
+/* Queue the load of a window from chunk c of extent e of file number file
+ * (reader r, and dfd, a descriptor of the same file opened O_DIRECT), up to
+ * chunk cEnd at most (exclusive), unless one holds c.  Best effort; r and
+ * dfd must stay open until ckw_free. */
+void ckw_prefetch(ckw_set *w, uint32_t file, const ckp_reader *r, int dfd, uint32_t e, uint64_t c, uint64_t cEnd);
 
 /* The loaded window holding chunk c of extent e of file (waiting while it
  * loads), held until ckw_put, with *pl its planes; NULL when there is none

@@ -392,9 +392,13 @@ static void hint_range(const ckp_reader *r, uint64_t from, uint64_t to)
  * disk is hinted for half of them, at most HINT_WINDOWS windows.  A long
  * sequential read gets the whole window; a tensor-parallel reader taking a
  * 2 MiB slice of each tensor gets little past each slice, where every byte
- * decoded is one nobody reads (a fixed window queued 4 MiB past each). */
+ * decoded is one nobody reads (a fixed window queued 4 MiB past each).  A
+ * run that began in the extent (tensor) the read ends in goes no further
+ * than that extent: loaders take tensors in name order, which is not the
+ * file's (windows read ahead for the next tensor in the file were a third
+ * of all, and went unused, under safetensors' load_file). */
 void ckfs_ahead_next(ckfs_ahead *a, uint64_t window, uint64_t off, uint64_t end, uint64_t fsize,
-                     ckfs_ahead_plan *p)
+                     uint64_t xstart, uint64_t xend, ckfs_ahead_plan *p)
 {
     *p = (ckfs_ahead_plan){0};
     if (off + window >= a->next_off && off <= a->next_off + window) {
@@ -413,8 +417,11 @@ void ckfs_ahead_next(ckfs_ahead *a, uint64_t window, uint64_t off, uint64_t end,
     uint64_t run = a->next_off - a->run_start;
     uint64_t ahead = run / 4 < window ? run / 4 : window;
     uint64_t hint = run / 2 < HINT_WINDOWS * window ? run / 2 : HINT_WINDOWS * window;
+    /* a run that began in this tensor stops at its end: a loader taking
+     * tensors by name jumps elsewhere next (layers.1 -> layers.10) */
+    uint64_t stop = a->run_start >= xstart && xend < fsize ? xend : fsize;
     p->from = a->ahead_to > end ? a->ahead_to : end;
-    p->to = end + ahead < fsize ? end + ahead : fsize;
+    p->to = end + ahead < stop ? end + ahead : stop;
     if (p->to > p->from)
         a->ahead_to = p->to;
     /* The disk hint in steps of >= 1 MiB, past the decode-ahead: a page
@@ -423,8 +430,8 @@ void ckfs_ahead_next(ckfs_ahead *a, uint64_t window, uint64_t off, uint64_t end,
     p->hfrom = a->hint_to > a->ahead_to ? a->hint_to : a->ahead_to;
     if (p->hfrom < end)
         p->hfrom = end;
-    p->hto = end + hint < fsize ? end + hint : fsize;
-    if (p->hto > p->hfrom && (p->hto - p->hfrom >= (1u << 20) || p->hto == fsize))
+    p->hto = end + hint < stop ? end + hint : stop;
+    if (p->hto > p->hfrom && (p->hto - p->hfrom >= (1u << 20) || p->hto == stop))
         a->hint_to = p->hto;
     else
         p->hto = p->hfrom;
@@ -437,11 +444,18 @@ static void read_ahead(ckfs_ctx *c, ckfs_ofile *of, const ckp_reader *r, uint64_
     ckfs_ahead_plan p;
     if (!c->o.prefetch || !c->o.prefetch_threads)
         return;
+    uint32_t e;
+    uint64_t ch, xstart = 0, xend = fsize;
+    if (ckp_locate(r, end - 1, &e, &ch) == CKP_OK) {
+        const ckp_extent *x = ckp_get_extent(r, e);
+        xstart = x->orig_offset;
+        xend = x->orig_offset + x->orig_size;
+    }
     pthread_mutex_lock(&of->lock);
-    ckfs_ahead_next(&of->ahead, c->o.prefetch, off, end, fsize, &p);
+    ckfs_ahead_next(&of->ahead, c->o.prefetch, off, end, fsize, xstart, xend, &p);
     pthread_mutex_unlock(&of->lock);
     if (p.hto > p.hfrom && c->windows)
-        ckfs_window_range(c, of->file, r, p.hfrom, p.hto);
+        ckfs_window_range(c, of->file, r, p.hfrom, p.hto, 0);
     else if (p.hto > p.hfrom)
         hint_range(r, p.hfrom, p.hto);
     queue_chunks(c, r, of->file, p.from, p.to);
@@ -561,6 +575,8 @@ int ckfs_read(ckfs_ctx *c, ckfs_ofile *of, uint64_t fsize, uint64_t off, size_t 
     if (size >= (512u << 10))
         atomic_fetch_add_explicit(&c->big_reads, 1, memory_order_relaxed);
     read_ahead(c, of, r, off, end, fsize);
+    if (c->windows) /* drop_packed: this request's own packed bytes in a few large reads */
+        ckfs_window_range(c, of->file, r, off, end, 1);
     /* A request spanning several chunks: workers decode the later ones
      * while this thread decodes the first (each is decoded once either way). */
     if (c->o.prefetch_threads && end - off > CKP_BF16_CHUNK_WEIGHTS * 2u) {

@@ -265,6 +265,24 @@ END_TEST
 #define MiB (1ull << 20)
 #define KiB (1ull << 10)
 
+/* A file of a 64 KiB header extent and then extents (tensors) of 16 MiB:
+ * the extent holding byte end-1, as the read path finds it. */
+static void tensor_of(uint64_t end, uint64_t fsize, uint64_t *xstart, uint64_t *xend)
+{
+    const uint64_t head = 64 * KiB, tensor = 16 * MiB;
+    *xstart = end - 1 < head ? 0 : head + (end - 1 - head) / tensor * tensor;
+    *xend = *xstart ? *xstart + tensor : head;
+    if (*xend > fsize)
+        *xend = fsize;
+}
+
+static void ahead(ckfs_ahead *a, uint64_t window, uint64_t off, uint64_t end, uint64_t fsize, ckfs_ahead_plan *p)
+{
+    uint64_t xs, xe;
+    tensor_of(end, fsize, &xs, &xe);
+    ckfs_ahead_next(a, window, off, end, fsize, xs, xe, p);
+}
+
 /* Bytes of [from, to) outside [lo, hi). */
 static uint64_t outside(uint64_t from, uint64_t to, uint64_t lo, uint64_t hi)
 {
@@ -283,14 +301,14 @@ static uint64_t outside(uint64_t from, uint64_t to, uint64_t lo, uint64_t hi)
  * run). */
 START_TEST(ahead_slices_queue_little_past_each_run)
 {
-    const uint64_t tensor = 16 * MiB, run = 2 * MiB, req = 256 * KiB, fsize = 8 * tensor;
+    const uint64_t tensor = 16 * MiB, run = 2 * MiB, req = 256 * KiB, fsize = 64 * KiB + 8 * tensor;
     ckfs_ahead a = {0};
     ckfs_ahead_plan p;
     uint64_t past = 0, hinted_past = 0, queued = 0;
     for (uint64_t t = 0; t < 8; t++) {
-        uint64_t lo = t * tensor + 3 * run, hi = lo + run;
+        uint64_t lo = 64 * KiB + t * tensor + 3 * run, hi = lo + run;
         for (uint64_t off = lo; off < hi; off += req) {
-            ckfs_ahead_next(&a, 4 * MiB, off, off + req, fsize, &p);
+            ahead(&a, 4 * MiB, off, off + req, fsize, &p);
             if (p.to > p.from)
                 queued += p.to - p.from, past += outside(p.from, p.to, lo, hi);
             if (p.hto > p.hfrom)
@@ -325,7 +343,7 @@ START_TEST(ahead_long_run_gets_the_window)
                 ck_assert_msg(off + req <= queued_to || off + req == fsize,
                               "read at %llu not queued ahead (queued to %llu)",
                               (unsigned long long)off, (unsigned long long)queued_to);
-            ckfs_ahead_next(&a, window, off, off + req, fsize, &p);
+            ahead(&a, window, off, off + req, fsize, &p);
             if (p.to > p.from) {
                 ck_assert_uint_ge(p.from, queued_to);
                 ck_assert_uint_le(p.to, fsize);
@@ -345,14 +363,41 @@ START_TEST(ahead_long_run_gets_the_window)
 }
 END_TEST
 
+/* A loader taking whole tensors in name order (layers.1, layers.10, ...:
+ * not the file's order) reads each as a run of its own: nothing is queued
+ * or hinted past the tensor's end, while the tensor itself is queued ahead
+ * of its reads once its run is long.  (A run that crosses into the next
+ * tensor is a stream and reads on: cat, or layers.10 -> layers.11.) */
+START_TEST(ahead_tensor_runs_stop_at_the_tensor)
+{
+    const uint64_t tensor = 16 * MiB, req = 1 * MiB, fsize = 64 * KiB + 8 * tensor;
+    static const int order[] = {3, 0, 5, 2, 7, 4, 1, 6}; /* no two in file order */
+    ckfs_ahead a = {0};
+    ckfs_ahead_plan p;
+    uint64_t past = 0, queued = 0;
+    for (int i = 0; i < 8; i++) {
+        uint64_t lo = 64 * KiB + (uint64_t)order[i] * tensor, hi = lo + tensor;
+        for (uint64_t off = lo; off < hi; off += req) {
+            ahead(&a, 4 * MiB, off, off + req, fsize, &p);
+            if (p.to > p.from)
+                queued += p.to - p.from, past += outside(p.from, p.to, lo, hi);
+            if (p.hto > p.hfrom)
+                past += outside(p.hfrom, p.hto, lo, hi);
+        }
+    }
+    ck_assert_uint_gt(queued, 4 * tensor);
+    ck_assert_msg(past == 0, "%llu bytes queued or hinted past the tensors read", (unsigned long long)past);
+}
+END_TEST
+
 /* A read far from the last one starts a new run: nothing is queued for it. */
 START_TEST(ahead_random_read_queues_nothing)
 {
     ckfs_ahead a = {0};
     ckfs_ahead_plan p;
     for (uint64_t off = 0; off < 4 * MiB; off += 128 * KiB)
-        ckfs_ahead_next(&a, 4 * MiB, off, off + 128 * KiB, 64 * MiB, &p);
-    ckfs_ahead_next(&a, 4 * MiB, 40 * MiB, 40 * MiB + 4096, 64 * MiB, &p);
+        ahead(&a, 4 * MiB, off, off + 128 * KiB, 64 * MiB, &p);
+    ahead(&a, 4 * MiB, 40 * MiB, 40 * MiB + 4096, 64 * MiB, &p);
     ck_assert_uint_ge(p.from, p.to);
     ck_assert_uint_ge(p.hfrom, p.hto);
 }
@@ -497,12 +542,13 @@ START_TEST(windows_decode_the_original_bytes)
     ck_assert_ptr_nonnull(w);
     ckw_stats st;
     ckp_planes pl;
+    ckw_window *win;
     for (uint32_t e = 0; e < 2; e++) { /* the K15 extent, then the raw one */
         const ckp_extent *x = ckp_get_extent(r, e);
         ck_assert_uint_ge(ckw_window_chunks(x), x->n_chunks); /* one window holds the extent */
-        ckw_prefetch(w, 7, r, fd, e, x->n_chunks - 1);
+        ckw_prefetch(w, 7, r, fd, e, 0, UINT64_MAX);
         for (uint64_t c = 0; c < x->n_chunks; c++) {
-            ckw_window *win = ckw_get(w, 7, r, e, c, &pl);
+            win = ckw_get(w, 7, r, e, c, &pl);
             ck_assert_ptr_nonnull(win);
             ck_assert_int_eq(ckp_read_chunk_from(r, e, c, &pl, buf, s), CKP_OK);
             uint64_t at = x->orig_offset + c * x->chunk_size;
@@ -514,17 +560,35 @@ START_TEST(windows_decode_the_original_bytes)
     ckw_get_stats(w, &st);
     ck_assert_uint_eq(st.loads, 2);
     ck_assert_uint_eq(st.hits, ckp_get_extent(r, 0)->n_chunks + ckp_get_extent(r, 1)->n_chunks);
+    /* a window starts at the chunk its prefetch names (those before were
+     * asked for already) */
+    ckw_prefetch(w, 7, r, fd, 0, 2, UINT64_MAX);
+    ck_assert_ptr_null(ckw_get(w, 7, r, 0, 1, &pl));
+    win = ckw_get(w, 7, r, 0, 2, &pl);
+    ck_assert_ptr_nonnull(win);
+    ck_assert_int_eq(ckp_read_chunk_from(r, 0, 2, &pl, buf, s), CKP_OK);
+    ck_assert_int_eq(ckp_read_chunk_from(r, 0, 1, &pl, buf, s), CKP_ERR_ARG); /* not in it */
+    for (uint64_t c = 2; c < ckp_get_extent(r, 0)->n_chunks; c++)
+        ckw_put(w, win, c, 1), win = c + 1 < ckp_get_extent(r, 0)->n_chunks ? ckw_get(w, 7, r, 0, c + 1, &pl) : NULL;
+    ck_assert_ptr_null(ckw_get(w, 7, r, 0, 2, &pl)); /* used up */
+    ckw_prefetch(w, 7, r, fd, 0, 0, 2); /* chunks 0 and 1 only */
+    win = ckw_get(w, 7, r, 0, 1, &pl);
+    ck_assert_ptr_nonnull(win);
+    ck_assert_ptr_null(ckw_get(w, 7, r, 0, 2, &pl));
+    ckw_put(w, win, 1, 1);
+    ckw_put(w, ckw_get(w, 7, r, 0, 0, &pl), 0, 1);
+    ck_assert_ptr_null(ckw_get(w, 7, r, 0, 0, &pl)); /* used up */
     /* one slot: a loaded window nobody used is replaced by the next prefetch */
-    ckw_prefetch(w, 7, r, fd, 0, 0);
+    ckw_prefetch(w, 7, r, fd, 0, 0, UINT64_MAX);
     ckw_put(w, ckw_get(w, 7, r, 0, 0, &pl), 0, 0); /* waits for the load; nothing decoded */
-    ckw_prefetch(w, 7, r, fd, 1, 0);
-    ckw_window *win = ckw_get(w, 7, r, 1, 0, &pl);
+    ckw_prefetch(w, 7, r, fd, 1, 0, UINT64_MAX);
+    win = ckw_get(w, 7, r, 1, 0, &pl);
     ck_assert_ptr_nonnull(win);
     ck_assert_ptr_null(ckw_get(w, 7, r, 0, 0, &pl));
     ckw_get_stats(w, &st);
     ck_assert_uint_eq(st.replaced, 1);
     /* held: a prefetch finds no slot and is dropped */
-    ckw_prefetch(w, 8, r, fd, 0, 0);
+    ckw_prefetch(w, 8, r, fd, 0, 0, UINT64_MAX);
     ckw_get_stats(w, &st);
     ck_assert_uint_eq(st.dropped, 1);
     ckw_put(w, win, 0, 0);
@@ -533,11 +597,11 @@ START_TEST(windows_decode_the_original_bytes)
     snprintf(empty, sizeof empty, "%s/empty", tmpdir);
     int efd = open(empty, O_RDWR | O_CREAT, 0644);
     ck_assert_int_ge(efd, 0);
-    ckw_prefetch(w, 9, r, efd, 0, 0);
+    ckw_prefetch(w, 9, r, efd, 0, 0, UINT64_MAX);
     ck_assert_ptr_null(ckw_get(w, 9, r, 0, 0, &pl));
     ckw_get_stats(w, &st);
     ck_assert_uint_eq(st.failures, 1);
-    ckw_prefetch(w, 10, r, -1, 0, 0); /* no descriptor: nothing */
+    ckw_prefetch(w, 10, r, -1, 0, 0, UINT64_MAX); /* no descriptor: nothing */
     ck_assert_ptr_null(ckw_get(w, 10, r, 0, 0, &pl));
     ckw_free(w);
     close(efd);
@@ -945,6 +1009,7 @@ int main(void)
     tcase_add_test(t, ahead_slices_queue_little_past_each_run);
     tcase_add_test(t, ahead_long_run_gets_the_window);
     tcase_add_test(t, ahead_random_read_queues_nothing);
+    tcase_add_test(t, ahead_tensor_runs_stop_at_the_tensor);
     tcase_add_test(t, drop_packed_keeps_the_pages_of_chunks_to_come);
     tcase_add_test(t, windows_decode_the_original_bytes);
     tcase_add_test(t, open_files_freed_with_the_context);
