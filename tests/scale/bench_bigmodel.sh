@@ -37,7 +37,7 @@ REPS=${REPS:-1}
 LOAD0=$(cut -d" " -f1-3 /proc/loadavg)
 START=$(date -u +%Y-%m-%dT%H:%MZ)
 [ "$(id -u)" = 0 ] && [ -c /dev/fuse ] || { echo "needs root and /dev/fuse" >&2; exit 2; }
-MEM=$(awk '/MemTotal/ {print $2 * 1024}' /proc/meminfo)
+MEM=$(awk '/MemTotal/ {printf "%d", $2 * 1024}' /proc/meminfo)
 BASE=$([ "$LIMIT" -gt 0 ] && echo "$LIMIT" || echo "$MEM")
 MODEL_MIB=$(awk -v b="$BASE" -v r="$RATIO" 'BEGIN {printf "%d", b * r / 1048576}')
 T=$(mktemp -d /tmp/ckptfs-big.XXXXXX)
