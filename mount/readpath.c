@@ -14,6 +14,7 @@
  * fields of an open file's read-ahead state.
  */
 #define _GNU_SOURCE
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -297,7 +298,8 @@ static int fill_chunk(void *arg, const ckcache_key *k, void *dst, size_t len)
     ckfs_ctx *c = arg;
     const ckp_reader *r = atomic_load_explicit(&c->files[k->file].r, memory_order_acquire);
     ckp_scratch *s = thread_scratch();
-    if (!r || atomic_load_explicit(&c->files[k->file].changed, memory_order_relaxed))
+    assert(r); /* a key is made only for a file open for reading (ckfs_read), whose reader is set */
+    if (atomic_load_explicit(&c->files[k->file].changed, memory_order_relaxed))
         return EIO;
     if (!s)
         return ENOMEM;
@@ -341,17 +343,20 @@ typedef struct {
     uint64_t start, len;           /* original bytes the chunk covers */
 } chunk_ref;
 
-static int chunk_at(const ckp_reader *r, uint32_t file, uint64_t off, chunk_ref *out)
+/* The chunk holding original byte off of file, which every caller takes
+ * below the file's size: the manifest's, which is the reader's (bound at
+ * open, open_reader), so ckp_locate cannot fail. */
+static void chunk_at(const ckp_reader *r, uint32_t file, uint64_t off, chunk_ref *out)
 {
-    uint32_t e;
-    uint64_t ch;
-    if (ckp_locate(r, off, &e, &ch) != CKP_OK)
-        return EIO;
+    uint32_t e = 0;
+    uint64_t ch = 0;
+    ckp_status st = ckp_locate(r, off, &e, &ch);
+    assert(st == CKP_OK);
+    (void)st;
     const ckp_extent *x = ckp_get_extent(r, e);
     out->key = (ckcache_key){.file = file, .extent = e, .chunk = ch};
     out->start = x->orig_offset + ch * x->chunk_size;
     out->len = ckp_chunk_len(x, ch);
-    return 0;
 }
 
 /* Ask the prefetch workers to decode the chunks holding [from, to). */
@@ -360,8 +365,7 @@ static void queue_chunks(ckfs_ctx *c, const ckp_reader *r, uint32_t file, uint64
 {
     chunk_ref cr;
     for (int n = 0; from < to && n < MAX_PREFETCH_CHUNKS; n++) {
-        if (chunk_at(r, file, from, &cr) != 0)
-            break;
+        chunk_at(r, file, from, &cr);
         ckcache_prefetch(c->cache, &cr.key, cr.len);
         from = cr.start + cr.len;
     }
@@ -581,15 +585,15 @@ int ckfs_read(ckfs_ctx *c, ckfs_ofile *of, uint64_t fsize, uint64_t off, size_t 
      * while this thread decodes the first (each is decoded once either way). */
     if (c->o.prefetch_threads && end - off > CKP_BF16_CHUNK_WEIGHTS * 2u) {
         chunk_ref first;
-        if (chunk_at(r, of->file, off, &first) == 0)
-            queue_chunks(c, r, of->file, first.start + first.len, end);
+        chunk_at(r, of->file, off, &first);
+        queue_chunks(c, r, of->file, first.start + first.len, end);
     }
     int err = 0;
     for (uint64_t pos = off; pos < end && !err;) {
         chunk_ref cr;
         ckcache_entry *e;
-        if ((err = chunk_at(r, of->file, pos, &cr)) != 0 ||
-            (err = ckcache_get(c->cache, &cr.key, cr.len, &e)) != 0)
+        chunk_at(r, of->file, pos, &cr);
+        if ((err = ckcache_get(c->cache, &cr.key, cr.len, &e)) != 0)
             break;
         uint64_t stop = cr.start + cr.len < end ? cr.start + cr.len : end;
         err = pieces_push(p, e, (const char *)ckcache_data(e) + (pos - cr.start), stop - pos);
