@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "chunk_cache.h"
+#include "test_util.h"
 
 #define LEN 4096u
 
@@ -69,40 +70,56 @@ static int data_ok(const ckcache_entry *e, const ckcache_key *k)
 
 static ckcache_key key(uint64_t chunk) { return (ckcache_key){.file = 1, .extent = 2, .chunk = chunk}; }
 
+/* A cache of `chunks` entries of LEN bytes over f's fill, with `workers`
+ * prefetch threads. */
+static ckcache *new_cache(filler *f, size_t chunks, unsigned workers)
+{
+    ckcache *c = ckcache_new(chunks * LEN, workers, fill, f);
+    ck_assert_ptr_nonnull(c);
+    return c;
+}
+
+/* Get chunk's entry (it must succeed) and put it back; @return whether its
+ * bytes were right. */
+static int get_put(ckcache *c, uint64_t chunk)
+{
+    ckcache_key k = key(chunk);
+    ckcache_entry *e;
+    ck_assert_int_eq(ckcache_get(c, &k, LEN, &e), 0);
+    int ok = data_ok(e, &k);
+    ckcache_put(c, e);
+    return ok;
+}
+
+/* The end of every test: the invariants hold, and the cache is freed. */
+static void check_and_free(ckcache *c)
+{
+    check_invariants(c);
+    ckcache_free(c);
+}
+
 START_TEST(test_hit_after_miss)
 {
     filler f = new_filler();
-    ckcache *c = ckcache_new(16 * LEN, 0, fill, &f);
-    ck_assert_ptr_nonnull(c);
-    ckcache_key k = key(5);
-    ckcache_entry *e;
-    ck_assert_int_eq(ckcache_get(c, &k, LEN, &e), 0);
-    ck_assert(data_ok(e, &k));
-    ckcache_put(c, e);
-    ck_assert_int_eq(ckcache_get(c, &k, LEN, &e), 0);
-    ck_assert(data_ok(e, &k));
-    ckcache_put(c, e);
+    ckcache *c = new_cache(&f, 16, 0);
+    ck_assert(get_put(c, 5));
+    ck_assert(get_put(c, 5));
     ckcache_stats st;
     ckcache_get_stats(c, &st);
     ck_assert_int_eq(atomic_load(&f.calls), 1);
     ck_assert_uint_eq(st.misses, 1);
     ck_assert_uint_eq(st.hits, 1);
     ck_assert_uint_eq(st.bytes, LEN);
-    check_invariants(c);
-    ckcache_free(c);
+    check_and_free(c);
 }
 END_TEST
 
 START_TEST(test_limit_evicts_lru)
 {
     filler f = new_filler();
-    ckcache *c = ckcache_new(4 * LEN, 0, fill, &f);
-    ckcache_entry *e;
+    ckcache *c = new_cache(&f, 4, 0);
     for (uint64_t i = 0; i < 10; i++) {
-        ckcache_key k = key(i);
-        ck_assert_int_eq(ckcache_get(c, &k, LEN, &e), 0);
-        ck_assert(data_ok(e, &k));
-        ckcache_put(c, e);
+        ck_assert(get_put(c, i));
         ckcache_stats st;
         ckcache_get_stats(c, &st);
         ck_assert_uint_le(st.bytes, 4 * LEN);
@@ -110,19 +127,12 @@ START_TEST(test_limit_evicts_lru)
     }
     /* the 4 most recent are cached, the oldest is not */
     int before = atomic_load(&f.calls);
-    for (uint64_t i = 6; i < 10; i++) {
-        ckcache_key k = key(i);
-        ck_assert_int_eq(ckcache_get(c, &k, LEN, &e), 0);
-        ckcache_put(c, e);
-    }
+    for (uint64_t i = 6; i < 10; i++)
+        get_put(c, i);
     ck_assert_int_eq(atomic_load(&f.calls), before);
-    ckcache_key k0 = key(0);
-    ck_assert_int_eq(ckcache_get(c, &k0, LEN, &e), 0);
-    ck_assert(data_ok(e, &k0));
-    ckcache_put(c, e);
+    ck_assert(get_put(c, 0));
     ck_assert_int_eq(atomic_load(&f.calls), before + 1);
-    check_invariants(c);
-    ckcache_free(c);
+    check_and_free(c);
 }
 END_TEST
 
@@ -130,26 +140,22 @@ END_TEST
 START_TEST(test_evicted_while_referenced)
 {
     filler f = new_filler();
-    ckcache *c = ckcache_new(2 * LEN, 0, fill, &f);
+    ckcache *c = new_cache(&f, 2, 0);
     ckcache_key k0 = key(0);
-    ckcache_entry *held, *e;
+    ckcache_entry *held;
     ck_assert_int_eq(ckcache_get(c, &k0, LEN, &held), 0);
-    for (uint64_t i = 1; i < 6; i++) {
-        ckcache_key k = key(i);
-        ck_assert_int_eq(ckcache_get(c, &k, LEN, &e), 0);
-        ckcache_put(c, e);
-    }
+    for (uint64_t i = 1; i < 6; i++)
+        get_put(c, i);
     ck_assert(data_ok(held, &k0));
     ckcache_put(c, held);
-    check_invariants(c);
-    ckcache_free(c);
+    check_and_free(c);
 }
 END_TEST
 
 START_TEST(test_served_out)
 {
     filler f = new_filler();
-    ckcache *c = ckcache_new(64 * LEN, 0, fill, &f);
+    ckcache *c = new_cache(&f, 64, 0);
     ckcache_key k = key(3);
     ckcache_entry *e;
     ck_assert_int_eq(ckcache_get(c, &k, LEN, &e), 0);
@@ -180,8 +186,7 @@ START_TEST(test_served_out)
     ckcache_put_served(c, b, LEN);
     ckcache_get_stats(c, &st);
     ck_assert_uint_eq(st.served_out, 2);
-    check_invariants(c);
-    ckcache_free(c);
+    check_and_free(c);
 }
 END_TEST
 
@@ -208,7 +213,7 @@ START_TEST(test_concurrent_single_decode)
 {
     filler f = new_filler();
     f.delay_ms = 100;
-    ckcache *c = ckcache_new(64 * LEN, 0, fill, &f);
+    ckcache *c = new_cache(&f, 64, 0);
     pthread_t t[6];
     getter g[6];
     for (int i = 0; i < 6; i++) {
@@ -225,8 +230,7 @@ START_TEST(test_concurrent_single_decode)
     ckcache_get_stats(c, &st);
     ck_assert_uint_eq(st.misses, 1);
     ck_assert_uint_eq(st.hits + st.waits, 5);
-    check_invariants(c);
-    ckcache_free(c);
+    check_and_free(c);
 }
 END_TEST
 
@@ -235,7 +239,7 @@ START_TEST(test_failures)
     filler f = new_filler();
     f.eio_chunk = 7;
     f.eagain_chunk = 8;
-    ckcache *c = ckcache_new(64 * LEN, 0, fill, &f);
+    ckcache *c = new_cache(&f, 64, 0);
     ckcache_entry *e = (ckcache_entry *)1;
     ckcache_key k7 = key(7), k8 = key(8);
     ck_assert_int_eq(ckcache_get(c, &k7, LEN, &e), EIO);
@@ -248,15 +252,14 @@ START_TEST(test_failures)
     ckcache_stats st;
     ckcache_get_stats(c, &st);
     ck_assert_uint_eq(st.failures, 3);
-    check_invariants(c);
-    ckcache_free(c);
+    check_and_free(c);
 }
 END_TEST
 
 START_TEST(test_prefetch)
 {
     filler f = new_filler();
-    ckcache *c = ckcache_new(64 * LEN, 2, fill, &f);
+    ckcache *c = new_cache(&f, 64, 2);
     for (uint64_t i = 0; i < 8; i++) {
         ckcache_key k = key(i);
         ckcache_prefetch(c, &k, LEN);
@@ -271,16 +274,10 @@ START_TEST(test_prefetch)
     ck_assert_uint_eq(st.prefetch_done, 8);
     int calls = atomic_load(&f.calls);
     ck_assert_int_eq(calls, 8);
-    for (uint64_t i = 0; i < 8; i++) {
-        ckcache_key k = key(i);
-        ckcache_entry *e;
-        ck_assert_int_eq(ckcache_get(c, &k, LEN, &e), 0);
-        ck_assert(data_ok(e, &k));
-        ckcache_put(c, e);
-    }
+    for (uint64_t i = 0; i < 8; i++)
+        ck_assert(get_put(c, i));
     ck_assert_int_eq(atomic_load(&f.calls), calls); /* all hits */
-    check_invariants(c);
-    ckcache_free(c);
+    check_and_free(c);
 }
 END_TEST
 
@@ -290,7 +287,7 @@ START_TEST(test_no_prefetch_after_served_out)
 {
     filler f = new_filler();
     f.slow_chunk = 1;            /* keeps the one worker busy for 500 ms */
-    ckcache *c = ckcache_new(64 * LEN, 1, fill, &f);
+    ckcache *c = new_cache(&f, 64, 1);
     ckcache_key k1 = key(1), k2 = key(2);
     ckcache_stats st;
     ckcache_prefetch(c, &k1, LEN);
@@ -309,12 +306,9 @@ START_TEST(test_no_prefetch_after_served_out)
     ckcache_put(c, e);
     usleep(50 * 1000);
     ck_assert_int_eq(atomic_load(&f.calls), 2); /* k1 once, k2 once */
-    ck_assert_int_eq(ckcache_get(c, &k2, LEN, &e), 0); /* a reader still gets it */
-    ck_assert(data_ok(e, &k2));
-    ckcache_put(c, e);
+    ck_assert(get_put(c, 2)); /* a reader still gets it */
     ck_assert_int_eq(atomic_load(&f.calls), 3);
-    check_invariants(c);
-    ckcache_free(c);
+    check_and_free(c);
 }
 END_TEST
 
@@ -332,9 +326,5 @@ int main(void)
     tcase_add_test(tc, test_prefetch);
     tcase_add_test(tc, test_no_prefetch_after_served_out);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s);
 }

@@ -18,6 +18,7 @@
 #include "ckc.h"
 #include "ckc_internal.h"
 #include "container.h"
+#include "test_util.h"
 
 /* ---- data ---------------------------------------------------------------- */
 
@@ -32,17 +33,6 @@ static uint64_t rnd(void)
 }
 
 static double rnd_unit(void) { return ((rnd() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
-
-/* float -> BF16 rounding to nearest even (NaN kept quiet). */
-static uint16_t bf16_rne(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u)
-        return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
 
 static void fill_gauss(uint16_t *w, size_t n, double sigma)
 {
@@ -878,12 +868,4 @@ static Suite *codec_suite(void)
     return s;
 }
 
-int main(void)
-{
-    SRunner *sr = srunner_create(codec_suite());
-    int failed;
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return run_suite(codec_suite()); }

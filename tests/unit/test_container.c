@@ -21,49 +21,23 @@
 #include "hashing.h"
 #include "progress.h"
 #include "util.h"
+#include "test_util.h"
 
 static uint64_t rng_state = 88172645463325252ull;
-static uint64_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
+static uint64_t rnd(void) { return xorshift64(&rng_state); }
 
 /* BF16 of a N(0, sd) sample, rounded to nearest even. */
 static uint16_t gauss_bf16(double sd)
 {
     double u1 = (rnd() >> 11) * 0x1.0p-53 + 1e-300, u2 = (rnd() >> 11) * 0x1.0p-53;
-    float f = (float)(sd * sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
-    uint32_t b;
-    memcpy(&b, &f, 4);
-    return (uint16_t)((b + 0x7FFF + ((b >> 16) & 1)) >> 16);
+    return bf16_rne((float)(sd * sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2)));
 }
 
-static char tmpdir[256];
-
-static void setup(void)
-{
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ckptfs-unit.XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static void teardown(void)
-{
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    ck_assert_int_eq(system(cmd), 0);
-}
-
-typedef struct {
-    uint32_t enc;
-    uint64_t size;
-} piece;
+static void setup(void) { tmpdir_make("unit"); }
 
 /* Write a packed file of pieces filled with content that suits each
  * encoding; return the original bytes. */
-static uint8_t *write_pack(const char *path, const piece *pc, int n, uint64_t *total)
+static uint8_t *write_pack(const char *path, const test_extent *pc, int n, uint64_t *total)
 {
     *total = 0;
     for (int i = 0; i < n; i++)
@@ -79,31 +53,20 @@ static uint8_t *write_pack(const char *path, const piece *pc, int n, uint64_t *t
             orig[at + pc[i].size - 1] = 0x5a;
         at += pc[i].size;
     }
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
-    ck_assert_int_ge(fd, 0);
     ckp_writer_opts o = {.path = "dir/model.safetensors", .kind = CKP_KIND_SAFETENSORS, .mode = 0640,
                          .mtime_ns = 1234567890123456789LL, .jobs = 2};
-    ckp_writer *w;
-    ck_assert_int_eq(ckp_writer_new(fd, &o, &w), CKP_OK);
-    at = 0;
-    for (int i = 0; i < n; i++) {
-        ck_assert_int_eq(ckp_writer_add(w, pc[i].enc, orig + at, pc[i].size, "t", 7), CKP_OK);
-        at += pc[i].size;
-    }
     uint8_t sha[32] = {1, 2, 3};
-    ck_assert_int_eq(ckp_writer_finish(w, sha), CKP_OK);
-    ckp_writer_free(w);
-    close(fd);
+    write_packed(path, &o, orig, pc, n, sha);
     return orig;
 }
 
-static const piece mixed[] = {
-    {CKC_ENC_RAW, 1001},                        /* odd: next extent starts at an odd offset */
-    {CKC_ENC_K15, 2 * 150001},                  /* 3 chunks, odd weight count */
-    {CKC_ENC_ZSTD, 600000},                     /* compressible: ZSTD */
-    {CKC_ENC_BSPLIT, 2 * 70000},
-    {CKC_ENC_K15, 16},
-    {CKC_ENC_ZSTD, 5},
+static const test_extent mixed[] = {
+    {CKC_ENC_RAW, 1001, "t", 7},                /* odd: next extent starts at an odd offset */
+    {CKC_ENC_K15, 2 * 150001, "t", 7},          /* 3 chunks, odd weight count */
+    {CKC_ENC_ZSTD, 600000, "t", 7},             /* compressible: ZSTD */
+    {CKC_ENC_BSPLIT, 2 * 70000, "t", 7},
+    {CKC_ENC_K15, 16, "t", 7},
+    {CKC_ENC_ZSTD, 5, "t", 7},
 };
 
 /* tmpdir/a.ckpt of the mixed pieces, opened; its original bytes. */
@@ -212,17 +175,6 @@ START_TEST(read_chunk_from_caller_planes)
     free(orig);
 }
 END_TEST
-
-/* Flip one byte of a file at off. */
-static void flip(const char *path, uint64_t off)
-{
-    int fd = open(path, O_RDWR);
-    uint8_t b;
-    ck_assert_int_eq(cku_pread_full(fd, &b, 1, off), 0);
-    b ^= 0x10;
-    ck_assert_int_eq(cku_pwrite_full(fd, &b, 1, off), 0);
-    close(fd);
-}
 
 START_TEST(damaged_chunk_is_an_error_others_read)
 {
@@ -628,7 +580,7 @@ int main(void)
 {
     Suite *s = suite_create("container");
     TCase *t = tcase_create("container");
-    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_checked_fixture(t, setup, tmpdir_remove);
     tcase_set_timeout(t, 120);
     tcase_add_test(t, roundtrip_every_byte);
     tcase_add_test(t, read_chunk_from_caller_planes);
@@ -644,9 +596,5 @@ int main(void)
     tcase_add_test(t, sha256_pipe);
     tcase_add_loop_test(t, golden_files_decode, 0, 2);
     suite_add_tcase(s, t);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s);
 }

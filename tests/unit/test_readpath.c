@@ -23,30 +23,12 @@
 #include "mount_opts.h"
 #include "plane_window.h"
 #include "readpath.h"
+#include "test_util.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
+static uint64_t rnd(void) { return xorshift64(&rng); }
 
-static char tmpdir[256];
-
-static void setup(void)
-{
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ckptfs-readpath.XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static void teardown(void)
-{
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    ck_assert_int_eq(system(cmd), 0);
-}
+static void setup(void) { tmpdir_make("readpath"); }
 
 /* ---- a packed directory --------------------------------------------------- */
 
@@ -73,17 +55,10 @@ typedef struct {
  * recorded as d/w.bin. */
 static void pack_to(const char *path, const uint8_t *orig, uint64_t size)
 {
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
-    ck_assert_int_ge(fd, 0);
     ckp_writer_opts o = {.path = "d/w.bin", .kind = CKP_KIND_BLOB, .mode = 0644, .mtime_ns = 42};
-    ckp_writer *w;
-    ck_assert_int_eq(ckp_writer_new(fd, &o, &w), CKP_OK);
-    ck_assert_int_eq(ckp_writer_add(w, CKC_ENC_K15, orig, W_BYTES, "w", 0), CKP_OK);
-    ck_assert_int_eq(ckp_writer_add(w, CKC_ENC_RAW, orig + W_BYTES, size - W_BYTES, "", 0), CKP_OK);
+    const test_extent x[] = {{CKC_ENC_K15, W_BYTES, "w", 0}, {CKC_ENC_RAW, size - W_BYTES, "", 0}};
     uint8_t sha[32] = {0};
-    ck_assert_int_eq(ckp_writer_finish(w, sha), CKP_OK);
-    ckp_writer_free(w);
-    close(fd);
+    write_packed(path, &o, orig, x, 2, sha);
 }
 
 /* Original bytes of "d/w.bin": weights, then random bytes. */
@@ -138,6 +113,20 @@ static void ctx_close(ckfs_ctx *c)
     ckfs_ctx_free(c);
 }
 
+/* write_model, then ctx_open over it. */
+static void open_model(model *md, ckfs_ctx *c, unsigned prefetch_threads, uint64_t prefetch)
+{
+    write_model(md);
+    ctx_open(c, prefetch_threads, prefetch);
+}
+
+/* ctx_close, and the model's original bytes freed. */
+static void close_model(ckfs_ctx *c, model *md)
+{
+    ctx_close(c);
+    free(md->orig);
+}
+
 /* Open d/w.bin through the tree, as the glue does. */
 static ckfs_ofile *open_w(ckfs_ctx *c, uint64_t *size, int *err)
 {
@@ -183,8 +172,7 @@ START_TEST(reads_return_the_original_bytes)
     ckfs_ctx c;
     uint64_t size;
     int err;
-    write_model(&md);
-    ctx_open(&c, _i, 1u << 20);  /* without and with prefetch workers */
+    open_model(&md, &c, _i, 1u << 20);  /* without and with prefetch workers */
     ckfs_ofile *of = open_w(&c, &size, &err);
     ck_assert_int_eq(err, 0);
     ck_assert_uint_eq(size, md.size);
@@ -204,8 +192,7 @@ START_TEST(reads_return_the_original_bytes)
     for (uint64_t off = 0; off < md.size; off += 128 << 10)
         ck_assert_int_eq(read_check(&c, of, &md, off, 128 << 10), 0);
     ckfs_file_close(of);
-    ctx_close(&c);
-    free(md.orig);
+    close_model(&c, &md);
 }
 END_TEST
 
@@ -218,8 +205,7 @@ START_TEST(open_files_freed_with_the_context)
     ckfs_ctx c;
     uint64_t size;
     int err;
-    write_model(&md);
-    ctx_open(&c, 0, 0);
+    open_model(&md, &c, 0, 0);
     ckfs_ofile *a = open_w(&c, &size, &err), *b = open_w(&c, &size, &err), *d = open_w(&c, &size, &err);
     ck_assert_ptr_nonnull(a);
     ck_assert_ptr_nonnull(b);
@@ -228,9 +214,8 @@ START_TEST(open_files_freed_with_the_context)
     ck_assert_ptr_eq(c.ofiles, d);
     ck_assert_ptr_eq(d->next, a);
     ck_assert_ptr_eq(a->prev, d);
-    ctx_close(&c);      /* a and d are still open */
+    close_model(&c, &md); /* a and d are still open */
     ck_assert_ptr_null(c.ofiles);
-    free(md.orig);
 }
 END_TEST
 
@@ -242,8 +227,7 @@ START_TEST(sequential_reads_prefetch)
     uint64_t size;
     int err;
     ckcache_stats s;
-    write_model(&md);
-    ctx_open(&c, 1, 4u << 20);
+    open_model(&md, &c, 1, 4u << 20);
     ckfs_ofile *of = open_w(&c, &size, &err);
     ck_assert_int_eq(read_check(&c, of, &md, 300000, 4096), 0);
     ckcache_get_stats(c.cache, &s);
@@ -255,8 +239,7 @@ START_TEST(sequential_reads_prefetch)
     ck_assert_uint_eq(atomic_load(&c.reads), 4);
     ck_assert_uint_eq(atomic_load(&c.read_bytes), 4 * 4096);
     ckfs_file_close(of);
-    ctx_close(&c);
-    free(md.orig);
+    close_model(&c, &md);
 }
 END_TEST
 
@@ -294,6 +277,22 @@ static uint64_t outside(uint64_t from, uint64_t to, uint64_t lo, uint64_t hi)
     return from < to ? n : 0;
 }
 
+/* One run of reads over [lo, hi) in req-byte requests (a 4 MiB window): adds
+ * the bytes it queued to *queued, those queued outside [lo, hi) to *qpast,
+ * and those hinted outside it to *hpast. */
+static void read_run(ckfs_ahead *a, uint64_t lo, uint64_t hi, uint64_t req, uint64_t fsize, uint64_t *queued,
+                     uint64_t *qpast, uint64_t *hpast)
+{
+    ckfs_ahead_plan p;
+    for (uint64_t off = lo; off < hi; off += req) {
+        ahead(a, 4 * MiB, off, off + req, fsize, &p);
+        if (p.to > p.from)
+            *queued += p.to - p.from, *qpast += outside(p.from, p.to, lo, hi);
+        if (p.hto > p.hfrom)
+            *hpast += outside(p.hfrom, p.hto, lo, hi);
+    }
+}
+
 /* A tensor-parallel reader takes an eighth of every tensor's rows: 2 MiB
  * runs, 16 MiB apart, in 256 KiB requests.  Decode-ahead (and the disk
  * hint) past each run is bytes nobody reads: at most a quarter of the run
@@ -303,17 +302,10 @@ START_TEST(ahead_slices_queue_little_past_each_run)
 {
     const uint64_t tensor = 16 * MiB, run = 2 * MiB, req = 256 * KiB, fsize = 64 * KiB + 8 * tensor;
     ckfs_ahead a = {0};
-    ckfs_ahead_plan p;
     uint64_t past = 0, hinted_past = 0, queued = 0;
     for (uint64_t t = 0; t < 8; t++) {
-        uint64_t lo = 64 * KiB + t * tensor + 3 * run, hi = lo + run;
-        for (uint64_t off = lo; off < hi; off += req) {
-            ahead(&a, 4 * MiB, off, off + req, fsize, &p);
-            if (p.to > p.from)
-                queued += p.to - p.from, past += outside(p.from, p.to, lo, hi);
-            if (p.hto > p.hfrom)
-                hinted_past += outside(p.hfrom, p.hto, lo, hi);
-        }
+        uint64_t lo = 64 * KiB + t * tensor + 3 * run;
+        read_run(&a, lo, lo + run, req, fsize, &queued, &past, &hinted_past);
     }
     ck_assert_uint_gt(queued, 0); /* runs of 8 requests are sequential */
     ck_assert_msg(past <= 8 * run / 4, "%llu bytes queued past 8 runs of 2 MiB",
@@ -373,17 +365,10 @@ START_TEST(ahead_tensor_runs_stop_at_the_tensor)
     const uint64_t tensor = 16 * MiB, req = 1 * MiB, fsize = 64 * KiB + 8 * tensor;
     static const int order[] = {3, 0, 5, 2, 7, 4, 1, 6}; /* no two in file order */
     ckfs_ahead a = {0};
-    ckfs_ahead_plan p;
     uint64_t past = 0, queued = 0;
     for (int i = 0; i < 8; i++) {
-        uint64_t lo = 64 * KiB + (uint64_t)order[i] * tensor, hi = lo + tensor;
-        for (uint64_t off = lo; off < hi; off += req) {
-            ahead(&a, 4 * MiB, off, off + req, fsize, &p);
-            if (p.to > p.from)
-                queued += p.to - p.from, past += outside(p.from, p.to, lo, hi);
-            if (p.hto > p.hfrom)
-                past += outside(p.hfrom, p.hto, lo, hi);
-        }
+        uint64_t lo = 64 * KiB + (uint64_t)order[i] * tensor;
+        read_run(&a, lo, lo + tensor, req, fsize, &queued, &past, &past); /* queued or hinted */
     }
     ck_assert_uint_gt(queued, 4 * tensor);
     ck_assert_msg(past == 0, "%llu bytes queued or hinted past the tensors read", (unsigned long long)past);
@@ -515,8 +500,7 @@ START_TEST(drop_packed_keeps_the_pages_of_chunks_to_come)
         }
     free(vec);
     ckfs_file_close(of);
-    ctx_close(&c);
-    free(md.orig);
+    close_model(&c, &md);
 }
 END_TEST
 
@@ -630,12 +614,7 @@ START_TEST(damaged_chunk_is_eio)
     ckp_chunk_span(x, 2, 3, &sp);
     uint64_t at = x->plane_offset[1] + sp.off[1] + 1000; /* a low byte of chunk 2 */
     ckp_close(r);
-    int fd = open(md.packed, O_RDWR);
-    uint8_t b;
-    ck_assert_int_eq(pread(fd, &b, 1, (off_t)at), 1);
-    b ^= 0x10;
-    ck_assert_int_eq(pwrite(fd, &b, 1, (off_t)at), 1);
-    close(fd);
+    flip(md.packed, at);
     ctx_open(&c, 0, 0);
     ckfs_ofile *of = open_w(&c, &size, &err);
     ck_assert_int_eq(err, 0);
@@ -646,8 +625,7 @@ START_TEST(damaged_chunk_is_eio)
     ck_assert_int_eq(read_check(&c, of, &md, 0, c2), 0);
     ck_assert_int_eq(read_check(&c, of, &md, c2 + 2 * CKP_BF16_CHUNK_WEIGHTS, md.size), 0);
     ckfs_file_close(of);
-    ctx_close(&c);
-    free(md.orig);
+    close_model(&c, &md);
 }
 END_TEST
 
@@ -702,6 +680,14 @@ static void note_change(void *arg, uint32_t file)
     changed_file = file;
 }
 
+/* c's changes counted in changed_calls (from 0) and changed_file. */
+static void watch_changes(ckfs_ctx *c)
+{
+    changed_calls = 0;
+    c->on_change = note_change;
+    c->on_change_arg = &changed_calls;
+}
+
 /* Changes made to d/w.bin.ckpt under a running context. */
 enum { CH_REPACKED, CH_OTHER, CH_WRITTEN, CH_WRITTEN_MTIME_BACK, CH_REMOVED, CH_TRUNCATED, CH_N };
 
@@ -754,11 +740,8 @@ START_TEST(changed_packed_file_is_eio)
     ckfs_ctx c;
     uint64_t size;
     int err;
-    write_model(&md);
-    ctx_open(&c, 0, 0);
-    changed_calls = 0;
-    c.on_change = note_change;
-    c.on_change_arg = &changed_calls;
+    open_model(&md, &c, 0, 0);
+    watch_changes(&c);
     char logpath[300];
     snprintf(logpath, sizeof logpath, "%s/log", tmpdir);
     int logfd = open(logpath, O_RDWR | O_CREAT | O_TRUNC, 0644);
@@ -791,8 +774,7 @@ START_TEST(changed_packed_file_is_eio)
     ck_assert_msg(strstr(buf, want) != NULL, "no line \"%s\" in the log:\n%s", want, buf);
     ck_assert_msg(strchr(buf, '\n') == buf + n - 1, "not one log line:\n%s", buf);
     ckfs_file_close(of);
-    ctx_close(&c);
-    free(md.orig);
+    close_model(&c, &md);
 }
 END_TEST
 
@@ -805,11 +787,8 @@ START_TEST(unchanged_packed_file_keeps_serving)
     ckfs_ctx c;
     uint64_t size;
     int err;
-    write_model(&md);
-    ctx_open(&c, 1, 1u << 20);
-    changed_calls = 0;
-    c.on_change = note_change;
-    c.on_change_arg = &changed_calls;
+    open_model(&md, &c, 1, 1u << 20);
+    watch_changes(&c);
     for (int it = 0; it < 3; it++) {
         ckfs_ofile *of = open_w(&c, &size, &err);
         ck_assert_int_eq(err, 0);
@@ -819,8 +798,7 @@ START_TEST(unchanged_packed_file_keeps_serving)
         usleep(10000);
     }
     ck_assert_uint_eq(changed_calls, 0);
-    ctx_close(&c);
-    free(md.orig);
+    close_model(&c, &md);
 }
 END_TEST
 
@@ -1002,7 +980,7 @@ int main(void)
 {
     Suite *s = suite_create("readpath");
     TCase *t = tcase_create("readpath");
-    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_checked_fixture(t, setup, tmpdir_remove);
     tcase_set_timeout(t, 120);
     tcase_add_loop_test(t, reads_return_the_original_bytes, 0, 2);
     tcase_add_test(t, sequential_reads_prefetch);
@@ -1025,9 +1003,5 @@ int main(void)
     tcase_add_test(t, mount_options);
     tcase_add_test(t, mount_point_checks);
     suite_add_tcase(s, t);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return run_suite(s);
 }
