@@ -9,22 +9,8 @@
  * sees stale data, the bench_gpu bug), on a blocking stream it is.  Linked
  * against the emulated ckgpu only.
  */
-#include <cuda_runtime_api.h>
-
 #include "ckg_ref.h"
-#include "gpu_test_util.h"
-
-#define CU(call) CHECK((call) == cudaSuccess, "%s", #call)
-
-static void *dev_copy(const void *h, size_t len, size_t pad)
-{
-    void *d = NULL;
-    CU(cudaMalloc(&d, len + pad));
-    CU(cudaMemset(d, 0, len + pad));
-    if (len)
-        CU(cudaMemcpy(d, h, len, cudaMemcpyHostToDevice));
-    return d;
-}
+#include "gpu_test_dev.h"
 
 int main(void)
 {
@@ -36,14 +22,11 @@ int main(void)
         tu_weights(w, n, 0.02, 0.01);
         tu_packed p;
         tu_pack(encs[e], w, n, 65536, &p);
-        ckg_planes hv = tu_planes(&p), v = hv;
+        ckg_planes hv = tu_planes(&p);
         uint64_t n_idx = (n + CKG_ESC_BLOCK - 1) / CKG_ESC_BLOCK;
         uint32_t *idx = calloc(n_idx + 1, 4), bad = 0;
         CHECK(idx && ckg_ref_escape_index(&hv, p.chunk_w, p.prefix, p.n_chunks, idx, &bad) == CKG_OK && !bad, "index");
-        v.codes = dev_copy(p.codes, p.codes_size, 64);
-        v.low = dev_copy(p.low, p.low_size, 64);
-        v.esc = dev_copy(p.esc, p.esc_size, 64);
-        v.esc_index = dev_copy(idx, n_idx * 4, 0);
+        ckg_planes v = tu_dev_planes(&p, idx);
         uint16_t *d_out = NULL;
         CU(cudaMalloc((void **)&d_out, n * 2));
         for (uint64_t first = 0; first < 8; first += 3) {   /* 0, 3, 6: as a row range of 1000 columns from row 3 */
@@ -76,10 +59,7 @@ int main(void)
             CU(cudaStreamDestroy(st));
         }
         printf("gpu_emu: legacy-stream copies wait for blocking streams only\n");
-        CU(cudaFree((void *)v.codes));
-        CU(cudaFree((void *)v.low));
-        CU(cudaFree((void *)v.esc));
-        CU(cudaFree((void *)v.esc_index));
+        tu_dev_planes_free(&v);
         CU(cudaFree(d_out));
         free(idx);
         free(w);

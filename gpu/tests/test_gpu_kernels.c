@@ -7,10 +7,8 @@
  * unaligned addresses handled.  Without a device the
  * device part prints "SKIP device part: no CUDA device" and the test passes.
  */
-#include <cuda_runtime_api.h>
-
 #include "ckg_ref.h"
-#include "gpu_test_util.h"
+#include "gpu_test_dev.h"
 
 typedef struct {
     uint32_t enc;
@@ -105,18 +103,6 @@ static void cpu_gemv_check(const tu_packed *p, const uint16_t *w, gshape s)
 
 /* ---- device part --------------------------------------------------------------- */
 
-#define CU(call) CHECK((call) == cudaSuccess, "%s", cudaGetErrorString(cudaGetLastError()))
-
-static void *dev_copy(const void *h, size_t len, size_t pad)
-{
-    void *d = NULL;
-    CU(cudaMalloc(&d, len + pad));
-    CU(cudaMemset(d, 0, len + pad));
-    if (len)
-        CU(cudaMemcpy(d, h, len, cudaMemcpyHostToDevice));
-    return d;
-}
-
 /* The escape patch list of shape s (ckg_escape_patches) against the
  * original weights: row ranks, and each escape's column and exact value.
  * On success v's patch fields point at it (device buffers in *bufs). */
@@ -166,10 +152,7 @@ static void patch_checks(const tu_packed *p, const uint16_t *w, ckg_planes *v, g
 
 static void device_checks(const tu_packed *p, const uint16_t *w, const uint32_t *idx, const gshape *shapes, int n_shapes)
 {
-    ckg_planes v = tu_planes(p);
-    v.codes = dev_copy(p->codes, p->codes_size, 64);
-    v.low = dev_copy(p->low, p->low_size, 64);
-    v.esc = dev_copy(p->esc, p->esc_size, 64);
+    ckg_planes v = tu_dev_planes(p, NULL);
     uint64_t n_idx = (p->n + CKG_ESC_BLOCK - 1) / CKG_ESC_BLOCK;
     uint32_t *d_prefix = dev_copy(p->prefix, (p->n_chunks + 1) * 4, 0), *d_idx = dev_copy(NULL, 0, n_idx * 4);
     uint32_t *d_err = dev_copy(NULL, 0, 4), err = 0;
@@ -272,11 +255,8 @@ static void device_checks(const tu_packed *p, const uint16_t *w, const uint32_t 
         free(ry);
         free(ra);
     }
-    CU(cudaFree((void *)v.codes));
-    CU(cudaFree((void *)v.low));
-    CU(cudaFree((void *)v.esc));
+    tu_dev_planes_free(&v); /* and d_idx, its escape index */
     CU(cudaFree(d_prefix));
-    CU(cudaFree(d_idx));
     CU(cudaFree(d_err));
     CU(cudaFree(d_out));
     free(gi);
@@ -304,12 +284,7 @@ static void exact_and_unaligned_checks(uint32_t enc)
     tu_pack(enc, w, n, 1024, &p);
     CHECK(p.n_esc >= rows, "the test column is not escaped (%llu escapes)", (unsigned long long)p.n_esc);
     uint32_t *idx = cpu_index(&p);
-    uint64_t n_idx = (n + CKG_ESC_BLOCK - 1) / CKG_ESC_BLOCK;
-    ckg_planes v = tu_planes(&p);
-    v.codes = dev_copy(p.codes, p.codes_size, 64);
-    v.low = dev_copy(p.low, p.low_size, 64);
-    v.esc = dev_copy(p.esc, p.esc_size, 64);
-    v.esc_index = dev_copy(idx, n_idx * 4, 0);
+    ckg_planes v = tu_dev_planes(&p, idx);
     void *pbufs[2];   /* the patch list, so that ckg_gemv takes the fused kernel */
     patch_checks(&p, w, &v, (gshape){rows, cols, 0}, pbufs);
     CHECK(v.patch, "no patch list");
@@ -348,10 +323,7 @@ static void exact_and_unaligned_checks(uint32_t enc)
     CU(cudaFree(ulow));
     CU(cudaFree(pbufs[0]));
     CU(cudaFree(pbufs[1]));
-    CU(cudaFree((void *)v.codes));
-    CU(cudaFree((void *)v.low));
-    CU(cudaFree((void *)v.esc));
-    CU(cudaFree((void *)v.esc_index));
+    tu_dev_planes_free(&v);
     CU(cudaFree(d_x));
     CU(cudaFree(d_y));
     CU(cudaFree(d_out));

@@ -9,7 +9,6 @@
  *
  * usage: test_gpu_loader WORKDIR   (created; removed contents are ours)
  */
-#include <cuda_runtime_api.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,7 +16,7 @@
 #include "ckg_ref.h"
 #include "commands.h"
 #include "container.h"
-#include "gpu_test_util.h"
+#include "gpu_test_dev.h"
 
 typedef struct {
     const char *name, *dtype;
@@ -53,7 +52,6 @@ static void write_safetensors(const char *path, ttensor *t, int n)
     CHECK(fclose(f) == 0, "write %s", path);
 }
 
-#define CU(call) CHECK((call) == cudaSuccess, "%s", cudaGetErrorString(cudaGetLastError()))
 
 static void check_decode(ckg_model *m, size_t ti, const ttensor *t, uint64_t r0, uint64_t r1, unsigned flags,
                          int want_packed)
