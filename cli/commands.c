@@ -826,7 +826,8 @@ static int stat_mount(const char *dst, int json)
     const char *src = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "source"));
     uint64_t hits = N("cache_hits"), misses = N("cache_misses");
     printf("%s: ckptfs mount of %s (%llu files)\n", dst, src ? src : "?", (unsigned long long)N("files"));
-    printf("  reads            %llu, %s served\n", (unsigned long long)N("reads"), cku_human(N("read_bytes"), a));
+    printf("  reads            %llu (%llu of >= 512 KiB), %s served\n", (unsigned long long)N("reads"),
+           (unsigned long long)N("big_reads"), cku_human(N("read_bytes"), a));
     printf("  decoded          %s; decode errors %llu\n", cku_human(N("decoded_bytes"), b),
            (unsigned long long)N("decode_errors"));
     printf("  cache            %llu hits, %llu misses (%.1f%% hits), %llu waits, %llu evictions, %llu served out;"
@@ -837,6 +838,13 @@ static int stat_mount(const char *dst, int json)
     printf("  prefetch         %llu queued, %llu done, %llu dropped, %llu cancelled\n",
            (unsigned long long)N("prefetch_queued"), (unsigned long long)N("prefetch_done"),
            (unsigned long long)N("prefetch_dropped"), (unsigned long long)N("prefetch_cancelled"));
+    if (cJSON_GetObjectItemCaseSensitive(o, "direct_loads")) /* drop_packed */
+        printf("  O_DIRECT windows %llu loads (%s), %llu chunks decoded from them, %llu waits, %llu failures,"
+               " %llu prefetches dropped (no window free), %llu windows replaced unused\n",
+               (unsigned long long)N("direct_loads"), cku_human(N("direct_load_bytes"), a),
+               (unsigned long long)N("direct_hits"), (unsigned long long)N("direct_waits"),
+               (unsigned long long)N("direct_failures"), (unsigned long long)N("direct_dropped"),
+               (unsigned long long)N("direct_replaced"));
 #undef N
     cJSON_Delete(o);
     return 1;

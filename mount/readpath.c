@@ -716,46 +716,62 @@ void ckfs_cache_stop(ckfs_ctx *c)
     c->windows = NULL;
 }
 
-int ckfs_stats_json(ckfs_ctx *c, char *buf, size_t cap)
+/* The daemon's counters, in the order `ckptfs stat` and -o stats show them:
+ * up to CKFS_N_COUNTERS, the O_DIRECT windows' only with drop_packed. */
+#define CKFS_N_COUNTERS 32
+typedef struct {
+    const char *name;
+    uint64_t v;
+} ckfs_counter;
+
+static size_t counters(ckfs_ctx *c, ckfs_counter *n)
 {
     ckcache_stats s;
     ckcache_get_stats(c->cache, &s);
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "source", c->dst);
-    const struct {
-        const char *name;
-        uint64_t v;
-    } n[] = {{"files", c->m->n_files},
-             {"reads", atomic_load(&c->reads)},
-             {"read_bytes", atomic_load(&c->read_bytes)},
-             {"decoded_bytes", atomic_load(&c->decoded_bytes)},
-             {"decode_errors", atomic_load(&c->decode_errors)},
-             {"cache_hits", s.hits},
-             {"cache_misses", s.misses},
-             {"cache_waits", s.waits},
-             {"cache_evictions", s.evictions},
-             {"cache_served_out", s.served_out},
-             {"cache_bytes", s.bytes},
-             {"cache_limit", c->o.cache_size},
-             {"prefetch_queued", s.prefetch_queued},
-             {"prefetch_done", s.prefetch_done},
-             {"prefetch_dropped", s.prefetch_dropped},
-             {"prefetch_cancelled", s.prefetch_cancelled}};
-    for (size_t i = 0; i < sizeof n / sizeof *n; i++)
-        cJSON_AddNumberToObject(o, n[i].name, (double)n[i].v);
+    size_t k = 0;
+#define PUT(nm, val) (n[k++] = (ckfs_counter){nm, (uint64_t)(val)})
+    PUT("files", c->m->n_files);
+    PUT("reads", atomic_load(&c->reads));
+    PUT("read_bytes", atomic_load(&c->read_bytes));
+    PUT("big_reads", atomic_load(&c->big_reads));
+    PUT("decoded_bytes", atomic_load(&c->decoded_bytes));
+    PUT("decode_errors", atomic_load(&c->decode_errors));
+    PUT("cache_hits", s.hits);
+    PUT("cache_misses", s.misses);
+    PUT("cache_waits", s.waits);
+    PUT("cache_evictions", s.evictions);
+    PUT("cache_served_out", s.served_out);
+    PUT("cache_failures", s.failures);
+    PUT("cache_bytes", s.bytes);
+    PUT("cache_limit", c->o.cache_size);
+    PUT("prefetch_queued", s.prefetch_queued);
+    PUT("prefetch_done", s.prefetch_done);
+    PUT("prefetch_dropped", s.prefetch_dropped);
+    PUT("prefetch_cancelled", s.prefetch_cancelled);
     if (c->windows) {
         ckw_stats w;
         ckw_get_stats(c->windows, &w);
-        const struct {
-            const char *name;
-            uint64_t v;
-        } d[] = {{"direct_loads", w.loads},       {"direct_load_bytes", w.load_bytes},
-                 {"direct_hits", w.hits},         {"direct_waits", w.waits},
-                 {"direct_failures", w.failures},
-                 {"direct_dropped", w.dropped},   {"direct_replaced", w.replaced}};
-        for (size_t i = 0; i < sizeof d / sizeof *d; i++)
-            cJSON_AddNumberToObject(o, d[i].name, (double)d[i].v);
+        PUT("direct_loads", w.loads);
+        PUT("direct_load_bytes", w.load_bytes);
+        PUT("direct_hits", w.hits);
+        PUT("direct_waits", w.waits);
+        PUT("direct_failures", w.failures);
+        PUT("direct_dropped", w.dropped);
+        PUT("direct_replaced", w.replaced);
     }
+#undef PUT
+    assert(k <= CKFS_N_COUNTERS);
+    return k;
+}
+
+int ckfs_stats_json(ckfs_ctx *c, char *buf, size_t cap)
+{
+    ckfs_counter n[CKFS_N_COUNTERS];
+    size_t k = counters(c, n);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "source", c->dst);
+    for (size_t i = 0; i < k; i++)
+        cJSON_AddNumberToObject(o, n[i].name, (double)n[i].v);
     char *txt = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     int len = txt ? snprintf(buf, cap, "%s\n", txt) : -1;
@@ -765,16 +781,10 @@ int ckfs_stats_json(ckfs_ctx *c, char *buf, size_t cap)
 
 void ckfs_print_stats(ckfs_ctx *c)
 {
-    ckcache_stats s;
-    ckcache_get_stats(c->cache, &s);
-    fprintf(stderr,
-            "ckptfs: reads %lu (%lu bytes, %lu of >= 512 KiB); cache hits %llu misses %llu "
-            "waits %llu evictions %llu served-out %llu failures %llu; prefetch queued %llu done %llu "
-            "dropped %llu cancelled %llu\n",
-            atomic_load(&c->reads), atomic_load(&c->read_bytes), atomic_load(&c->big_reads),
-            (unsigned long long)s.hits, (unsigned long long)s.misses,
-            (unsigned long long)s.waits, (unsigned long long)s.evictions, (unsigned long long)s.served_out,
-            (unsigned long long)s.failures, (unsigned long long)s.prefetch_queued,
-            (unsigned long long)s.prefetch_done, (unsigned long long)s.prefetch_dropped,
-            (unsigned long long)s.prefetch_cancelled);
+    ckfs_counter n[CKFS_N_COUNTERS];
+    size_t k = counters(c, n);
+    fputs("ckptfs: stats:", stderr);
+    for (size_t i = 0; i < k; i++)
+        fprintf(stderr, " %s %llu", n[i].name, (unsigned long long)n[i].v);
+    fputc('\n', stderr);
 }

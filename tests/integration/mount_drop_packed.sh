@@ -30,7 +30,7 @@ PYEOF
 for opt in drop_packed keep_packed; do
     evict
     [ "$(cached_pct)" -le 5 ] || fail "could not evict the packed files ($(cached_pct)% cached)"
-    mount_fg "m_$opt" -o "$opt"
+    mount_fg "m_$opt" -o "$opt,stats"
     for f in "$T"/src/*.safetensors; do
         cmp "$f" "$T/m_$opt/$(basename "$f")" || fail "$opt: $(basename "$f") differs"
     done
@@ -45,6 +45,11 @@ o = json.load(open(sys.argv[1]))
 print("drop_packed: %d of %d chunks decoded from O_DIRECT windows (%d loads)" % (o["direct_hits"], o["cache_misses"], o["direct_loads"]))
 sys.exit(0 if o["direct_failures"] == 0 and o["direct_hits"] >= o["cache_misses"] // 2 else 1)
 PYEOF
+        # the text form shows the same windows' counters
+        "$CKPTFS" stat "$T/m_$opt" >"$T/stats.txt" || fail "ckptfs stat (text) of the mount failed"
+        loads=$("$PY" -c 'import json, sys; o = json.load(open(sys.argv[1])); print(o["direct_loads"], o["direct_hits"])' "$T/stats.json")
+        grep -q "^  O_DIRECT windows ${loads% *} loads (.*), ${loads#* } chunks decoded from them, " "$T/stats.txt" ||
+            fail "ckptfs stat text lacks the windows' counters ($loads): $(cat "$T/stats.txt")"
     fi
     case $opt in
     # 0% seen here at load 12; a little room for a page sitting in another
@@ -56,5 +61,16 @@ PYEOF
     keep_packed) [ "$pct" -ge 50 ] || fail "keep_packed left only ${pct}% cached" ;;
     esac
     stop_daemon TERM "$PID"
+    # -o stats: the counters at unmount, every byte served counted
+    want=$(cat "$T"/src/*.safetensors | wc -c)
+    line=$(grep -m1 '^ckptfs: stats: ' "$T/log.m_$opt") || fail "$opt,stats: no stats line at unmount: $(cat "$T/log.m_$opt")"
+    "$PY" - "$want" "$opt" "$line" <<'PYEOF' || fail "$opt,stats: $line"
+import sys
+want, opt, line = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+w = line.split(": ", 2)[2].split()
+o = {w[i]: int(w[i + 1]) for i in range(0, len(w), 2)}
+assert o["read_bytes"] >= want and o["decode_errors"] == 0 and o["cache_misses"] > 0, o
+assert opt == "drop_packed" or "direct_loads" not in o, o
+PYEOF
 done
 echo "PASS mount_drop_packed"
