@@ -313,7 +313,13 @@ class _Scratch:
 
 
 def _linear_base():
-    import torch.nn as nn
+    """torch's Module; without torch, object: PackedDir (files and tensors
+    read into any buffer) needs no torch, and everything that builds a module
+    imports torch first (ImportError there, with its name)."""
+    try:
+        import torch.nn as nn
+    except ImportError:
+        return object
     return nn.Module
 
 

@@ -208,12 +208,15 @@ step "dpkg -L ckptfs"
 files=$(dpkg -L ckptfs)
 for want in /usr/bin/ckptfs /usr/sbin/mount.ckptfs /usr/sbin/mount.fuse.ckptfs \
             /usr/share/man/man1/ckptfs.1.gz /usr/include/ckptfs/ckc.h /usr/include/ckptfs/ckc_decode.h \
-            /usr/share/doc/ckptfs/examples/example.mount /usr/share/doc/ckptfs/examples/example.conf; do
+            /usr/share/doc/ckptfs/examples/example.mount /usr/share/doc/ckptfs/examples/example.conf \
+            /usr/include/ckptfs/ckread.h /usr/lib/python3/dist-packages/ckptfs_gpu_hf.py \
+            /usr/lib/python3/dist-packages/ckptfs_gpu.py; do
     grep -qxF "$want" <<<"$files" || fail "package lacks $want"
 done
 unit=$(grep -E '/systemd/system/ckptfs@\.service$' <<<"$files") || fail "package lacks ckptfs@.service"
 pcfile=$(grep -E '/pkgconfig/ckptfs\.pc$' <<<"$files") || fail "package lacks ckptfs.pc"
 grep -qE '/libckc\.(a|so)$' <<<"$files" || fail "package lacks libckc"
+grep -qE '/libckread\.so$' <<<"$files" || fail "package lacks libckread.so"
 grep -q "^ExecStart=/usr/bin/ckptfs mount -f " "$unit" || fail "$unit does not run /usr/bin/ckptfs"
 if command -v systemd-analyze >/dev/null 2>&1; then
     systemd-analyze verify --man=no "$(dirname "$unit")/ckptfs@pkgtest.service" || fail "systemd-analyze verify $unit"
@@ -242,10 +245,53 @@ cc -std=c11 -Wall -Werror -o "$WORK/use_ckc" "$WORK/use_ckc.c" $(pkg-config --cf
     || fail "a program using ckc.h does not build against the installed library"
 "$WORK/use_ckc" || fail "the program linked against libckc failed"
 
+step "the installed Python modules and libckread (Debian's python3 -I: nothing from this tree)"
+# the system interpreter is the one a package's dist-packages serves (this
+# tree's tests may run another, e.g. pyenv's); it has neither torch nor numpy
+# here, so tensors are read into ctypes buffers and compared with their bytes
+# in the original files
+SYSPY=/usr/bin/python3
+[ -x "$SYSPY" ] || fail "no $SYSPY, the interpreter the package's modules are for"
+(cd / && "$SYSPY" -I - "$MODEL" "$PACKED" <<'PY') || fail "serving modules of the package"
+import ctypes, json, os, struct, sys
+import ckptfs_gpu_hf as h
+model, packed = sys.argv[1], sys.argv[2]
+assert h.__file__.startswith("/usr/lib/python3/dist-packages/"), h.__file__
+d = h.PackedDir(packed)  # libckread.so through the dynamic loader's search path
+
+class Out:  # what read_rows_into needs of a tensor: a contiguous buffer
+    def __init__(self, n):
+        self.b = ctypes.create_string_buffer(max(n, 1))
+        self.n = n
+    def data_ptr(self): return ctypes.addressof(self.b)
+    def numel(self): return self.n
+    def element_size(self): return 1
+
+n = 0
+for rel, size in d.files.items():
+    raw = open(os.path.join(model, rel), "rb").read()
+    assert size == len(raw), rel
+    if not rel.endswith(".safetensors"):
+        assert d.read_file(rel) == raw, rel
+        continue
+    hl = struct.unpack("<Q", raw[:8])[0]
+    for name, t in json.loads(raw[8:8 + hl]).items():
+        if name == "__metadata__":
+            continue
+        a, b = t["data_offsets"]
+        out = Out(b - a)
+        d.read_rows_into(name, out)
+        assert out.b.raw[:b - a] == raw[8 + hl + a:8 + hl + b], name
+        n += 1
+assert n > 0 and any(t.packed for t in d.tensors.values())
+print(f"{n} tensors read through libckread, each equal to its bytes in the original file")
+PY
+
 # ---- removal -------------------------------------------------------------------
 step "dpkg -r ckptfs"
 dpkg -r ckptfs >"$WORK/dpkg-r.log" 2>&1 || { cat "$WORK/dpkg-r.log"; fail "dpkg -r"; }
-for gone in /usr/bin/ckptfs /usr/sbin/mount.ckptfs /usr/sbin/mount.fuse.ckptfs "$unit" "$pcfile"; do
+for gone in /usr/bin/ckptfs /usr/sbin/mount.ckptfs /usr/sbin/mount.fuse.ckptfs "$unit" "$pcfile" \
+            /usr/lib/python3/dist-packages/ckptfs_gpu_hf.py; do
     if [ -e "$gone" ] || [ -L "$gone" ]; then fail "$gone is still there after dpkg -r"; fi
 done
 pkg-config --exists ckptfs 2>/dev/null && fail "pkg-config still finds ckptfs after dpkg -r"
