@@ -13,7 +13,6 @@ encoder, and to decode bit-exactly what it encoded.
   ckptfs_ref.py stat [--json] DST
 """
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -21,6 +20,9 @@ import struct
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from files import sha256_file as sha256  # noqa: E402
 
 CHUNK_WEIGHTS = 65536
 
@@ -76,14 +78,6 @@ def decode(fmt, n, codebook, plane0, plane1, plane2, n_esc):
         return (sym << 7) | unpack_bits(plane1, 7, n)
     sym[codes == 15] = plane2[:n_esc]
     return (sym << 8) | plane1[:n].astype(np.uint16)
-
-
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for b in iter(lambda: f.read(1 << 20), b""):
-            h.update(b)
-    return h.hexdigest()
 
 
 def walk(root):

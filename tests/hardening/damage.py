@@ -24,8 +24,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "lib")]
 from ckpt_layout import chunk_bytes, layout  # noqa: E402
+from files import files_under  # noqa: E402
 
 CK = os.environ["CKPTFS"]
 CH = os.environ["CKPT_CHUNKS"]
@@ -45,12 +46,7 @@ def fail(msg):
 
 
 def packed_files(d):
-    out = []
-    for root, _, files in os.walk(d):
-        for f in files:
-            if f.endswith(".ckpt"):
-                out.append(os.path.relpath(os.path.join(root, f), d))
-    return sorted(out)
+    return [f for f in files_under(d) if f.endswith(".ckpt")]
 
 
 def flip(path, off, mask=0x10):

@@ -25,7 +25,6 @@ case: a packed copy damaged after a plain pack must not let a later
 `pack --delete-source` delete its source.
 Random kills bounded by KILL_BUDGET_S (default 10 s) and KILLS (default 40).
 Environment: CKPTFS, CKPT_CHUNKS, PYTHON."""
-import hashlib
 import os
 import random
 import shutil
@@ -36,6 +35,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+from files import files_under, sha256_file as sha  # noqa: E402
+
 CK = os.environ["CKPTFS"]
 CH = os.environ["CKPT_CHUNKS"]
 T = tempfile.mkdtemp(prefix="ckptfs-kill.")
@@ -48,18 +50,6 @@ failures = []
 def fail(msg):
     failures.append(msg)
     print("FAIL:", msg, flush=True)
-
-
-def files_under(d):
-    out = []
-    for root, _, fs in os.walk(d):
-        out += [os.path.relpath(os.path.join(root, f), d) for f in fs]
-    return sorted(out)
-
-
-def sha(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 def pack_cmd(src=None):

@@ -34,6 +34,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from files import sha256_file as sha  # noqa: E402
+
 CK = os.environ["CKPTFS"]
 FAULT_EXIT = 86
 T = tempfile.mkdtemp(prefix="ckptfs-safety.")
@@ -52,11 +55,6 @@ def run(*args, fault=None):
     if fault:
         env["CKPTFS_FAULT"] = fault
     return subprocess.run([CK] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-
-
-def sha(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 def tree(d):

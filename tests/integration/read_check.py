@@ -16,6 +16,9 @@ import random
 import stat
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from files import sha256_file as sha  # noqa: E402
+
 CHUNK = 128 << 10
 
 
@@ -31,14 +34,6 @@ def tree(root):
             else:
                 out[rel] = ("f", st.st_size, stat.S_IMODE(st.st_mode), st.st_mtime_ns)
     return out
-
-
-def sha(p):
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        for b in iter(lambda: f.read(1 << 20), b""):
-            h.update(b)
-    return h.hexdigest()
 
 
 def expect_erofs(what, fn):

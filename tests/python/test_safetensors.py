@@ -7,7 +7,7 @@ unusual header; packed with --format k15 and bytesplit; compared through
 safe_open(framework="pt") (get_tensor, get_slice, metadata) and load_file."""
 import json
 import os
-import struct
+import sys
 
 import pytest
 
@@ -17,6 +17,9 @@ from safetensors import safe_open  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 from conftest import mount_fixture, pack  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from st_write import write_safetensors  # noqa: E402
 
 BF16_SPECIAL = [
     0x7FC0, 0xFFC0, 0x7F81, 0xFF81, 0x7FFF, 0xFFFF, 0x7FA5,   # NaNs: quiet, signalling, payloads, negative
@@ -50,18 +53,11 @@ def all_bits_bf16(g, reps):
 
 def write_by_hand(path, tensors):
     """A header json.dumps writes (spaces after ':' and ','), keys in reverse
-    order, no __metadata__, padded with spaces to 8 bytes."""
-    header, blobs, off = {}, [], 0
-    for name, t in reversed(tensors):
-        b = t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-        dt = {torch.bfloat16: "BF16", torch.float32: "F32", torch.int32: "I32"}[t.dtype]
-        header[name] = {"dtype": dt, "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    order, no __metadata__, padded with spaces to 8 bytes (st_write)."""
+    dtypes = {torch.bfloat16: ("BF16", torch.int16), torch.float32: ("F32", torch.float32),
+              torch.int32: ("I32", torch.int32)}
+    write_safetensors(path, [(name, dtypes[t.dtype][0], t.contiguous().view(dtypes[t.dtype][1]).numpy())
+                             for name, t in reversed(tensors)])
 
 
 def make_source(src):
