@@ -127,8 +127,10 @@ class TensorInfo(_cg.TensorInfo):
         return self.dtype == "BF16" and self.encoding in PACKED_ENCODINGS
 
 
-class PackedDir:
+class PackedDir(_cg._Handle):
     """A packed directory opened through libckread: tensors and files."""
+    _free = "ckr_close"
+    _h = None  # until ckr_open succeeds
 
     def __init__(self, path, lib=None):
         self.path = os.fspath(path)
@@ -149,17 +151,6 @@ class PackedDir:
 
     def _status(self, st):
         return self._lib.ckr_status_name(st).decode()
-
-    def close(self):
-        if getattr(self, "_h", None):
-            self._lib.ckr_close(self._h)
-            self._h = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __enter__(self):
         return self
