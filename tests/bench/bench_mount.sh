@@ -23,44 +23,21 @@
 # (default /var/tmp/ckptfs-bench) between runs; BIG_MIB, SMALL_MIB, N_SMALL
 # size it; rm -rf it to free the disk.
 set -euo pipefail
-[ $# -ge 1 ] || { echo "usage: $0 BUILD_DIR_OR_CKPTFS [OUT.md]" >&2; exit 2; }
-CKPTFS=$1
-[ -d "$CKPTFS" ] && CKPTFS=$CKPTFS/cli/ckptfs
-CKPTFS=$(readlink -f "$CKPTFS")
-[ -x "$CKPTFS" ] || { echo "no ckptfs binary at $CKPTFS" >&2; exit 2; }
-OUT_MD=${2:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
-PY=${PYTHON:-python3}
+. "$HERE/lib.sh"
+bench_args "$@"
 REPS=${REPS:-3}
 W=${BENCH_DIR:-/var/tmp/ckptfs-bench}
 BIG_MIB=${BIG_MIB:-1024}
 SMALL_MIB=${SMALL_MIB:-256}
 N_SMALL=${N_SMALL:-2}
-[ "$(id -u)" = 0 ] && [ -c /dev/fuse ] || { echo "needs root and /dev/fuse" >&2; exit 2; }
-
-T=$(mktemp -d /tmp/ckptfs-bench.XXXXXX)
-MNT=$T/mnt
-mkdir -p "$MNT" "$W"
-PID=""
-cleanup() {
-    grep -q " $MNT fuse" /proc/mounts && { fusermount3 -u "$MNT" 2>/dev/null || umount -l "$MNT"; }
-    [ -n "$PID" ] && kill "$PID" 2>/dev/null
-    rm -rf "$T"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-t0=$(date +%s)
+bench_start bench
+mkdir -p "$W"
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
-log() { echo "[$(( $(date +%s) - t0 )) s] $*" >&2; }
 
 # ---- data -------------------------------------------------------------------
 SRC=$W/src-$BIG_MIB-$SMALL_MIB-$N_SMALL
-if [ ! -f "$SRC/.done" ]; then
-    log "generating $SRC"
-    rm -rf "$SRC"
-    "$PY" "$HERE/mount_gen.py" "$SRC" "$BIG_MIB" "$SMALL_MIB" "$N_SMALL"
-    touch "$SRC/.done"
-fi
+made "$SRC" "$SRC/.done" "$PY" "$HERE/mount_gen.py" "$SRC" "$BIG_MIB" "$SMALL_MIB" "$N_SMALL"
 mapfile -t SHARDS < <(cd "$SRC" && ls model-*.safetensors)
 BIG=${SHARDS[0]}
 BIG_SIZE=$(stat -c %s "$SRC/$BIG")
@@ -69,29 +46,16 @@ for s in "${SHARDS[@]}"; do SRC_BYTES=$((SRC_BYTES + $(stat -c %s "$SRC/$s"))); 
 PK=$W/packed
 rm -rf "$PK"
 log "packing ($(basename "$CKPTFS") pack, default format)"
-ps=$(date +%s.%N)
-"$CKPTFS" pack "$SRC" "$PK" >"$T/pack.log" 2>&1 || { cat "$T/pack.log"; exit 1; }
-pack_s=$(awk -v a="$(date +%s.%N)" -v b="$ps" 'BEGIN {print a - b}')
+ps=$(now)
+quiet "$T/pack.log" "$CKPTFS" pack "$SRC" "$PK"
+pack_s=$(since "$ps")
 PK_BYTES=$(du -cb "$PK"/*.ckpt | tail -1 | cut -f1)
 
 # ---- helpers ------------------------------------------------------------------
-median() { sort -g | awk '{a[NR]=$1} END {printf "%.4g\n", (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
-gbps() { awk -v b="$1" -v s="$2" 'BEGIN {printf "%.3f", b / s / 1e9}'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", (b > 0) ? a / b : 0}'; }
 dd_secs() {   # dd_secs FILE: seconds of one dd bs=1M pass
     dd if="$1" of=/dev/null bs=1M 2>&1 | awk '/copied/ {for (i = 1; i <= NF; i++) if ($i ~ /^s,?$/) print $(i-1)}'
 }
-wait_mount() {   # wait_mount FSTYPE
-    for _ in $(seq 400); do grep -q " $MNT $1 " /proc/mounts && return 0; sleep 0.025; done
-    echo "mount at $MNT ($1) did not come up" >&2; return 1
-}
-unmount() {
-    fusermount3 -u "$MNT" 2>/dev/null || umount -l "$MNT"
-    [ -n "$PID" ] && { wait "$PID" 2>/dev/null || true; }
-    PID=""
-}
 warm_packed() { cat "$PK"/* >/dev/null; }
-drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 HWM_KB=0
 note_hwm() {   # VmHWM, and the RssAnon sampler's maximum (see mount_ck)
     local h
@@ -99,26 +63,18 @@ note_hwm() {   # VmHWM, and the RssAnon sampler's maximum (see mount_ck)
     [ "${h:-0}" -gt "$HWM_KB" ] && HWM_KB=$h
     return 0
 }
-anon_sampler() {   # anon_sampler PID: RssAnon (kB) every 50 ms while PID lives
-    while [ -e "/proc/$1/status" ]; do
-        awk '/RssAnon/ {print $2}' "/proc/$1/status" 2>/dev/null
-        sleep 0.05
-    done >>"$T/anon.kb"
-}
-mount_ck() {    # mount_ck OPTS: a fresh ckptfs mount in the foreground, PID set
+mount_ck() {    # mount_ck OPTS: a fresh ckptfs mount in the foreground, PID set; RssAnon (kB) every 50 ms in anon.kb
     local o=${1:-}
-    "$CKPTFS" mount -f ${o:+-o "$o"} "$PK" "$MNT" 2>>"$T/ck.log" &
-    PID=$!
-    anon_sampler "$PID" &
-    wait_mount fuse.ckptfs
+    start_daemon "$T/ck.log" "$CKPTFS" mount -f ${o:+-o "$o"} "$PK" "$MNT"
+    sample_anon "$PID" 0.05 >>"$T/anon.kb" &
+    wait_mount fuse.ckptfs "$T/ck.log"
 }
 
 # ---- 1. first sequential read ---------------------------------------------------
 # One round = every configuration once, back to back, so that a burst of
 # background load (the machine is shared) hits them alike; $REPS rounds.
-TICK=$(getconf CLK_TCK)
 cpu_of() {   # cpu_of PID KEY: add the daemon's CPU seconds so far to $T/cpu.KEY
-    awk -v t="$TICK" '{print ($14 + $15) / t}' "/proc/$1/stat" >>"$T/cpu.$(echo "$2" | tr -c 'a-zA-Z0-9\n' _)"
+    cpu_s "$1" >>"$T/cpu.$(echo "$2" | tr -c 'a-zA-Z0-9\n' _)"
 }
 one_ck() {   # one_ck OPTS -> GB/s of one first read through a fresh mount
     warm_packed
@@ -128,13 +84,11 @@ one_ck() {   # one_ck OPTS -> GB/s of one first read through a fresh mount
     note_hwm
     unmount
 }
-NOOP=$T/noop_fuse
-cc -O2 -o "$NOOP" "$HERE/noop_fuse.c" $(pkg-config --cflags --libs fuse3)
+build_noop
 one_noop() {   # one_noop READ_AHEAD_KB (0: the kernel's) -> GB/s
     local dev
-    "$NOOP" "$BIG_SIZE" 16 "$MNT" &
-    PID=$!
-    wait_mount fuse.noop
+    start_daemon "$T/noop.log" "$NOOP" "$BIG_SIZE" 16 "$MNT"
+    wait_mount fuse.noop "$T/noop.log"
     dev=$(awk -v m="$MNT" '$5 == m {print $3}' /proc/self/mountinfo | tail -1)
     [ "$1" != 0 ] && echo "$1" >"/sys/class/bdi/$dev/read_ahead_kb"
     gbps "$BIG_SIZE" "$(dd_secs "$MNT/zero.bin")"
@@ -144,12 +98,7 @@ one_noop() {   # one_noop READ_AHEAD_KB (0: the kernel's) -> GB/s
 LMZ=""
 if command -v lmz >/dev/null 2>&1; then
     LS=$W/lmz-$BIG_MIB-$SMALL_MIB-$N_SMALL
-    if [ ! -f "$LS/.done" ]; then
-        log "lmz add (once; kept in $LS)"
-        rm -rf "$LS"
-        lmz add "$SRC" --store "$LS" --name m -q >"$T/lmz.log" 2>&1 || { cat "$T/lmz.log"; exit 1; }
-        touch "$LS/.done"
-    fi
+    made "$LS" "$LS/.done" quiet "$T/lmz.log" lmz add "$SRC" --store "$LS" --name m -q
     LMZ_BYTES=$(du -cb "$LS"/models/* | tail -1 | cut -f1)
 fi
 one_lmz() {
@@ -245,9 +194,8 @@ fi
 # ---- 4. request sizes ------------------------------------------------------------
 warm_packed
 : >"$T/stats.log"
-"$CKPTFS" mount -f -o stats "$PK" "$MNT" 2>"$T/stats.log" &
-PID=$!
-wait_mount fuse.ckptfs
+start_daemon "$T/stats.log" "$CKPTFS" mount -f -o stats "$PK" "$MNT"
+wait_mount fuse.ckptfs "$T/stats.log"
 dd_secs "$MNT/$BIG" >/dev/null
 note_hwm
 unmount
@@ -258,11 +206,10 @@ STATS=$(grep -m1 'reads' "$T/stats.log" || echo "(no stats line)")
 hwm_all() {
     local h
     warm_packed
-    env ${1:+"$1"} "$CKPTFS" mount -f "$PK" "$MNT" 2>>"$T/ck.log" &
-    PID=$!
-    wait_mount fuse.ckptfs
+    start_daemon "$T/ck.log" env ${1:+"$1"} "$CKPTFS" mount -f "$PK" "$MNT"
+    wait_mount fuse.ckptfs "$T/ck.log"
     cat "${SHARDS[@]/#/$MNT/}" >/dev/null
-    h=$(awk '/RssAnon/ {print $2}' "/proc/$PID/status")
+    h=$(rss_anon_kib "$PID")
     unmount
     echo $((h >> 10))
 }

@@ -25,35 +25,22 @@
 # Env: LIMIT (bytes, or with M/G), RATIO, REPS, CK_OPTS (more mount options),
 # BENCH_DIR (/var/tmp/ckptfs-big).
 set -euo pipefail
-[ $# -ge 1 ] || { echo "usage: $0 CKPTFS [OUT.md]" >&2; exit 2; }
-CKPTFS=$(readlink -f "$1")
-OUT_MD=${2:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
-PY=${PYTHON:-python3}
+. "$HERE/../bench/lib.sh"
+bench_args "$@"
 W=${BENCH_DIR:-/var/tmp/ckptfs-big}
 LIMIT=$(numfmt --from=iec "${LIMIT:-2G}")
 RATIO=${RATIO:-1.3}
 REPS=${REPS:-1}
 LOAD0=$(cut -d" " -f1-3 /proc/loadavg)
 START=$(date -u +%Y-%m-%dT%H:%MZ)
-[ "$(id -u)" = 0 ] && [ -c /dev/fuse ] || { echo "needs root and /dev/fuse" >&2; exit 2; }
 MEM=$(awk '/MemTotal/ {printf "%d", $2 * 1024}' /proc/meminfo)
 BASE=$([ "$LIMIT" -gt 0 ] && echo "$LIMIT" || echo "$MEM")
 MODEL_MIB=$(awk -v b="$BASE" -v r="$RATIO" 'BEGIN {printf "%d", b * r / 1048576}')
-T=$(mktemp -d /tmp/ckptfs-big.XXXXXX)
-MNT=$T/mnt
-mkdir -p "$MNT" "$W"
-PID=""
 CG=""
-cleanup() {
-    grep -q " $MNT fuse" /proc/mounts && { fusermount3 -u "$MNT" 2>/dev/null || umount -l "$MNT"; }
-    [ -n "$PID" ] && kill "$PID" 2>/dev/null
-    sleep 0.2; rmdir "$CG" 2>/dev/null || true
-    rm -rf "$T"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-log() { echo "[big] $*" >&2; }
+cleanup_more() { sleep 0.2; rmdir "$CG" 2>/dev/null || true; }
+bench_start big
+mkdir -p "$W"
 
 # ---- the cgroup -------------------------------------------------------------
 # Always one, for the accounting; limited to LIMIT unless LIMIT=0.
@@ -68,7 +55,8 @@ else                                                  # v1
     [ "$LIMIT" -gt 0 ] && echo "$LIMIT" >"$CG/memory.limit_in_bytes"
     STAT_FILE=total_cache STAT_ANON=total_rss
 fi
-incg() { sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$CG" "$@"; }
+IN_CG='echo $$ >"$0/cgroup.procs" && exec "$@"'   # sh -c "$IN_CG" CG CMD...: CMD in the cgroup CG
+incg() { sh -c "$IN_CG" "$CG" "$@"; }
 MOUNT_CG=$CG
 # page cache and anonymous bytes charged to the cgroup, every 0.1 s until
 # $T/sampling goes; peaks in $T/mem
@@ -82,37 +70,24 @@ sample_mem() {
 
 # ---- data -----------------------------------------------------------------------
 SRC=$W/src-$MODEL_MIB
-if [ ! -f "$SRC.done" ]; then
-    rm -rf "$SRC"
-    log "generating $MODEL_MIB MiB in $SRC"
-    q=$((MODEL_MIB / 8))
-    "$PY" "$HERE/../bench/mount_gen.py" "$SRC" $((q * 2)) "$q" 6 >/dev/null
-    touch "$SRC.done"
-fi
+q=$((MODEL_MIB / 8))
+made "$SRC" "$SRC.done" "$PY" "$BENCH_LIB/mount_gen.py" "$SRC" $((q * 2)) "$q" 6 >/dev/null
 PK=$W/packed-$MODEL_MIB
-[ -f "$PK.done" ] || { rm -rf "$PK"; "$CKPTFS" pack "$SRC" "$PK" >/dev/null 2>&1; touch "$PK.done"; }
+made "$PK" "$PK.done" quiet "$T/pack.log" "$CKPTFS" pack "$SRC" "$PK"
 MODEL_BYTES=$(cat "$SRC"/*.safetensors | wc -c)
 
 # bytes read from storage by a process and the children it waited for
 # (/proc/PID/io: others' reads on the shared disk do not count)
 io_read() { awk '/^read_bytes/ {print $2}' "/proc/$1/io" 2>/dev/null || echo 0; }
-now() { date +%s.%N; }
-since() { awk -v a="$(now)" -v b="$1" 'BEGIN {printf "%.2f", a - b}'; }
-drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 cached_kib() { awk '/^Cached:/ {print $2}' /proc/meminfo; }
 ANONMAX=0
-sample_anon() { while [ -e "/proc/$1/status" ]; do awk '/RssAnon/ {print $2}' "/proc/$1/status" 2>/dev/null; sleep 0.1; done >"$T/anon"; }
-mount_ck() {   # mount_ck [OPTS]: PID is the daemon's (the subshell execs it)
-    (echo "$BASHPID" >"$MOUNT_CG/cgroup.procs" && exec "$CKPTFS" mount -f ${1:+-o "$1"} "$PK" "$MNT") 2>>"$T/ck.log" &
-    PID=$!
-    sample_anon "$PID" &
-    for _ in $(seq 400); do grep -q " $MNT fuse.ckptfs " /proc/mounts && return 0; sleep 0.025; done
-    cat "$T/ck.log" >&2; exit 1
+mount_ck() {   # mount_ck [OPTS]: PID is the daemon's (sh execs it), in MOUNT_CG; RssAnon (kB) every 0.1 s in anon
+    start_daemon "$T/ck.log" sh -c "$IN_CG" "$MOUNT_CG" "$CKPTFS" mount -f ${1:+-o "$1"} "$PK" "$MNT"
+    sample_anon "$PID" 0.1 >"$T/anon" &
+    wait_mount fuse.ckptfs "$T/ck.log"
 }
 umount_ck() {
-    fusermount3 -u "$MNT"
-    wait "$PID" 2>/dev/null || true
-    PID=""
+    unmount
     sleep 0.2
     ANONMAX=$(sort -n "$T/anon" | tail -1)
 }
@@ -127,24 +102,24 @@ for x in sorted(os.listdir(d)):
         state = {k: v.clone() for k, v in load_file(os.path.join(d, x)).items()}
         del state'
 ROWS=""
-med() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {printf "%.2f", (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+med() { median %.2f; }
 row() {   # row WHAT KEY_MOUNT KEY_ORIG DAEMON_ANON
     local m o
     m=$(echo "${S[$2]}" | med) o=$(echo "${S[$3]}" | med)
-    ROWS+="| $1 | $m s | $o s | $(awk -v a="$o" -v b="$m" 'BEGIN {printf "%.2f", (b > 0) ? a / b : 0}') | $(echo "${C[$2]}" | med | cut -d. -f1) / $(echo "${C[$3]}" | med | cut -d. -f1) | $(echo "${A[$2]}" | med | cut -d. -f1) / $(echo "${A[$3]}" | med | cut -d. -f1) | $(echo "${D[$2]}" | med | cut -d. -f1) / $(echo "${D[$3]}" | med | cut -d. -f1) | $4 |"$'\n'
+    ROWS+="| $1 | $m s | $o s | $(ratio "$o" "$m") | $(echo "${C[$2]}" | med | cut -d. -f1) / $(echo "${C[$3]}" | med | cut -d. -f1) | $(echo "${A[$2]}" | med | cut -d. -f1) / $(echo "${A[$3]}" | med | cut -d. -f1) | $(echo "${D[$2]}" | med | cut -d. -f1) / $(echo "${D[$3]}" | med | cut -d. -f1) | $4 |"$'\n'
 }
 declare -A S C A D
 one() {   # one KEY CMD...: cold wall time of CMD inside the cgroup, page cache and anon peaks, MiB read
     local key=$1 t d0 pc an
     shift
-    drop
+    drop_caches
     d0=$([ -n "$PID" ] && io_read "$PID" || echo 0)   # the daemon's reads count too
     touch "$T/sampling"
     sample_mem &
     local sp=$!
     t=$(now)
     incg sh -c '"$@" >/dev/null; awk "/^read_bytes/ {print \$2}" /proc/$$/io >"$0"' "$T/io" "$@"
-    S[$key]+="$(since "$t") "
+    S[$key]+="$(since "$t" %.2f) "
     rm -f "$T/sampling"
     wait "$sp"
     read -r pc an <"$T/mem"
@@ -161,7 +136,7 @@ for what in cat load_file; do
     for rep in $(seq "$REPS"); do
         for src in $([ $((rep % 2)) = 1 ] && echo "m o" || echo "o m"); do
             if [ "$src" = m ]; then
-                drop
+                drop_caches
                 # drop_packed: what auto chooses for a model over half of the (cgroup's) memory
                 mount_ck "drop_packed${CK_OPTS:+,$CK_OPTS}"
                 one "$what.m" "${cmd_m[@]}"
@@ -197,13 +172,13 @@ if [ -z "${ROWS_ONLY:-}" ] && [ "$LIMIT" -gt 0 ]; then
     incg() { "$@"; }
     MOUNT_CG=$(dirname "$CG")   # the parent: no limit
     for o in drop_packed keep_packed; do
-        drop; c0=$(cached_kib)
+        drop_caches; c0=$(cached_kib)
         mount_ck "$o"
         cat "$MNT"/*.safetensors >/dev/null
         eval "c_$o=$(( ($(cached_kib) - c0) >> 10 ))"
         umount_ck
     done
-    drop; c0=$(cached_kib)
+    drop_caches; c0=$(cached_kib)
     cat "$SRC"/*.safetensors >/dev/null
     c_orig=$(( ($(cached_kib) - c0) >> 10 ))
     CG=$CG_SAVE

@@ -32,67 +32,42 @@
 # every round, before ckptfs, with its own default options; a before/after
 # comparison in one run).
 set -euo pipefail
-[ $# -ge 1 ] || { echo "usage: $0 CKPTFS [OUT.md]" >&2; exit 2; }
-CKPTFS=$(readlink -f "$1")
-BASE=${BASE:+$(readlink -f "$BASE")}
-OUT_MD=${2:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
-PY=${PYTHON:-python3}
+. "$HERE/../bench/lib.sh"
+bench_args "$@"
+BASE=${BASE:+$(readlink -f "$BASE")}
 W=${BENCH_DIR:-/var/tmp/ckptfs-readers}
 MODEL_MIB=${MODEL_MIB:-1024}
 READERS=${READERS:-1 2 4 8}
 REPS=${REPS:-3}
 LOAD0=$(cut -d" " -f1-3 /proc/loadavg)
 START=$(date -u +%Y-%m-%dT%H:%MZ)
-[ "$(id -u)" = 0 ] && [ -c /dev/fuse ] || { echo "needs root and /dev/fuse" >&2; exit 2; }
-T=$(mktemp -d /tmp/ckptfs-readers.XXXXXX)
-MNT=$T/mnt
-mkdir -p "$MNT" "$W"
-PID=""
-cleanup() {
-    grep -q " $MNT fuse" /proc/mounts && { fusermount3 -u "$MNT" 2>/dev/null || umount -l "$MNT"; }
-    [ -n "$PID" ] && kill "$PID" 2>/dev/null
-    rm -rf "$T"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-log() { echo "[readers] $*" >&2; }
-TICK=$(getconf CLK_TCK)
+bench_start readers
+mkdir -p "$W"
 
 SRC=$W/src-$MODEL_MIB
-if [ ! -f "$SRC.done" ]; then
-    rm -rf "$SRC"
-    half=$((MODEL_MIB / 2))
-    "$PY" "$HERE/../bench/mount_gen.py" "$SRC" "$half" $((half / 2)) 2 >/dev/null
-    touch "$SRC.done"
-fi
+half=$((MODEL_MIB / 2))
+made "$SRC" "$SRC.done" "$PY" "$BENCH_LIB/mount_gen.py" "$SRC" "$half" $((half / 2)) 2 >/dev/null
 PK=$W/packed-$MODEL_MIB
-[ -f "$PK.done" ] || { rm -rf "$PK"; "$CKPTFS" pack "$SRC" "$PK" >/dev/null 2>&1; touch "$PK.done"; }
+made "$PK" "$PK.done" quiet "$T/pack.log" "$CKPTFS" pack "$SRC" "$PK"
 MODEL_BYTES=$(cat "$SRC"/*.safetensors | wc -c)
-NOOP=$T/noop_fuse
-cc -O2 -o "$NOOP" "$HERE/../bench/noop_fuse.c" $(pkg-config --cflags --libs fuse3)
+build_noop
 
-wait_mount() {
-    for _ in $(seq 400); do grep -q " $MNT $1 " /proc/mounts && return 0; sleep 0.025; done
-    echo "mount at $MNT ($1) did not come up" >&2; exit 1
-}
 start() {   # start SOURCE: sets DIR, the directory readers read from
     case $1 in
     orig) DIR=$SRC ;;
     ckptfs | base)
         local bin=$CKPTFS opts=$CK_OPTS
         [ "$1" = base ] && bin=$BASE opts=${THREADS:+threads=$THREADS}
-        "$bin" mount -f ${opts:+-o "$opts"} "$PK" "$MNT" 2>"$T/ck.log" &
-        PID=$!
-        wait_mount fuse.ckptfs
-        CPU0=$(cpu_s)
+        start_daemon "$T/ck.log" "$bin" mount -f ${opts:+-o "$opts"} "$PK" "$MNT"
+        wait_mount fuse.ckptfs "$T/ck.log"
+        CPU0=$(cpu_s "$PID")
         RA_KB=$(cat "$(bdi)/read_ahead_kb")
         DIR=$MNT ;;
     noop)
-        "$NOOP" --dir "$SRC" "${THREADS:-16}" "$MNT" 2>/dev/null &
-        PID=$!
-        wait_mount fuse.noop
-        CPU0=$(cpu_s)   # after it has read the files into memory
+        start_daemon "$T/noop.log" "$NOOP" --dir "$SRC" "${THREADS:-16}" "$MNT"
+        wait_mount fuse.noop "$T/noop.log"
+        CPU0=$(cpu_s "$PID")   # after it has read the files into memory
         echo "$RA_KB" >"$(bdi)/read_ahead_kb"
         DIR=$MNT ;;
     esac
@@ -101,14 +76,11 @@ bdi() { echo "/sys/class/bdi/$(awk -v m="$MNT" '$5 == m {print $3}' /proc/self/m
 # the ckptfs mount's read_ahead_kb, which the noop mount gets too (ckptfs runs first)
 RA_KB=$("$CKPTFS" mount -h | sed -n 's/.*read_ahead_kb=N.*default \([0-9]*\).*/\1/p')
 CK_OPTS=${THREADS:+threads=$THREADS}${CK_EXTRA:+${THREADS:+,}$CK_EXTRA}
-cpu_s() { awk -v t="$TICK" '{print ($14 + $15) / t}' "/proc/$PID/stat"; }
 stop() {
     [ -n "$PID" ] || return 0
     [ "$DIR" = "$MNT" ] && grep -q " $MNT fuse.ckptfs " /proc/mounts && "$CKPTFS" stat --json "$MNT" >"$T/stats.json"
-    CPU=$(awk -v a="$(cpu_s)" -v b="$CPU0" 'BEGIN {print a - b}')
-    fusermount3 -u "$MNT"
-    wait "$PID" 2>/dev/null || true
-    PID=""
+    CPU=$(awk -v a="$(cpu_s "$PID")" -v b="$CPU0" 'BEGIN {print a - b}')
+    unmount
 }
 run_readers() {   # run_readers DIR MODE P -> bytes read by all, seconds
     "$PY" - "$1" "$2" "$3" <<'EOF'
@@ -165,7 +137,7 @@ for rep in $(seq "$REPS"); do
                 CPU=0
                 stop
                 key=$mode.$p.$src
-                GB[$key]+="$(awk -v b="$bytes" -v s="$secs" 'BEGIN {printf "%.3f", b / s / 1e9}') "
+                GB[$key]+="$(gbps "$bytes" "$secs") "
                 [ "$src" != orig ] && CPUG[$key]+="$(awk -v c="$CPU" -v b="$bytes" 'BEGIN {printf "%.3f", c / (b / 1073741824)}') "
                 if [ "$src" = ckptfs ] || [ "$src" = base ]; then
                     read -r dec asked < <("$PY" -c 'import json, sys; o = json.load(open(sys.argv[1])); print(o["decoded_bytes"], o["read_bytes"])' "$T/stats.json")
@@ -177,7 +149,7 @@ for rep in $(seq "$REPS"); do
         done
     done
 done
-med() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {printf "%.2f", (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+med() { median %.2f; }
 {
     echo "Many readers: $(nproc) cores, model $((MODEL_BYTES >> 20)) MiB of 16 MiB BF16 tensors, files warm, medians of $REPS interleaved rounds, $START to $(date -u +%H:%MZ), load average $LOAD0 at start, $(cut -d' ' -f1-3 /proc/loadavg) at end; read_ahead_kb $RA_KB${CK_OPTS:+, ckptfs -o $CK_OPTS}${BASE:+; base: $BASE}"
     echo
@@ -191,9 +163,9 @@ med() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {printf "%.2f", (NR
             b=""
             if [ -n "$BASE" ]; then
                 bg=$(echo "${GB[$mode.$p.base]}" | med)
-                b=" $bg | $(awk -v a="$bg" -v b="$n" 'BEGIN {printf "%.2f", (b > 0) ? a / b : 0}') | $(echo "${DEC[$mode.$p.base]}" | med) | $(echo "${ASK[$mode.$p.base]}" | med) |"
+                b=" $bg | $(ratio "$bg" "$n") | $(echo "${DEC[$mode.$p.base]}" | med) | $(echo "${ASK[$mode.$p.base]}" | med) |"
             fi
-            echo "| $mode | $p | $c | $n | $o | $(awk -v a="$c" -v b="$n" 'BEGIN {printf "%.2f", (b > 0) ? a / b : 0}') | $(echo "${CPUG[$mode.$p.ckptfs]}" | med) / $(echo "${CPUG[$mode.$p.noop]}" | med) | $(echo "${DEC[$mode.$p.ckptfs]}" | med) | $(echo "${ASK[$mode.$p.ckptfs]}" | med) |$b"
+            echo "| $mode | $p | $c | $n | $o | $(ratio "$c" "$n") | $(echo "${CPUG[$mode.$p.ckptfs]}" | med) / $(echo "${CPUG[$mode.$p.noop]}" | med) | $(echo "${DEC[$mode.$p.ckptfs]}" | med) | $(echo "${ASK[$mode.$p.ckptfs]}" | med) |$b"
         done
     done
 } | tee ${OUT_MD:+"$OUT_MD"}

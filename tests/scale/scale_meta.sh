@@ -25,42 +25,20 @@
 # FRACTIONS (default "0.125 0.5 1"), SCALE_DIR (default /var/tmp/ckptfs-scale;
 # kept between runs; rm -rf it to free ~10 GiB).
 set -euo pipefail
-[ $# -ge 1 ] || { echo "usage: $0 CKPTFS [OUT.md]" >&2; exit 2; }
-CKPTFS=$(readlink -f "$1")
-OUT_MD=${2:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
-PY=${PYTHON:-python3}
+. "$HERE/../bench/lib.sh"
+bench_args "$@"
 W=${SCALE_DIR:-/var/tmp/ckptfs-scale}
 CACHE=${CACHE:-256M}
 JOBS=${JOBS:-2}
 FRACTIONS=${FRACTIONS:-0.125 0.5 1}
-[ "$(id -u)" = 0 ] && [ -c /dev/fuse ] || { echo "needs root and /dev/fuse" >&2; exit 2; }
+bench_start scale
 mkdir -p "$W"
-T=$(mktemp -d /tmp/ckptfs-scale.XXXXXX)
-MNT=$T/mnt
-mkdir -p "$MNT"
-DPID=""
-cleanup() {
-    grep -q " $MNT fuse" /proc/mounts && { fusermount3 -u "$MNT" 2>/dev/null || umount -l "$MNT"; }
-    [ -n "$DPID" ] && kill "$DPID" 2>/dev/null
-    rm -rf "$T"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-now() { date +%s.%N; }
-since() { awk -v a="$(now)" -v b="$1" 'BEGIN {printf "%.3f", a - b}'; }
-log() { echo "[scale] $*" >&2; }
-rss_kib() { awk '/^RssAnon:/ {print $2}' "/proc/$1/status"; }
 
 ROWS=""
 for f in $FRACTIONS; do
     SRC=$W/src-$f
-    if [ ! -f "$SRC/.done" ]; then
-        log "generating $SRC"
-        rm -rf "$SRC"
-        "$PY" "$HERE/glm_gen.py" "$SRC" --fraction "$f" >"$T/gen.txt"
-        touch "$SRC/.done"
-    fi
+    made "$SRC" "$SRC/.done" "$PY" "$HERE/glm_gen.py" "$SRC" --fraction "$f" >"$T/gen.txt"
     read -r N_SHARDS TENSORS SRC_BYTES < <("$PY" - "$SRC" <<'EOF'
 import json, os, struct, sys
 d = sys.argv[1]
@@ -77,11 +55,7 @@ EOF
     # the data baseline: the same bytes as 16 MiB tensors in one shard
     BASE=$W/dense-$f
     MIB=$(( SRC_BYTES >> 20 ))
-    if [ ! -f "$BASE/.done" ]; then
-        rm -rf "$BASE"
-        "$PY" "$HERE/../bench/mount_gen.py" "$BASE" "$MIB" 1 0 >/dev/null
-        touch "$BASE/.done"
-    fi
+    made "$BASE" "$BASE/.done" "$PY" "$BENCH_LIB/mount_gen.py" "$BASE" "$MIB" 1 0 >/dev/null
     log "$f: $N_SHARDS shards, $TENSORS tensors, $SRC_BYTES bytes"
     sync
     rm -rf "$T/pb" && t=$(now)
@@ -90,11 +64,11 @@ EOF
     rm -rf "$T/pb"
     PK=$W/packed-$f
     rm -rf "$PK" && t=$(now)
-    "$CKPTFS" pack --jobs "$JOBS" "$SRC" "$PK" >"$T/pack.log" 2>&1 || { cat "$T/pack.log"; exit 1; }
+    quiet "$T/pack.log" "$CKPTFS" pack --jobs "$JOBS" "$SRC" "$PK"
     pack_s=$(since "$t")
     base_scaled=$(awk -v s="$base_s" -v a="$SRC_BYTES" -v m="$MIB" 'BEGIN {print s * a / ((m + 1) * 1048576)}')
     t=$(now)
-    "$CKPTFS" verify --jobs "$JOBS" "$PK" >"$T/verify.log" 2>&1 || { cat "$T/verify.log"; exit 1; }
+    quiet "$T/verify.log" "$CKPTFS" verify --jobs "$JOBS" "$PK"
     verify_s=$(since "$t")
     "$CKPTFS" stat --json "$PK" >"$T/stat.json"
     read -r META META_NOHDR < <("$PY" - "$T/stat.json" "$SRC" <<'EOF'
@@ -114,17 +88,16 @@ print("%.0f %.0f" % (meta / n, (meta - hdr) / n))
 EOF
 )
     # mount: start-up to the first successful stat
-    sync; echo 3 >/proc/sys/vm/drop_caches
+    drop_caches
     t=$(now)
-    "$CKPTFS" mount -f -o cache_size="$CACHE" "$PK" "$MNT" 2>"$T/daemon.log" &
-    DPID=$!
+    start_daemon "$T/daemon.log" "$CKPTFS" mount -f -o cache_size="$CACHE" "$PK" "$MNT"
     until stat "$MNT/config.json" >/dev/null 2>&1; do
-        kill -0 "$DPID" 2>/dev/null || { cat "$T/daemon.log"; exit 1; }
+        kill -0 "$PID" 2>/dev/null || { cat "$T/daemon.log"; exit 1; }
         sleep 0.005
     done
     ready_s=$(since "$t")
     sleep 0.5
-    rss_rest=$(rss_kib "$DPID")
+    rss_rest=$(rss_anon_kib "$PID")
     n_listed=$(ls "$MNT" | wc -l)
     [ "$n_listed" -ge "$N_SHARDS" ] || { echo "listed $n_listed entries, expected >= $N_SHARDS" >&2; exit 1; }
     open_ms=$("$PY" - "$MNT" <<'EOF'
@@ -141,7 +114,7 @@ EOF
     t=$(now)
     cat "$MNT"/*.safetensors >/dev/null
     read_s=$(since "$t")
-    rss_after=$(rss_kib "$DPID")
+    rss_after=$(rss_anon_kib "$PID")
     # a sample of shards through the real loader, against the originals
     "$PY" - "$MNT" "$SRC" <<'EOF'
 import os, sys
@@ -158,9 +131,7 @@ for x in sample:
 print("[scale] load_file of %d shards through the mount: bit-exact" % len(sample), file=sys.stderr)
 EOF
     cmp <(cd "$SRC" && cat model-00001-*.safetensors) "$MNT"/model-00001-*.safetensors
-    fusermount3 -u "$MNT"
-    wait "$DPID" || true
-    DPID=""
+    unmount
     per_t=$(awk -v p="$pack_s" -v b="$base_scaled" -v n="$TENSORS" 'BEGIN {printf "%.3f", (p - b) * 1e3 / n}')
     ROWS+=$(printf '| %s | %d | %d | %.1f | %.2f | %s | %s | %s | %.1f | %.3f | %s | %s | %s | %.2f |' \
         "$f" "$N_SHARDS" "$TENSORS" "$(awk -v b="$SRC_BYTES" 'BEGIN {print b / 1073741824}')" "$pack_s" \
