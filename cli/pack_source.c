@@ -59,7 +59,7 @@ static int walk(pack_ctx *c, const char *rel)
     snprintf(dir, sizeof dir, "%s%s%s", c->src_root, *rel ? "/" : "", rel);
     DIR *d = opendir(dir);
     if (!d) {
-        fprintf(stderr, "ckptfs pack: %s: %s\n", dir, strerror(errno));
+        fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(dir), strerror(errno));
         return -1;
     }
     int rc = 0;
@@ -74,14 +74,14 @@ static int walk(pack_ctx *c, const char *rel)
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
             continue;
         if (!cku_utf8_ok(e->d_name)) { /* the manifest is JSON and the spec's names are UTF-8 */
-            fprintf(stderr, "ckptfs pack: %s/%s: name is not valid UTF-8; rename it to pack it\n", dir,
+            fprintf(stderr, "ckptfs pack: %s/%s: name is not valid UTF-8; rename it to pack it\n", CKU_ESC(dir),
                     cku_escape(e->d_name, esc, sizeof esc));
             rc = -1;
             break;
         }
         char r[PATH_MAX], full[PATH_MAX];
         if (strlen(c->src_root) + strlen(rel) + strlen(e->d_name) + 64 > PATH_MAX) {
-            fprintf(stderr, "ckptfs pack: %s/%s: path too long\n", dir, e->d_name);
+            fprintf(stderr, "ckptfs pack: %s/%s: path too long\n", CKU_ESC(dir), cku_escape(e->d_name, esc, sizeof esc));
             rc = -1;
             break;
         }

@@ -93,7 +93,7 @@ static int walk_recorded(pack_ctx *c, const cJSON *rec, cJSON *out, char *why, s
         if (d < 0) { /* recorded, gone from SRC */
             int held = rrel && held_by_dst(c, rrel);
             if (!held && same)
-                snprintf(why, cap, "%s is neither in the source nor packed", rrel ? rrel : "an entry");
+                snprintf(why, cap, "%s is neither in the source nor packed", rrel ? CKU_ESC(rrel) : "an entry");
             same &= held;
             if (held && out)
                 cJSON_AddItemToArray(out, cJSON_Duplicate(r, 1));
@@ -101,14 +101,14 @@ static int walk_recorded(pack_ctx *c, const cJSON *rec, cJSON *out, char *why, s
             continue;
         }
         if (d > 0 && same)
-            snprintf(why, cap, "%s is not one of its files", e->rel);
+            snprintf(why, cap, "%s is not one of its files", CKU_ESC(e->rel));
         if (d == 0) {
             const cJSON *sz = cJSON_GetObjectItemCaseSensitive(r, "size");
             const cJSON *mt = cJSON_GetObjectItemCaseSensitive(r, "mtime_ns");
             int eq = cJSON_IsNumber(sz) && sz->valuedouble == (double)e->st.st_size && cJSON_IsString(mt) &&
                      strtoll(mt->valuestring, NULL, 10) == mtime_ns(&e->st);
             if (!eq && same)
-                snprintf(why, cap, "%s differs in size or time from the file it holds", e->rel);
+                snprintf(why, cap, "%s differs in size or time from the file it holds", CKU_ESC(e->rel));
             same &= eq;
             r = r->next;
         }
@@ -154,8 +154,8 @@ static int state_matches(pack_ctx *c, const cJSON *st, const char *src_real, cha
 {
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(st, "source");
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(st, "format");
-    snprintf(why, cap, "it holds a pack of %s (%s)", cJSON_IsString(s) ? s->valuestring : "?",
-             cJSON_IsString(f) ? f->valuestring : "?");
+    snprintf(why, cap, "it holds a pack of %s (%s)", cJSON_IsString(s) ? CKU_ESC(s->valuestring) : "?",
+             cJSON_IsString(f) ? CKU_ESC(f->valuestring) : "?");
     if (!cJSON_IsString(f) || strcmp(f->valuestring, enc_name(c->o->encoding)))
         return 0;
     if (cJSON_IsString(s) && !strcmp(s->valuestring, src_real) && !c->src_missing)

@@ -362,6 +362,14 @@ check "names: mount refuses a damaged file and names it escaped" sh -c "test $rc
 "$CK" pack "$N/bad" "$N/pb" 2> "$N/err"
 check "names: a bad header's message is one line, names escaped" sh -c "test \$(wc -l < '$N/err') -eq 1 &&
   grep -qF 'b\\n\\x1b[2J.safetensors: invalid safetensors file: tensor \"t\\x1b[1m\" has unknown dtype' '$N/err'"
+# a DST that holds an unfinished pack of other files: the refusal names the
+# file that differs, escaped, on one line
+mkdir -p "$N/other"
+cp "$N/src/c"$'\e[31m'".json" "$N/other/x.json"
+CKPTFS_FAULT=step:3 "$CK" pack "$N/src" "$N/pk" >/dev/null 2>&1
+"$CK" pack "$N/other" "$N/pk" 2> "$N/err"
+check "names: a refused resume names the files escaped, on one line" sh -c "test $? -ne 0 && test \$(wc -l < '$N/err') -eq 1 &&
+  grep -qF 'c\x1b[31m.json is neither in the source nor packed; use --force' '$N/err' && ! grep -q '$ESC' '$N/err'"
 
 echo "$pass passed, $fail failed"
 test $fail -eq 0
