@@ -156,8 +156,10 @@ if [ -z "${ROWS_ONLY:-}" ]; then
         rm -rf "$T/out"
         one unpack "$CKPTFS" unpack "$PK" "$T/out"
         rm -rf "$T/out"
-        one cp cp -r "$SRC" "$T/out"
-        row "unpack (originals: cp -r)" unpack cp "-"
+        # unpack fsyncs each file it writes (and the directory) before the
+        # rename that makes OUT appear: the copy does the same, `sync FILE...`
+        one cp sh -c 'cp -r "$0" "$1" && sync "$1"/* "$1"' "$SRC" "$T/out"
+        row "unpack (originals: cp -r, then sync of its files)" unpack cp "-"
         rm -rf "$T/out"
     fi
     one verify "$CKPTFS" verify "$PK"
