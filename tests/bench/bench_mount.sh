@@ -199,7 +199,7 @@ wait_mount fuse.ckptfs "$T/stats.log"
 dd_secs "$MNT/$BIG" >/dev/null
 note_hwm
 unmount
-STATS=$(grep -m1 'reads' "$T/stats.log" || echo "(no stats line)")
+STATS=$(grep -m1 '^ckptfs: stats: ' "$T/stats.log" || echo "(no stats line)")
 # Diagnostic: the anonymous memory after reading every shard once, with
 # glibc's default per-thread malloc arenas and with one arena (does
 # fragmentation, rather than the cache, set it?).
