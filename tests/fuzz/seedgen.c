@@ -4,8 +4,13 @@
  *
  *   seedgen seeds  DIR   DIR/{safetensors,container,decode,manifest}/ seeds
  *   seedgen golden DIR   DIR/<target>/<name> + <name>.expect (what the error
- *                        message must contain), the files committed under
- *                        tests/golden-errors
+ *                        message must contain) into a new or empty DIR: the
+ *                        first set of tests/golden-errors.  That directory is
+ *                        maintained by hand since (statuses pinned, messages
+ *                        naming fields, cases added with the fixes that needed
+ *                        them), so this output is a starting point for new
+ *                        crafted inputs with valid checksums, not the set:
+ *                        it refuses to write over a directory with files.
  *
  * Valid packed files are made with the real writer (ckp_writer), then
  * damaged field by field with their checksums recomputed where the damage is
@@ -15,6 +20,7 @@
 #include "container.h"
 #include "manifest.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -588,6 +594,16 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *root = argv[2];
+    DIR *d = strcmp(argv[1], "golden") ? NULL : opendir(root);
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            fprintf(stderr, "seedgen golden: %s is not empty: tests/golden-errors is maintained by hand; "
+                            "write into a new directory and copy the cases you want\n", root);
+            closedir(d);
+            return 1;
+        }
+    if (d)
+        closedir(d);
     if (!strcmp(argv[1], "seeds")) {
         st_seeds(sub(root, "safetensors"));
         ckpt_seeds(sub(root, "container"));
