@@ -656,8 +656,13 @@ int ckptfs_mount_main(int argc, char **argv)
     } else if ((st = ckfs_check_mountpoint_free(mnt, c.o.nonempty, err, sizeof err)) != CKFS_OK) {
         fprintf(stderr, "%s\n", err);
         status = ckfs_exit_status(st);
-    } else if ((st = ckfs_ctx_load(&c, err, sizeof err)) != CKFS_OK ||
-               (st = ckfs_open_all(&c, err, sizeof err)) != CKFS_OK) {
+    } else if ((st = ckfs_ctx_load(&c, err, sizeof err)) != CKFS_OK) {
+        fprintf(stderr, "ckptfs mount: %s\n", err);
+        status = ckfs_exit_status(st);
+    } else if ((st = ckfs_check_mountpoint_outside(mnt, c.dst, err, sizeof err)) != CKFS_OK) {
+        fprintf(stderr, "%s\n", err);
+        status = ckfs_exit_status(st);
+    } else if ((st = ckfs_open_all(&c, err, sizeof err)) != CKFS_OK) {
         fprintf(stderr, "ckptfs mount: %s\n", err);
         status = ckfs_exit_status(st);
     } else if (!c.o.log[0] || open_log(c.o.log) == 0) {

@@ -330,6 +330,21 @@ ckfs_status ckfs_check_mountpoint_free(const char *mnt, int nonempty, char *err,
     return CKFS_OK;
 }
 
+ckfs_status ckfs_check_mountpoint_outside(const char *mnt, const char *packed, char *err, size_t cap)
+{
+    size_t n = strlen(mnt);
+    while (n > 1 && mnt[n - 1] == '/') /* "/" stays "/" */
+        n--;
+    int above = !strncmp(packed, mnt, n) && (packed[n] == 0 || packed[n] == '/' || (n == 1 && mnt[0] == '/'));
+    if (!above)
+        return CKFS_OK;
+    return cku_errf(err, cap, CKFS_ERR_MOUNTPOINT,
+                    "ckptfs mount: %s %s the packed directory %s: mounting there would hide the packed files "
+                    "the daemon reads while it serves (every read would fail).\n"
+                    "Choose a mount point outside %s.",
+                    mnt, packed[n] ? "holds" : "is", packed, packed);
+}
+
 static void unescape_mountinfo(char *s)
 {
     char *w = s;

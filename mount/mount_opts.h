@@ -70,6 +70,13 @@ ckfs_status ckfs_check_mountpoint(const char *mnt, char *err, size_t errCapacity
  * CKFS_ERR_MOUNTPOINT with a message in err that says what to do. */
 ckfs_status ckfs_check_mountpoint_free(const char *mnt, int nonempty, char *err, size_t errCapacity);
 
+/* Check that mounting at mnt leaves the packed directory packed (both
+ * absolute and resolved) in sight: mnt is neither packed nor a directory
+ * above it.  The daemon opens packed files by path while it serves, so a
+ * mount over them (-o nonempty) would make every read fail.  @return
+ * CKFS_OK, or CKFS_ERR_MOUNTPOINT with a message in err. */
+ckfs_status ckfs_check_mountpoint_outside(const char *mnt, const char *packed, char *err, size_t errCapacity);
+
 /* The permission bits of a node with stored mode `mode` under the fmask and
  * dmask options (o->fmask/dmask < 0: the stored bits). */
 unsigned ckfs_apply_mask(const ckfs_mount_opts *o, unsigned mode);

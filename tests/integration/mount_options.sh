@@ -79,6 +79,17 @@ grep -q "^$T/m: ckptfs mount of $T/dst (9 files)" "$T/mstat.txt" && grep -q "dec
     grep -q "^  cache  *[0-9]* hits, [0-9]* misses" "$T/mstat.txt" || fail "stat MOUNTPOINT text: $(cat "$T/mstat.txt")"
 stop_daemon TERM "$PID"
 
+# a mount point over the packed directory, or above it, is refused even
+# with -o nonempty: the daemon reads the packed files while it serves
+for over in "$T/dst" "$T"; do
+    if "$CKPTFS" mount -o nonempty "$T/dst" "$over" 2>"$T/err"; then
+        is_mounted "$over" && fusermount3 -u "$over"
+        fail "mounted over the packed directory at $over"
+    fi
+    grep -q "mounting there would hide the packed files" "$T/err" || fail "mount over $over: $(cat "$T/err")"
+    is_mounted "$over" && fail "mounted at $over despite the refusal"
+done
+
 # a non-empty mount point is refused unless -o nonempty
 new_mnt full
 echo keep > "$T/full/file"

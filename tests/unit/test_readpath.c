@@ -970,6 +970,17 @@ START_TEST(mount_point_checks)
     ck_assert_int_eq(ckfs_check_mountpoint_free(tmpdir, 0, err, sizeof err), CKFS_ERR_MOUNTPOINT);
     ck_assert_msg(strstr(err, "is not empty") != NULL, "%s", err);
     ck_assert_int_eq(ckfs_check_mountpoint_free(tmpdir, 1, err, sizeof err), CKFS_OK);
+    /* a mount point over the packed directory or above it would hide it */
+    ck_assert_int_eq(ckfs_check_mountpoint_outside("/m/p", "/m/p", err, sizeof err), CKFS_ERR_MOUNTPOINT);
+    ck_assert_msg(strstr(err, "/m/p is the packed directory /m/p") != NULL, "%s", err);
+    ck_assert_int_eq(ckfs_check_mountpoint_outside("/m", "/m/p", err, sizeof err), CKFS_ERR_MOUNTPOINT);
+    ck_assert_msg(strstr(err, "/m holds the packed directory /m/p") != NULL, "%s", err);
+    ck_assert_int_eq(ckfs_check_mountpoint_outside("/m/", "/m/p/q", err, sizeof err), CKFS_ERR_MOUNTPOINT);
+    ck_assert_int_eq(ckfs_check_mountpoint_outside("/", "/m/p", err, sizeof err), CKFS_ERR_MOUNTPOINT);
+    ck_assert_int_eq(ckfs_check_mountpoint_outside("/m/p/view", "/m/p", err, sizeof err), CKFS_OK);
+    ck_assert_int_eq(ckfs_check_mountpoint_outside("/m/pq", "/m/p", err, sizeof err), CKFS_OK);
+    ck_assert_int_eq(ckfs_check_mountpoint_outside("/m/p", "/m/pq", err, sizeof err), CKFS_OK);
+    ck_assert_int_eq(ckfs_check_mountpoint_outside("/n", "/m/p", err, sizeof err), CKFS_OK);
     ck_assert_int_eq(ckfs_exit_status(CKFS_ERR_IO), 1);
     ck_assert_int_eq(ckfs_exit_status(CKFS_ERR_MOUNTPOINT), 1);
     ck_assert_int_eq(ckfs_exit_status(CKFS_OK), 0);
