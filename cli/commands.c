@@ -809,16 +809,23 @@ static void print_text(const char *dst, const stats *t, const file_stats *fs, ui
  * @return 1 if dst is a ckptfs mount (printed), 0 if not. */
 static int stat_mount(const char *dst, int json)
 {
-    char buf[4096];
-    ssize_t n = getxattr(dst, "user.ckptfs.stats", buf, sizeof buf - 1);
-    if (n <= 0)
+    ssize_t n = getxattr(dst, "user.ckptfs.stats", NULL, 0); /* its size: the source path's length varies */
+    size_t cap = n > 0 ? (size_t)n + 256 : 0; /* room for counters that grew meanwhile */
+    char *buf = cap ? malloc(cap) : NULL;
+    if (buf)
+        n = getxattr(dst, "user.ckptfs.stats", buf, cap - 1);
+    if (!buf || n <= 0) {
+        free(buf);
         return 0;
+    }
     buf[n] = 0;
     if (json) {
         fputs(buf, stdout);
+        free(buf);
         return 1;
     }
     cJSON *o = cJSON_Parse(buf);
+    free(buf);
     if (!o)
         return 0;
 #define N(k) ((uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, k)))

@@ -315,16 +315,20 @@ static void ll_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
         fuse_reply_err(req, ENODATA);
         return;
     }
-    char buf[2048];
-    int n = ckfs_stats_json(c, buf, sizeof buf);
-    if (n < 0 || (size_t)n >= sizeof buf)
-        fuse_reply_err(req, EIO);
+    char small[2048], *buf = small;
+    int n = ckfs_stats_json(c, buf, sizeof small);
+    if (n >= (int)sizeof small && (buf = malloc((size_t)n + 1))) /* a long source path */
+        n = ckfs_stats_json(c, buf, (size_t)n + 1);
+    if (n < 0 || !buf)
+        fuse_reply_err(req, n < 0 ? EIO : ENOMEM);
     else if (size == 0)
         fuse_reply_xattr(req, (size_t)n);
     else if (size < (size_t)n)
         fuse_reply_err(req, ERANGE);
     else
         fuse_reply_buf(req, buf, (size_t)n);
+    if (buf != small)
+        free(buf);
 }
 
 static void ll_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
