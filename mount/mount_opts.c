@@ -195,9 +195,17 @@ static ckfs_status parse_one(ckfs_mount_opts *o, const char *opt, char *err, siz
             return snprintf(o->log, sizeof o->log, "%s", val), 0; /* val is freed after parsing */
         if (KEY("uid") || KEY("gid"))
             return usage_err(err, cap, "ckptfs mount: option '%s': no such %s", opt, KEY("uid") ? "user" : "group");
-        if (KEY("cache_size") || KEY("prefetch") || KEY("threads") || KEY("prefetch_threads") ||
-            KEY("read_ahead_kb") || KEY("umask") || KEY("fmask") || KEY("dmask") || KEY("log"))
-            return usage_err(err, cap, "ckptfs mount: bad value in option '%s'", opt);
+        /* what each takes: the ranges of the parses above */
+        const char *want = KEY("cache_size") || KEY("prefetch")
+                               ? "a number of bytes, optionally with a K, M, G or T suffix (64M, 1G)"
+                           : KEY("threads")          ? "a whole number from 1 to 1024"
+                           : KEY("prefetch_threads") ? "a whole number from 0 to 64"
+                           : KEY("read_ahead_kb")    ? "a whole number of KiB from 0 to 1048576"
+                           : KEY("umask") || KEY("fmask") || KEY("dmask") ? "an octal mask from 0 to 0777"
+                           : KEY("log")              ? "a file name, or stderr"
+                                                     : NULL;
+        if (want)
+            return usage_err(err, cap, "ckptfs mount: bad value in option '%s': %s expected", opt, want);
     }
 #undef KEY
     return usage_err(err, cap, "ckptfs mount: unknown option '%s' (see ckptfs mount -h)", opt);

@@ -936,9 +936,19 @@ START_TEST(mount_options)
     ck_assert_int_eq(o.help, 1);
     /* rejected, with a message naming what is wrong */
     ck_assert_int_eq(parse(&o, err, "-o", "threads=0", "P", "M"), CKFS_ERR_USAGE);
-    ck_assert_msg(strstr(err, "threads=0") != NULL, "%s", err);
+    ck_assert_msg(strstr(err, "'threads=0': a whole number from 1 to 1024 expected") != NULL, "%s", err);
+    ck_assert_int_eq(parse(&o, err, "-o", "threads=1025", "P", "M"), CKFS_ERR_USAGE);
+    ck_assert_int_eq(parse(&o, err, "-o", "threads=1024", "P", "M"), CKFS_OK);
+    ck_assert_int_eq(parse(&o, err, "-o", "prefetch_threads=65", "P", "M"), CKFS_ERR_USAGE);
+    ck_assert_msg(strstr(err, "from 0 to 64 expected") != NULL, "%s", err);
+    ck_assert_int_eq(parse(&o, err, "-o", "read_ahead_kb=1048577", "P", "M"), CKFS_ERR_USAGE);
+    ck_assert_msg(strstr(err, "KiB from 0 to 1048576 expected") != NULL, "%s", err);
+    ck_assert_int_eq(parse(&o, err, "-o", "read_ahead_kb=1048576", "P", "M"), CKFS_OK);
+    ck_assert_int_eq(parse(&o, err, "-o", "dmask=1000", "P", "M"), CKFS_ERR_USAGE);
+    ck_assert_msg(strstr(err, "'dmask=1000': an octal mask from 0 to 0777 expected") != NULL, "%s", err);
     ck_assert_int_eq(parse(&o, err, "-o", "cache_size=12Q", "P", "M"), CKFS_ERR_USAGE);
-    ck_assert_msg(strstr(err, "cache_size=12Q") != NULL, "%s", err);
+    ck_assert_msg(strstr(err, "'cache_size=12Q': a number of bytes, optionally with a K, M, G or T suffix") != NULL,
+                  "%s", err);
     ck_assert_int_eq(parse(&o, err, "-o", "colour=blue", "P", "M"), CKFS_ERR_USAGE);
     ck_assert_msg(strstr(err, "colour=blue") != NULL, "%s", err);
     ck_assert_int_eq(parse(&o, err, "-o", "rw", "P", "M"), CKFS_ERR_USAGE);
