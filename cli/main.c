@@ -148,6 +148,7 @@ static int cmd_pack(int argc, char **argv)
                                        {"delete-source", 0, 0, 'D'}, {"force", 0, 0, 'f'},
                                        {"progress", 1, 0, 'P'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c;
+    argv[0] = (char *)"ckptfs pack"; /* getopt's own messages begin with it */
     while ((c = getopt_long(argc, argv, "j:fh", lo, NULL)) != -1) {
         switch (c) {
         case 'F':
@@ -188,6 +189,9 @@ static int cmd_simple(const char *name, int argc, char **argv)
     int json = 0, c, jobs = default_jobs(), idx = 0;
     static const struct option lo[] = {{"against", 1, 0, 'a'}, {"json", 0, 0, 'J'}, {"jobs", 1, 0, 'j'},
                                        {"progress", 1, 0, 'P'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    char prog[32];
+    snprintf(prog, sizeof prog, "ckptfs %s", name);
+    argv[0] = prog; /* getopt's own messages begin with it */
     while ((c = getopt_long(argc, argv, "h", lo, &idx)) != -1) {
         if (c == 'a' && !strcmp(name, "verify"))
             against = optarg;

@@ -64,8 +64,10 @@ for c in pack unpack verify stat mount; do
   check "ckptfs help $c = ckptfs $c --help" test $? -eq 0
   "$CK" $c > /dev/null 2> "$T/err"
   check "$c without arguments: exit 2" test $? -eq 2
-  "$CK" $c --no-such-option a b > /dev/null 2>> "$T/err"
+  "$CK" $c --no-such-option a b > /dev/null 2> "$T/err"
   check "$c --no-such-option: exit 2" test $? -eq 2
+  check "$c --no-such-option: the message names the command and the option" \
+    sh -c "grep -q \"^ckptfs $c: .*no-such-option\" '$T/err'"
 done
 check "pack --help: names its options and arguments" \
   sh -c "$CK pack --help | grep -q -- '--delete-source' && $CK pack --help | grep -q 'SRC PACKED'"
