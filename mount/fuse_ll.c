@@ -611,7 +611,7 @@ static int serve(ckfs_ctx *c, const char *mnt)
     /* 0: unmounted (fusermount3 -u); > 0: the signal that stopped us
      * (libfuse's handlers record it); < 0: -errno of a failure. */
     if (rc < 0)
-        ckfs_log("session loop failed: %s", strerror(-rc));
+        ckfs_log("session loop failed: %s (%d)", strerror(-rc), rc);
     status = rc < 0 ? 1 : 0;
     if (c->o.stats)
         ckfs_print_stats(c);
@@ -646,7 +646,7 @@ int ckptfs_mount_main(int argc, char **argv)
         return ckfs_exit_status(st); /* 2 for a usage error, as for every command */
     }
     char *mnt = realpath(c.o.mnt, NULL);
-    int status = 1;
+    int status = 1, served = 0;
     /* Buffers of 1 MiB and more (chunks over the writer's sizes, their
      * scratch) are mapped and unmapped by malloc itself: with glibc's
      * moving threshold, freed ones stayed in each thread's arena and the
@@ -671,8 +671,11 @@ int ckptfs_mount_main(int argc, char **argv)
         status = ckfs_exit_status(st);
     } else if (!c.o.log[0] || open_log(c.o.log) == 0) {
         status = serve(&c, mnt);
+        served = 1;
     }
     ckfs_ctx_free(&c);
     free(mnt);
+    if (status && served)
+        ckfs_log("exiting with status %d after serving", status); /* every such exit says why above */
     return status;
 }

@@ -83,7 +83,8 @@ class Mount:
     def __exit__(self, *exc):
         rc = self.stop()
         if exc[0] is None and rc not in (0, None):
-            raise AssertionError("ckptfs mount exited with %s: %s" % (rc, self.log_text()))
+            how = "fusermount3 -u failed (busy), then umount -l" if self.lazy else "fusermount3 -u"
+            raise AssertionError("ckptfs mount exited with %s after %s: %s" % (rc, how, self.log_text()))
         return False
 
 

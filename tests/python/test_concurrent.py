@@ -5,6 +5,7 @@ decoded-chunk cache (evictions under contention) and the mount's page cache
 dropped now and then so the daemon keeps serving; every byte is compared with
 the source file.  Bounded: about 4 s per phase."""
 import concurrent.futures as cf
+import faulthandler
 import mmap
 import multiprocessing as mp
 import os
@@ -129,8 +130,12 @@ def test_processes(mounted):
     path = os.path.join(mounted.path, NAME)
     with open(path, "rb") as f:
         os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-    with mp.get_context("fork").Pool(4) as pool:
-        res = pool.map(worker, [(path, 100 + s, PHASE_S, s == 0) for s in range(4)])
+    # concurrent.futures, not multiprocessing.Pool: a worker killed (a SIGBUS
+    # from a mapping of the mount that got EIO, say) fails the test with
+    # BrokenProcessPool instead of leaving Pool.map waiting forever for its
+    # task; faulthandler prints the worker's Python stack at such a signal
+    with cf.ProcessPoolExecutor(4, mp_context=mp.get_context("fork"), initializer=faulthandler.enable) as ex:
+        res = list(ex.map(worker, [(path, 100 + s, PHASE_S, s == 0) for s in range(4)]))
     ops = check(res, 20)
     print("processes: %d ops, %.0f MB" % (ops, sum(r[1] for r in res) / 1e6))
 
