@@ -78,6 +78,20 @@ PYEOF
 grep -q "^$T/m: ckptfs mount of $T/dst (9 files)" "$T/mstat.txt" && grep -q "decode errors 0" "$T/mstat.txt" &&
     grep -q "^  cache  *[0-9]* hits, [0-9]* misses" "$T/mstat.txt" || fail "stat MOUNTPOINT text: $(cat "$T/mstat.txt")"
 stop_daemon TERM "$PID"
+# ... also for a packed directory whose path is long (the counters' JSON
+# names it: over 2 KiB here)
+L="$T"
+for _ in 1 2 3 4 5 6 7 8 9 10 11 12; do L="$L/$(printf '%0200d' 0)"; done
+mkdir -p "$L" && cp -a "$T/dst" "$L/dst"
+new_mnt long
+"$CKPTFS" mount "$L/dst" "$T/long" || fail "mount of a packed directory at a long path"
+cmp "$T/long/config.json" "$T/src/config.json" || fail "long path: content"
+"$CKPTFS" stat "$T/long" > "$T/mstat.txt" 2>&1 && grep -qF "ckptfs mount of $L/dst (9 files)" "$T/mstat.txt" ||
+    fail "stat MOUNTPOINT of a packed directory at a long path: $(head -c 300 "$T/mstat.txt")"
+"$CKPTFS" stat --json "$T/long" | "$PY" -c 'import json, sys; assert json.load(sys.stdin)["source"] == sys.argv[1]' "$L/dst" ||
+    fail "stat --json MOUNTPOINT of a packed directory at a long path"
+fusermount3 -u "$T/long" && wait_unmounted "$T/long"
+rm -rf "$T/$(printf '%0200d' 0)"
 
 # a mount point over the packed directory, or above it, is refused even
 # with -o nonempty: the daemon reads the packed files while it serves
