@@ -427,6 +427,22 @@ static void chunk_bytes(const ckp_extent *x, uint64_t c, int p, uint64_t *lo, ui
     *hi = x->plane_offset[p] + (sp.end[p] + 8 < x->plane_size[p] ? sp.end[p] + 8 : x->plane_size[p]);
 }
 
+/* Every page that chunks k0, k0 + step, ... <= k1 of x read, in each plane,
+ * is cached in vec (mincore of the packed file). */
+static void assert_chunks_cached(const unsigned char *vec, const ckp_extent *x, uint64_t k0, uint64_t k1,
+                                 uint64_t step)
+{
+    uint64_t lo, hi;
+    unsigned in, all;
+    for (int p = 0; p < 3; p++)
+        for (uint64_t k = k0; k <= k1; k += step) {
+            chunk_bytes(x, k, p, &lo, &hi);
+            resident(vec, lo, hi, &in, &all);
+            ck_assert_msg(in == all, "plane %d: %u of the %u pages chunk %llu reads dropped", p, all - in, all,
+                          (unsigned long long)k);
+        }
+}
+
 /* -o drop_packed: a decode drops the packed pages of the chunks decoded
  * around it, never a page a chunk not decoded yet reads (decodes run out of
  * order: dropping "the chunks before this one" made the daemon read them
@@ -436,7 +452,7 @@ START_TEST(drop_packed_keeps_the_pages_of_chunks_to_come)
     model md;
     ckfs_ctx c;
     char err[1024];
-    uint64_t size, lo, hi;
+    uint64_t size;
     int e;
     unsigned in, all;
     size_t len;
@@ -470,13 +486,7 @@ START_TEST(drop_packed_keeps_the_pages_of_chunks_to_come)
     const uint64_t ch = 2 * CKP_BF16_CHUNK_WEIGHTS;
     ck_assert_int_eq(read_check(&c, of, &md, 3 * ch, ch), 0); /* chunk 3 alone */
     vec = cached_pages(md.packed, &len);
-    for (int p = 0; p < 3; p++)
-        for (uint64_t k = 2; k <= 4; k += 2) {
-            chunk_bytes(x, k, p, &lo, &hi);
-            resident(vec, lo, hi, &in, &all);
-            ck_assert_msg(in == all, "plane %d: %u of the %u pages chunk %llu reads dropped", p, all - in, all,
-                          (unsigned long long)k);
-        }
+    assert_chunks_cached(vec, x, 2, 4, 2);
     uint64_t lo3, hi3, lo4, hi4;
     chunk_bytes(x, 3, 0, &lo3, &hi3);
     chunk_bytes(x, 4, 0, &lo4, &hi4);
@@ -491,13 +501,7 @@ START_TEST(drop_packed_keeps_the_pages_of_chunks_to_come)
     vec = cached_pages(md.packed, &len);
     resident(vec, lo3, lo3 + 1, &in, &all);
     ck_assert_msg(in == 0, "the code page chunks 2 and 3 share is still cached");
-    for (int p = 0; p < 3; p++)
-        for (uint64_t k = 1; k <= 5; k += 4) {
-            chunk_bytes(x, k, p, &lo, &hi);
-            resident(vec, lo, hi, &in, &all);
-            ck_assert_msg(in == all, "plane %d: %u of the %u pages chunk %llu reads dropped", p, all - in, all,
-                          (unsigned long long)k);
-        }
+    assert_chunks_cached(vec, x, 1, 5, 4);
     free(vec);
     ckfs_file_close(of);
     close_model(&c, &md);
