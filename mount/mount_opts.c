@@ -141,6 +141,10 @@ unsigned ckfs_apply_mask(const ckfs_mount_opts *o, unsigned mode)
     return (mode & ~07777u) | (perm & ~(unsigned)mask);
 }
 
+#define MAX_THREADS 1024            /* threads= */
+#define MAX_PREFETCH_THREADS 64     /* prefetch_threads= */
+#define MAX_READ_AHEAD_KB (1u << 20) /* read_ahead_kb= */
+
 /* One option of -o.  @return CKFS_OK or CKFS_ERR_USAGE with err set. */
 static ckfs_status parse_one(ckfs_mount_opts *o, const char *opt, char *err, size_t cap)
 {
@@ -176,11 +180,11 @@ static ckfs_status parse_one(ckfs_mount_opts *o, const char *opt, char *err, siz
             return 0;
         if (KEY("prefetch") && parse_size(val, &o->prefetch) == 0)
             return 0;
-        if (KEY("threads") && parse_uint(val, 1, 1024, &o->threads) == 0)
+        if (KEY("threads") && parse_uint(val, 1, MAX_THREADS, &o->threads) == 0)
             return 0;
-        if (KEY("prefetch_threads") && parse_uint(val, 0, 64, &o->prefetch_threads) == 0)
+        if (KEY("prefetch_threads") && parse_uint(val, 0, MAX_PREFETCH_THREADS, &o->prefetch_threads) == 0)
             return 0;
-        if (KEY("read_ahead_kb") && parse_uint(val, 0, 1u << 20, &o->read_ahead_kb) == 0)
+        if (KEY("read_ahead_kb") && parse_uint(val, 0, MAX_READ_AHEAD_KB, &o->read_ahead_kb) == 0)
             return 0;
         if (KEY("uid") && parse_id(val, 0, &o->uid) == 0)
             return 0;
@@ -195,17 +199,23 @@ static ckfs_status parse_one(ckfs_mount_opts *o, const char *opt, char *err, siz
             return snprintf(o->log, sizeof o->log, "%s", val), 0; /* val is freed after parsing */
         if (KEY("uid") || KEY("gid"))
             return usage_err(err, cap, "ckptfs mount: option '%s': no such %s", opt, KEY("uid") ? "user" : "group");
-        /* what each takes: the ranges of the parses above */
-        const char *want = KEY("cache_size") || KEY("prefetch")
-                               ? "a number of bytes, optionally with a K, M, G or T suffix (64M, 1G)"
-                           : KEY("threads")          ? "a whole number from 1 to 1024"
-                           : KEY("prefetch_threads") ? "a whole number from 0 to 64"
-                           : KEY("read_ahead_kb")    ? "a whole number of KiB from 0 to 1048576"
-                           : KEY("umask") || KEY("fmask") || KEY("dmask") ? "an octal mask from 0 to 0777"
-                           : KEY("log")              ? "a file name, or stderr"
-                                                     : NULL;
-        if (want)
-            return usage_err(err, cap, "ckptfs mount: bad value in option '%s': %s expected", opt, want);
+        /* what each takes, with the bounds of the parses above */
+#define BAD "ckptfs mount: bad value in option '%s': "
+        if (KEY("cache_size") || KEY("prefetch"))
+            return usage_err(err, cap, BAD "a number of bytes, optionally with a K, M, G or T suffix (64M, 1G) expected",
+                             opt);
+        if (KEY("threads"))
+            return usage_err(err, cap, BAD "a whole number from 1 to %u expected", opt, MAX_THREADS);
+        if (KEY("prefetch_threads"))
+            return usage_err(err, cap, BAD "a whole number from 0 to %u expected", opt, MAX_PREFETCH_THREADS);
+        if (KEY("read_ahead_kb"))
+            return usage_err(err, cap, BAD "a whole number of KiB from 0 to %u expected", opt,
+                             MAX_READ_AHEAD_KB);
+        if (KEY("umask") || KEY("fmask") || KEY("dmask"))
+            return usage_err(err, cap, BAD "an octal mask from 0 to 0777 expected", opt);
+        if (KEY("log"))
+            return usage_err(err, cap, BAD "a file name, or stderr expected", opt);
+#undef BAD
     }
 #undef KEY
     return usage_err(err, cap, "ckptfs mount: unknown option '%s' (see ckptfs mount -h)", opt);
