@@ -20,7 +20,6 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -749,24 +748,16 @@ static size_t counters(ckfs_ctx *c, ckfs_counter *n)
     PUT("prefetch_done", s.prefetch_done);
     PUT("prefetch_dropped", s.prefetch_dropped);
     PUT("prefetch_cancelled", s.prefetch_cancelled);
-    if (c->windows) { /* the O_DIRECT windows': every field of ckw_stats */
-        static const struct {
-            const char *name;
-            size_t at;
-        } d[] = {{"direct_loads", offsetof(ckw_stats, loads)},
-                 {"direct_load_bytes", offsetof(ckw_stats, load_bytes)},
-                 {"direct_hits", offsetof(ckw_stats, hits)},
-                 {"direct_waits", offsetof(ckw_stats, waits)},
-                 {"direct_failures", offsetof(ckw_stats, failures)},
-                 {"direct_dropped", offsetof(ckw_stats, dropped)},
-                 {"direct_replaced", offsetof(ckw_stats, replaced)}};
+    if (c->windows) {
         ckw_stats w;
         ckw_get_stats(c->windows, &w);
-        for (size_t i = 0; i < sizeof d / sizeof *d; i++) {
-            uint64_t v;
-            memcpy(&v, (const char *)&w + d[i].at, sizeof v);
-            PUT(d[i].name, v);
-        }
+        PUT("direct_loads", w.loads);
+        PUT("direct_load_bytes", w.load_bytes);
+        PUT("direct_hits", w.hits);
+        PUT("direct_waits", w.waits);
+        PUT("direct_failures", w.failures);
+        PUT("direct_dropped", w.dropped);
+        PUT("direct_replaced", w.replaced);
     }
 #undef PUT
     assert(k <= CKFS_N_COUNTERS);
