@@ -444,4 +444,11 @@ ckc_status ckc_decode_chunk(uint32_t enc, const ckc_codebook *cb, const ckc_cpla
 
 /* ---- checksums ----------------------------------------------------------- */
 
-uint64_t ckc_hash64(const void *p, size_t size) { return XXH3_64bits(p, size); }
+uint64_t ckc_hash64(const void *p, size_t size)
+{
+#ifdef CKC_HASH_AVX2
+    if (ckc_avx2_supported())
+        return ckc_hash64_avx2(p, size);
+#endif
+    return XXH3_64bits(p, size);
+}

@@ -84,6 +84,12 @@ int ckc_avx512_supported(void);
 size_t ckc_decode_bulk_avx2(ckc_dec_ctx *d, uint64_t first, size_t n_weights, uint16_t *out);
 int ckc_avx2_supported(void);
 
+#ifdef CKC_HASH_AVX2
+/* XXH3-64 built with -mavx2 (ckc_hash_avx2.c).  Only called when
+ * ckc_avx2_supported(). */
+uint64_t ckc_hash64_avx2(const void *p, size_t size);
+#endif
+
 /* Next escape symbol; the caller has checked er->pos < er->end. */
 static inline unsigned ckc_esc_next(ckc_esc_reader *er, int is_k15)
 {

@@ -20,6 +20,12 @@
 #include "container.h"
 #include "test_util.h"
 
+/* xxHash's XXH3-64 compiled here, for baseline x86-64 (its SSE2 loop) or
+ * whatever this target's default is: the reference for ckc_hash64, which
+ * may take another loop (ckc_hash_avx2.c). */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 /* ---- data ---------------------------------------------------------------- */
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
@@ -845,6 +851,27 @@ START_TEST(test_hash)
 }
 END_TEST
 
+/* ckc_hash64 (the AVX2 build of XXH3 where the CPU has it) gives xxHash's
+ * value at every length of its code paths (0-16, 17-128, 129-240, stripes,
+ * 1 KiB blocks, a chunk and odd tails) and at every alignment. */
+START_TEST(test_hash_matches_xxhash)
+{
+    size_t max = (128u << 10) + 1031;
+    unsigned char *buf = malloc(max + 8);
+    ck_assert_ptr_nonnull(buf);
+    uint64_t seed = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < max + 8; i++)
+        buf[i] = (unsigned char)xorshift64(&seed);
+    for (size_t n = 0; n <= 4200; n++)
+        ck_assert_uint_eq(ckc_hash64(buf + n % 8, n), XXH3_64bits(buf + n % 8, n));
+    for (size_t n = 4200; n <= max; n += 4093)
+        for (unsigned at = 0; at < 8; at++)
+            ck_assert_uint_eq(ckc_hash64(buf + at, n), XXH3_64bits(buf + at, n));
+    ck_assert_uint_eq(ckc_hash64(buf, max), XXH3_64bits(buf, max));
+    free(buf);
+}
+END_TEST
+
 static Suite *codec_suite(void)
 {
     Suite *s = suite_create("codec");
@@ -856,6 +883,7 @@ static Suite *codec_suite(void)
     tcase_add_test(tc, test_codebook);
     tcase_add_test(tc, test_pack_escapes);
     tcase_add_test(tc, test_hash);
+    tcase_add_test(tc, test_hash_matches_xxhash);
     tcase_add_loop_test(tc, test_round_trip, 0, 6);
     tcase_add_loop_test(tc, test_all_escape, 0, 6);
     tcase_add_loop_test(tc, test_chunks, 0, 6);
