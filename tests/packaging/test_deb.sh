@@ -21,12 +21,18 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 step() { echo "--- $*"; }
 
 [ "$(id -u)" = 0 ] || skip "needs root (dpkg -i, mount)"
-for t in dpkg dpkg-deb dpkg-query cmake cpack python3 mount umount mountpoint findmnt sha256sum cc pkg-config; do
+for t in dpkg dpkg-deb dpkg-query cmake cpack python3 mount umount mountpoint findmnt sha256sum cc pkg-config flock; do
     command -v "$t" >/dev/null 2>&1 || skip "$t not found"
 done
 [ -c /dev/fuse ] || skip "/dev/fuse missing"
 PY=$(command -v python3)
 "$PY" -c 'import numpy' 2>/dev/null || skip "python3 numpy missing"
+# One run at a time per machine: two suites at once (engineers sharing a
+# machine) would install and remove the one system package under each other
+# (dpkg's lock held by the other run's `dpkg -r`, or the package gone
+# mid-test).  The lock is held until this script exits, cleanup included.
+exec 9>/run/lock/ckptfs-test-deb.lock
+flock 9
 if [ "$(dpkg-query -W -f='${db:Status-Abbrev}' ckptfs 2>/dev/null || true)" = "ii " ] \
    && [ "${CKPTFS_TEST_DEB_FORCE:-0}" != 1 ]; then
     skip "a ckptfs package is already installed (CKPTFS_TEST_DEB_FORCE=1 replaces and then removes it)"
