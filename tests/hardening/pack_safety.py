@@ -519,6 +519,29 @@ def item8():
           mode(os.path.join(dst, "sub", "a.bin.ckpt")) == 0o640 and mode(os.path.join(out, "sub", "a.bin")) == 0o640)
 
 
+def setuid_bits():
+    """unpack creates every file owned by whoever runs it (the pack keeps no
+    owner), so a setuid or setgid bit given back makes the file run as them:
+    a user's setuid-to-themselves script packed and unpacked by root came back
+    setuid root (and so would any file of a crafted manifest).  unpack drops
+    those two bits of a file; a directory keeps its setgid bit (it only gives
+    new files the directory's group)."""
+    src, dst, out = fresh("s8s"), fresh("d8s"), fresh("o8s")
+    want = make_src(src, {"run.sh": b"#!/bin/sh\nid -u\n", "g/tool": b"#!/bin/sh\nid -g\n", "g/plain.bin": 100})
+    os.chown(os.path.join(src, "run.sh"), 1234, 1234)
+    os.chmod(os.path.join(src, "run.sh"), 0o4755)
+    os.chmod(os.path.join(src, "g", "tool"), 0o2750)
+    os.chmod(os.path.join(src, "g", "plain.bin"), 0o6640)
+    os.chmod(os.path.join(src, "g"), 0o2775)
+    r = run("pack", src, dst)
+    u = run("unpack", dst, out)
+    mode = lambda p: os.stat(os.path.join(out, p)).st_mode & 0o7777  # noqa: E731
+    got = [mode(p) for p in ("run.sh", "g/tool", "g/plain.bin", "g")] if u.returncode == 0 else []
+    check("8: unpack drops a file's setuid and setgid bits (0755, 0750, 0640) and keeps a setgid directory (2775)",
+          r.returncode == 0 and got == [0o755, 0o750, 0o640, 0o2775], r.stderr + u.stderr + str(list(map(oct, got))))
+    check("8: ... and the files' bytes", u.returncode == 0 and tree(out) == want)
+
+
 def item11():
     b = fresh("b11")
     make_src(os.path.join(b, "src"), {"a.bin": 1000})
@@ -567,7 +590,8 @@ def item11():
 
 
 try:
-    for t in (item3, item3_edited_and_forced, item4, item5, item6, replaced_by_special, item6_window, item7, item8, item11):
+    for t in (item3, item3_edited_and_forced, item4, item5, item6, replaced_by_special, item6_window, item7, item8,
+              setuid_bits, item11):
         t()
 finally:
     shutil.rmtree(T, ignore_errors=True)
