@@ -220,7 +220,9 @@ int restore_aside(const char *dir, const char *base)
 }
 
 /* Delete the source file that was read (identity `read`: device, inode,
- * size, mtime) and no other.  Checking the name and then unlinking it would
+ * size, mtime; sm: its map, with the read lease taken for this) and no
+ * other, unless a process opened it for writing meanwhile (the lease was
+ * broken: writes through a shared mapping change neither size nor mtime).  Checking the name and then unlinking it would
  * leave a window in which a file renamed over the name is deleted instead;
  * so the name is first renamed to a private one beside it (atomic: what is
  * moved is what the name held at that instant, and a file put at the name
@@ -233,7 +235,7 @@ int restore_aside(const char *dir, const char *base)
  * run puts back (restore_aside); and for a name too long for a private
  * one (over NAME_MAX - 17 bytes) the check and the unlink are two system
  * calls on the directory's descriptor, the window of before. */
-static int delete_source(pack_ctx *c, const char *src_path, const struct stat *read)
+static int delete_source(pack_ctx *c, const char *src_path, const struct stat *read, const cks_map *sm)
 {
     char dir[PATH_MAX], aside[NAME_MAX + 1];
     snprintf(dir, sizeof dir, "%s", src_path);
@@ -249,16 +251,17 @@ static int delete_source(pack_ctx *c, const char *src_path, const struct stat *r
     if (dfd < 0 || (*aside && renameat2(dfd, base, dfd, aside, RENAME_NOREPLACE)))
         goto fail;
     cku_fault_point(); /* the kill sweep's step: the source under its private name */
-    if (fstatat(dfd, victim, &now, AT_SYMLINK_NOFOLLOW) == 0 && !cks_same_file(&now, read)) {
+    const char *why = fstatat(dfd, victim, &now, AT_SYMLINK_NOFOLLOW) == 0 && !cks_same_file(&now, read)
+                          ? "it was replaced or changed while it was being packed"
+                      : !cks_map_lease_kept(sm) ? "a process opened it for writing while it was being packed"
+                                                : NULL;
+    if (why) {
         if (*aside && renameat2(dfd, aside, dfd, base, RENAME_NOREPLACE))
-            fprintf(stderr, "ckptfs pack: %s: not deleted: it was replaced or changed while it was being packed, "
-                    "and another file took its name since; it is kept as %s/%s\n", CKU_ESC(src_path), CKU_ESC(dir),
-                    CKU_ESC(aside));
+            fprintf(stderr, "ckptfs pack: %s: not deleted: %s, and another file took its name since; it is kept "
+                    "as %s/%s\n", CKU_ESC(src_path), why, CKU_ESC(dir), CKU_ESC(aside));
         else
-            fprintf(stderr,
-                    "ckptfs pack: %s: not deleted: it was replaced or changed while it was being packed "
-                    "(its packed copy holds what was read); run the same command again to pack it\n",
-                    CKU_ESC(src_path));
+            fprintf(stderr, "ckptfs pack: %s: not deleted: %s (its packed copy holds what was read); run the same "
+                    "command again to pack it\n", CKU_ESC(src_path), why);
         close(dfd);
         return -1;
     }
@@ -366,6 +369,19 @@ static int put_in_place(const char *tmp, const char *final)
     return 0;
 }
 
+/* With --delete-source: the read lease on the source sm (at src_path) that
+ * delete_source checks, taken before it is read.  @return 1, or 0 after
+ * saying that a process has it open for writing. */
+static int lease_for_delete(cks_map *sm, const char *src_path)
+{
+    if (cks_map_lease(sm) != CKS_LEASE_WRITERS)
+        return 1;
+    fprintf(stderr, "ckptfs pack: %s: open for writing by another process: not packed, as --delete-source would "
+            "delete it with what that process writes next; close it (or pack without --delete-source) and run the "
+            "same command again\n", CKU_ESC(src_path));
+    return 0;
+}
+
 /* Pack one file; on success the packed file is durable and verified: the
  * source mapped and checked, encoded into a temporary, synced and read back
  * equal, renamed into place, then (--delete-source) the source deleted. */
@@ -389,6 +405,8 @@ static int pack_file(pack_ctx *c, const src_entry *e)
                 CKU_ESC(src_path));
         goto out;
     }
+    if (c->o->delete_source && !lease_for_delete(&sm, src_path))
+        goto out;
     if (has_suffix(e->rel, ".safetensors") && !(h = check_safetensors(src_path, sm.p, sm.size)))
         goto out;
     if ((tfd = write_packed(c, e, tmp, sm.p, sm.size, h, &sj)) < 0 ||
@@ -396,7 +414,7 @@ static int pack_file(pack_ctx *c, const src_entry *e)
         goto out;
     rc = 0;
     if (c->o->delete_source)
-        rc = delete_source(c, src_path, &e->st);
+        rc = delete_source(c, src_path, &e->st, &sm);
 out:
     if (rc && tfd >= 0)
         unlink(tmp);
@@ -432,16 +450,19 @@ static int already_packed(pack_ctx *c, const src_entry *e)
     sha_job sj = {0};
     char src_path[PATH_MAX];
     join_path(src_path, sizeof src_path, c->src_root, e->rel, "");
-    if (cks_map_open(src_path, &sm, err, sizeof err) == 0 && cks_same_file(&sm.st, &e->st)) {
+    /* a source open for writing is left to pack_file, which says so */
+    if (cks_map_open(src_path, &sm, err, sizeof err) == 0 && cks_same_file(&sm.st, &e->st) &&
+        cks_map_lease(&sm) != CKS_LEASE_WRITERS) {
         sj.p = sm.p;
         sj.size = sm.size;
         sha_thread(&sj);
         equal = compare_with_source(r, src_path, sm.p, sm.size, sj.sha, c->jobs_each) == 0 &&
                 !cks_map_truncated(&sm);
     }
-    cks_map_close(&sm);
     ckp_close(r);
-    return equal && delete_source(c, src_path, &e->st) == 0 ? 2 : 0;
+    int deleted = equal && delete_source(c, src_path, &e->st, &sm) == 0;
+    cks_map_close(&sm);
+    return deleted ? 2 : 0;
 }
 
 /* ---- files in parallel ---------------------------------------------------- */

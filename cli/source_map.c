@@ -10,6 +10,12 @@
  * stays a crash).  The table is a fixed array: the handler reads it without
  * locks; slots are claimed and released under map_lock, and a slot's base is
  * published (set non-zero) only after its length.
+ *
+ * Read leases (cks_map_lease) are listed in a second table of descriptors,
+ * which the SIGIO handler scans when a lease is broken: it gives up every
+ * lease with a break pending, so a process opening a source for writing
+ * waits no longer than the signal takes (SIGIO does not queue: one signal
+ * may stand for several breaks).
  */
 #define _GNU_SOURCE
 #include "source_map.h"
@@ -30,6 +36,7 @@ static struct {
     atomic_size_t len;
     atomic_int truncated;
 } maps[CKS_MAX_MAPS];
+static atomic_int lease_fds[CKS_MAX_MAPS]; /* descriptor + 1 of a lease held; 0: free */
 static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t handler_once = PTHREAD_ONCE_INIT;
 static uintptr_t page_size;
@@ -54,17 +61,34 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc)
     signal(sig, SIG_DFL); /* not ours (or no zero pages): the retried load crashes as it would have */
 }
 
+/* A lease is being broken: give up each one with a break pending (F_GETLEASE
+ * then answers its target, F_UNLCK, instead of F_RDLCK). */
+static void on_sigio(int sig, siginfo_t *si, void *uc)
+{
+    (void)sig, (void)si, (void)uc;
+    int e = errno;
+    for (int i = 0; i < CKS_MAX_MAPS; i++) {
+        int fd = atomic_load(&lease_fds[i]) - 1;
+        if (fd >= 0 && fcntl(fd, F_GETLEASE) != F_RDLCK)
+            fcntl(fd, F_SETLEASE, F_UNLCK);
+    }
+    errno = e;
+}
+
 static void install_handler(void)
 {
     page_size = (uintptr_t)sysconf(_SC_PAGESIZE);
     struct sigaction sa = {.sa_sigaction = on_sigbus, .sa_flags = SA_SIGINFO | SA_NODEFER};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGBUS, &sa, NULL);
+    struct sigaction io = {.sa_sigaction = on_sigio, .sa_flags = SA_SIGINFO | SA_RESTART};
+    sigemptyset(&io.sa_mask);
+    sigaction(SIGIO, &io, NULL);
 }
 
 int cks_map_open(const char *path, cks_map *m, char *err, size_t errCapacity)
 {
-    *m = (cks_map){.fd = -1, .slot = -1};
+    *m = (cks_map){.fd = -1, .slot = -1, .lease = -1};
     pthread_once(&handler_once, install_handler);
     m->fd = cku_open_regular(NULL, path, &m->st, err, errCapacity);
     if (m->fd < 0)
@@ -99,8 +123,38 @@ int cks_map_open(const char *path, cks_map *m, char *err, size_t errCapacity)
 
 int cks_map_truncated(const cks_map *m) { return m->slot >= 0 && atomic_load(&maps[m->slot].truncated); }
 
+int cks_map_lease(cks_map *m)
+{
+    pthread_mutex_lock(&map_lock);
+    for (int i = 0; i < CKS_MAX_MAPS && m->lease < 0; i++)
+        if (!atomic_load(&lease_fds[i]))
+            m->lease = i;
+    int rc = CKS_LEASE_NONE;
+    if (m->lease >= 0) {
+        atomic_store(&lease_fds[m->lease], m->fd + 1); /* listed before a break can be signalled */
+        if (fcntl(m->fd, F_SETSIG, SIGIO) == 0 && fcntl(m->fd, F_SETLEASE, F_RDLCK) == 0)
+            rc = CKS_LEASE_HELD;
+        else if (errno == EAGAIN)
+            rc = CKS_LEASE_WRITERS;
+        if (rc != CKS_LEASE_HELD) {
+            atomic_store(&lease_fds[m->lease], 0);
+            m->lease = -1;
+        }
+    }
+    pthread_mutex_unlock(&map_lock);
+    return rc;
+}
+
+int cks_map_lease_kept(const cks_map *m) { return m->lease < 0 || fcntl(m->fd, F_GETLEASE) == F_RDLCK; }
+
 void cks_map_close(cks_map *m)
 {
+    if (m->lease >= 0) {
+        pthread_mutex_lock(&map_lock);
+        fcntl(m->fd, F_SETLEASE, F_UNLCK);
+        atomic_store(&lease_fds[m->lease], 0);
+        pthread_mutex_unlock(&map_lock);
+    }
     if (m->p) {
         pthread_mutex_lock(&map_lock);
         atomic_store(&maps[m->slot].base, 0);
@@ -109,7 +163,7 @@ void cks_map_close(cks_map *m)
     }
     if (m->fd >= 0)
         close(m->fd);
-    *m = (cks_map){.fd = -1, .slot = -1};
+    *m = (cks_map){.fd = -1, .slot = -1, .lease = -1};
 }
 
 int cks_same_file(const struct stat *a, const struct stat *b)

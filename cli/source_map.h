@@ -18,6 +18,7 @@ typedef struct {
     uint64_t size;      /* st.st_size when opened */
     struct stat st;     /* fstat of fd when opened: the identity of what is read */
     int slot;           /* in the SIGBUS table, -1 if none */
+    int lease;          /* in the lease table (cks_map_lease), -1 if none */
 } cks_map;
 
 /* Open and map path (symlinks followed).  Only a regular file is opened
@@ -30,6 +31,21 @@ int cks_map_open(const char *path, cks_map *m, char *err, size_t errCapacity);
 /* 1 if a read of m past its file's end was caught since it was opened. */
 int cks_map_truncated(const cks_map *m);
 void cks_map_close(cks_map *m);
+
+/* A read lease on m's file, for deleting it after it is packed: the kernel
+ * grants one only while no process has the file open for writing (with
+ * write(2) or a shared writable mapping, whose writes change neither size
+ * nor, on pages already dirty, mtime), and breaks it when one opens it for
+ * writing (or truncates it) later; the break is given up at once, so the
+ * opener does not wait.  @return CKS_LEASE_HELD; CKS_LEASE_WRITERS if the
+ * file is open for writing now; CKS_LEASE_NONE where no lease can be had
+ * (not the file's owner without CAP_LEASE, a file system without leases,
+ * leases disabled, more than CKS_MAX_MAPS at once). */
+enum { CKS_LEASE_HELD, CKS_LEASE_WRITERS, CKS_LEASE_NONE };
+int cks_map_lease(cks_map *m);
+/* 1 if m holds no lease or still holds the one cks_map_lease took (nobody
+ * opened the file for writing since); 0 if it was broken. */
+int cks_map_lease_kept(const cks_map *m);
 
 /* 1 if a and b describe the same file with the same size and mtime. */
 int cks_same_file(const struct stat *a, const struct stat *b);

@@ -14,11 +14,13 @@ and 11), each checked against the original bytes (SHA-256):
      by a FIFO or directory after the walk (no hang); a file renamed over the
      source's name at any step of its deletion survives, and a run killed
      while the source is under its private name (.ckptfs-deleting.NAME) puts
-     it back on the rerun;
+     it back on the rerun; one another process has open for writing, or
+     opens for writing while it is packed, is kept;
   7  an interrupted `unpack` can be rerun, one to an OUT that exists or is
      inside the packed directory is refused; a failed pack says DST was kept;
   8  modes: a 0600 file stays 0600 packed and unpacked, DST no more open
-     than SRC, directories and the manifest whatever the umask;
+     than SRC, directories and the manifest whatever the umask; unpack gives
+     back no setuid or setgid bit of a file;
   11 SRC/DST overlap through `..` is refused creating nothing; two packs into
      one DST: the second is refused.
 
@@ -32,6 +34,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -378,6 +381,34 @@ def replaced_by_special():
               p.returncode == 1 and "b.bin: %s, not a regular file" % what in err, err.strip())
 
 
+def steps_after_final(tag, act, survived, need_source=False):
+    """`pack --delete-source --jobs 1` of a fresh SRC holding a.bin (20000
+    bytes), stopped at each step n; at each one where a.bin's packed copy is
+    final (a.bin.ckpt in DST), and with need_source a.bin still in SRC,
+    act(src, dst) runs while it is stopped and may return a callable to run
+    once pack has finished;
+    survived(src, dst) then says whether what act did was kept.  @return
+    (steps acted at, the steps at which it was lost)."""
+    lost, steps = [], 0
+    for n in range(1, 60):
+        src, dst = fresh("s" + tag), fresh("d" + tag)
+        make_src(src, {"a.bin": 20000})
+        hit = {}
+
+        def at_step():
+            if os.path.exists(os.path.join(dst, "a.bin.ckpt")) and (
+                    not need_source or os.path.exists(os.path.join(src, "a.bin"))):
+                hit["after"] = act(src, dst) or (lambda: None)
+        if stopped(["pack", "--delete-source", "--jobs", "1", src, dst], n, at_step) is None:
+            break
+        if hit:
+            hit["after"]()
+            steps += 1
+            if not survived(src, dst):
+                lost.append(n)
+    return steps, lost
+
+
 def item6_window():
     """The window between the identity check and the unlink (issue 11 item 6):
     stopped at each step after the packed copy is final, a new file is
@@ -385,27 +416,16 @@ def item6_window():
     in.  Then: killed at each step, the rerun finishes and empties SRC, no
     private name left behind (single-file and directory sources)."""
     new = os.urandom(3000)
-    lost, steps = [], 0
-    for n in range(1, 60):
-        src, dst = fresh("s6w"), fresh("d6w")
-        make_src(src, {"a.bin": 20000})
-        ap = os.path.join(src, "a.bin")
-        hit = {}
 
-        def replace():
-            if not os.path.exists(os.path.join(dst, "a.bin.ckpt")):
-                return
-            hit["n"] = n
-            with open(os.path.join(src, ".new"), "wb") as f:
-                f.write(new)
-            os.rename(os.path.join(src, ".new"), ap)
-        res = stopped(["pack", "--delete-source", "--jobs", "1", src, dst], n, replace)
-        if res is None:
-            break
-        if hit:
-            steps += 1
-            if not (os.path.exists(ap) and sha(ap) == hashlib.sha256(new).hexdigest()):
-                lost.append(n)
+    def replace(src, dst):
+        with open(os.path.join(src, ".new"), "wb") as f:
+            f.write(new)
+        os.rename(os.path.join(src, ".new"), os.path.join(src, "a.bin"))
+
+    def survived(src, dst):
+        ap = os.path.join(src, "a.bin")
+        return os.path.exists(ap) and sha(ap) == hashlib.sha256(new).hexdigest()
+    steps, lost = steps_after_final("6w", replace, survived)
     check("6: a file renamed over the source at each of the %d steps after its packed copy is final survives"
           % steps, steps >= 4 and not lost, "lost at steps %s" % lost)
     for single in (False, True):
@@ -427,6 +447,63 @@ def item6_window():
         check("6: %s --delete-source killed at each of its %d steps: the rerun finishes, SRC empty, "
               "every original in the pack" % ("single-file" if single else "directory", kills),
               kills >= 6 and not bad, str(bad[:3]))
+
+
+def open_for_writing():
+    """A source another process has open for writing is not deleted: bytes
+    written through a shared writable mapping whose pages are already dirty
+    change neither the file's size nor its mtime, so a trainer still holding
+    a checkpoint mapped lost what it wrote after the read-back (the source
+    deleted, the pack holding the bytes read).  pack --delete-source takes a
+    read lease on each source: refused while a writer has the file open, and
+    not deleted if one opens it (and writes, here setting mtime back) while it
+    is packed, at each step after its packed copy is final."""
+    import mmap
+    src, dst = fresh("s6o"), fresh("d6o")
+    make_src(src, {"a.bin": 1 << 20, "b.bin": 5000})
+    ap = os.path.join(src, "a.bin")
+    fd = os.open(ap, os.O_RDWR)
+    m = mmap.mmap(fd, 1 << 20)
+    m[:] = os.urandom(1 << 20)  # the writer's pages are dirty before the pack starts
+    r = run("pack", "--delete-source", "--jobs", "1", src, dst)
+    before = os.stat(ap).st_mtime_ns if os.path.exists(ap) else None
+    m[1000:1010] = b"LATE BYTES"  # written after the pack: no new mtime
+    check("6: a source open for writing (shared mapping): kept, the run fails naming it",
+          r.returncode == 1 and os.path.exists(ap) and "a.bin: open for writing by another process" in r.stderr and
+          os.stat(ap).st_mtime_ns == before, r.stderr.strip()[-300:])
+    want = hashlib.sha256(m[:]).hexdigest()
+    m.close()
+    os.close(fd)
+    r = run("pack", "--delete-source", "--jobs", "1", src, dst)
+    out = fresh("o6o")
+    u = run("unpack", dst, out)
+    check("6: ... closed, the rerun packs it with what was written and deletes it",
+          r.returncode == 0 and tree(src) == {} and u.returncode == 0 and sha(os.path.join(out, "a.bin")) == want,
+          r.stderr.strip()[-300:])
+
+    written = {}
+
+    def writer(ap):
+        st = os.stat(ap)
+        with open(ap, "r+b") as f:  # waits for the (stopped) pack to give up its lease
+            f.write(b"WRITTEN IN PLACE")
+        os.utime(ap, ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime set back, as rsync -t would
+        written["sha"] = sha(ap)
+
+    def write_in_place(src, dst):
+        t = threading.Thread(target=writer, args=(os.path.join(src, "a.bin"),))
+        t.start()
+        time.sleep(0.2)  # its open is under way when the pack goes on
+        return t.join
+
+    def survived(src, dst):
+        out = fresh("o6p")
+        run("unpack", dst, out)
+        return any(os.path.exists(p) and sha(p) == written["sha"]
+                   for p in (os.path.join(src, "a.bin"), os.path.join(out, "a.bin")))
+    steps, lost = steps_after_final("6p", write_in_place, survived, need_source=True)
+    check("6: a source opened for writing (mtime set back) at each of the %d steps after its packed copy is final "
+          "keeps what was written" % steps, steps >= 2 and not lost, "lost at steps %s" % lost)
 
 
 def item7():
@@ -590,8 +667,8 @@ def item11():
 
 
 try:
-    for t in (item3, item3_edited_and_forced, item4, item5, item6, replaced_by_special, item6_window, item7, item8,
-              setuid_bits, item11):
+    for t in (item3, item3_edited_and_forced, item4, item5, item6, replaced_by_special, item6_window, open_for_writing,
+              item7, item8, setuid_bits, item11):
         t()
 finally:
     shutil.rmtree(T, ignore_errors=True)
