@@ -382,6 +382,11 @@ static int unpack_locked(const char *dst, const char *out_arg, int jobs)
     for (size_t i = m->n_dirs; i-- > 0;) { /* modes after content: a 0555 dir must be filled first */
         char p[PATH_MAX];
         snprintf(p, sizeof p, "%s/%s", stage, m->dirs[i].path);
+        /* its names durable before OUT appears (stage's own just below) */
+        if (cku_sync_dirs(p, 0)) {
+            fprintf(stderr, "ckptfs unpack: %s: %s\n", CKU_ESC(p), strerror(errno));
+            goto out;
+        }
         chmod(p, m->dirs[i].mode);
     }
     /* OUT as open as the packed directory (pack made that no more open than
@@ -392,6 +397,18 @@ static int unpack_locked(const char *dst, const char *out_arg, int jobs)
     cku_fault_point();
     if (cku_fsync_dir(stage) || (cku_fault_point(), renameat2(AT_FDCWD, stage, AT_FDCWD, out, RENAME_NOREPLACE))) {
         fprintf(stderr, "ckptfs unpack: %s: %s\n", out, errno == EEXIST ? "already exists" : strerror(errno));
+        goto out;
+    }
+    /* OUT's name durable before unpack says it is done (`unpack P OUT && rm
+     * -r P` must not lose a file to a crash) */
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", out);
+    char *slash = strrchr(parent, '/');
+    if (slash)
+        slash[slash == parent] = 0;
+    if (cku_sync_dirs(slash ? parent : ".", 0)) {
+        fprintf(stderr, "ckptfs unpack: %s: %s\n", CKU_ESC(out), strerror(errno));
+        remove_tree(out);
         goto out;
     }
     double secs = cku_progress_seconds(pr);

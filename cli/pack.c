@@ -49,6 +49,25 @@ static size_t remove_empty_dirs(pack_ctx *c)
     return n;
 }
 
+/* DST's directories, and its name and those above it, durable before a
+ * packed file is (a source deleted once its packed file's own directory is
+ * synced must not lose it to a crash that loses a directory's name above).
+ * @return 0, or -1 after saying why. */
+static int sync_dst_dirs(pack_ctx *c)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s", c->dst);
+    int rc = cku_sync_dirs(p, 1);
+    for (size_t i = 0; rc == 0 && i < c->list.n; i++)
+        if (c->list.v[i].is_dir) {
+            join_path(p, sizeof p, c->dst, c->list.v[i].rel, "");
+            rc = cku_sync_dirs(p, 0);
+        }
+    if (rc)
+        fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(p), strerror(errno));
+    return rc;
+}
+
 /* The final summary (stdout): the files the pack holds, their bytes ->
  * the pack's, saved, time, rate; files kept from an earlier run; what
  * --delete-source removed.  (The pack's files, not SRC's: a rerun after
@@ -134,7 +153,7 @@ int ckpt_pack(const ckpt_pack_opts *o)
         if (dfd >= 0)
             close(dfd);
     }
-    if (pack_files(&c, n_files))
+    if (sync_dst_dirs(&c) || pack_files(&c, n_files))
         goto out;
     if (write_manifest(&c))
         goto out;

@@ -78,9 +78,8 @@ void cku_fault_point(void)
     }
 }
 
-int cku_fsync_dir(const char *dir)
+static int fsync_dir(const char *dir)
 {
-    cku_fault_point();
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return -1;
@@ -89,6 +88,28 @@ int cku_fsync_dir(const char *dir)
     close(fd);
     errno = e;
     return rc;
+}
+
+int cku_fsync_dir(const char *dir)
+{
+    cku_fault_point();
+    return fsync_dir(dir);
+}
+
+int cku_sync_dirs(const char *dir, int up)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s", dir);
+    for (int first = 1;; first = 0) {
+        /* above dir, one that cannot be opened (0711, say) or synced there
+         * (EINVAL, EROFS) is skipped: only an I/O error counts */
+        if (fsync_dir(*p ? p : "/") && (first || errno == EIO))
+            return -1;
+        char *slash = strrchr(p, '/');
+        if (!up || !*p || !slash)
+            return 0;
+        *slash = 0; /* "/a" -> "" (the root), "a" has no parent here */
+    }
 }
 
 int cku_mkdirs(const char *path, mode_t mode)

@@ -33,6 +33,13 @@ int cku_open_regular(const char *root, const char *rel, struct stat *st, char *e
 int cku_open_refused(int e);
 /* fsync the directory holding path (or path itself if it is a directory). */
 int cku_fsync_dir(const char *dir);
+/* fsync directory dir and, with up, each directory above it to the root: a
+ * directory's own name survives a crash only once its parent is synced (a
+ * directory made by this run, or by a killed one that did not sync it).  Not
+ * a step of the kill tests (no cku_fault_point): it only makes durable what
+ * the steps made; above dir, one that cannot be opened or synced is skipped
+ * unless with an I/O error.  @return 0, or -1 with errno. */
+int cku_sync_dirs(const char *dir, int up);
 
 /* Test hook for kill tests (tests/hardening/interrupted_pack.py).  Writers
  * call it just before each durable step (fsync, rename, unlink, rmdir).

@@ -38,18 +38,12 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from checks import check, done  # noqa: E402
 from files import sha256_file as sha  # noqa: E402
 
 CK = os.environ["CKPTFS"]
 FAULT_EXIT = 86
 T = tempfile.mkdtemp(prefix="ckptfs-safety.")
-failures = []
-
-
-def check(name, ok, detail=""):
-    print("%s: %s%s" % ("ok" if ok else "FAIL", name, "" if ok else " -- " + str(detail)), flush=True)
-    if not ok:
-        failures.append(name)
 
 
 def run(*args, fault=None):
@@ -672,5 +666,4 @@ try:
         t()
 finally:
     shutil.rmtree(T, ignore_errors=True)
-print("pack_safety: %d failures" % len(failures))
-sys.exit(1 if failures else 0)
+sys.exit(done("pack_safety"))
