@@ -205,6 +205,16 @@ typedef struct {
  * chunks outside the extent. */
 void ckp_chunk_need(const ckp_reader *r, uint32_t e, uint64_t c0, uint64_t c1, uint64_t lo[3], uint64_t hi[3]);
 
+/* The end of the run of chunks from c0 (before c1, clamped to the extent)
+ * whose input is within the format's bounds (§9.1): the first chunk that
+ * decoding refuses before reading it (R46: more escapes than weights; R47: a
+ * zstd frame longer than zstd's bound of its length), else c1.  So the
+ * plane bytes ckp_chunk_need names for chunks c0..end-1 are at most about
+ * 1.25x (K15/BSPLIT) or bound(n) of their original bytes: what a caller
+ * reading them ahead (O_DIRECT windows) may load.  c0 when e is not an
+ * extent of r. */
+uint64_t ckp_bounded_run(const ckp_reader *r, uint32_t e, uint64_t c0, uint64_t c1);
+
 /* ckp_read_chunk taking the plane bytes from pl instead of the file (the
  * same checks: the chunk's hash, R46/R47).  @return CKP_ERR_ARG if pl does
  * not hold every byte the chunk reads (ckp_chunk_need). */

@@ -600,8 +600,6 @@ static ckp_status read_bf16_chunk(const ckp_reader *r, const ckp_extent *x, cons
     const uint64_t *off = sp.off, *end = sp.end;
     uint64_t got[3], total = 0;
     assert(sp.esc0 <= sp.esc1); /* R6: datums do not decrease and stay <= n_escapes */
-    if (sp.esc1 - sp.esc0 > nw)
-        return CKP_ERR_CHUNK; /* R46, more escapes than weights: never read them */
     for (int p = 0; p < 3; p++) {
         /* R5, R6: the chunk's first weight and escape lie in the planes
          * (its end may not: the escapes a damaged datum claims) */
@@ -643,12 +641,43 @@ static void chunk_need(const ckp_extent *x, uint64_t c0, uint64_t c1, uint64_t l
     }
 }
 
+/* 1 if chunk c of x claims more input than a chunk may have (format §9.1),
+ * so that decoding it would read more than its length bounds: more escapes
+ * than weights (R46) or a zstd frame over zstd's bound (R47).  Such a chunk
+ * is refused before any of its bytes are read. */
+static int chunk_input_over(const ckp_extent *x, uint64_t c)
+{
+    ckp_span sp;
+    uint64_t len = ckp_chunk_len(x, c);
+    if (x->encoding == CKC_ENC_RAW)
+        return 0;
+    ckp_chunk_span(x, c, c + 1, &sp);
+    if (x->encoding == CKC_ENC_ZSTD)
+        return sp.end[0] - sp.off[0] > ZSTD_COMPRESSBOUND(len);
+    return sp.esc1 - sp.esc0 > len / 2;
+}
+
+uint64_t ckp_bounded_run(const ckp_reader *r, uint32_t e, uint64_t c0, uint64_t c1)
+{
+    if (e >= r->info.n_extents)
+        return c0;
+    const ckp_extent *x = &r->x[e];
+    if (c1 > x->n_chunks)
+        c1 = x->n_chunks;
+    uint64_t c = c0;
+    while (c < c1 && !chunk_input_over(x, c))
+        c++;
+    return c;
+}
+
 static ckp_status read_chunk(const ckp_reader *r, uint32_t e, uint64_t c, const ckp_planes *pl, void *dst,
                              ckp_scratch *s)
 {
     const ckp_extent *x = &r->x[e];
     uint64_t len = ckp_chunk_len(x, c);
     ckp_status st;
+    if (chunk_input_over(x, c))
+        return CKP_ERR_CHUNK; /* R46, R47: never read its bytes */
     switch (x->encoding) {
     case CKC_ENC_RAW:
         st = read_plane(r, x, pl, 0, c * x->chunk_size, len, dst);
@@ -658,8 +687,6 @@ static ckp_status read_chunk(const ckp_reader *r, uint32_t e, uint64_t c, const 
         ckp_chunk_span(x, c, c + 1, &sp);
         uint64_t a = sp.off[0], b = sp.end[0];
         assert(a < b && b <= x->plane_size[0]); /* R6: datums increase and stay below plane0_size */
-        if (b - a > ZSTD_COMPRESSBOUND(len))
-            return CKP_ERR_CHUNK; /* R47, no frame of a chunk is longer: never read it */
         if (!s->dctx && !(s->dctx = ZSTD_createDCtx()))
             return CKP_ERR_NOMEM;
         const uint8_t *in = plane_mem(r, x, pl, 0, a);

@@ -59,7 +59,9 @@ struct ckw_set {
 
 unsigned ckw_window_chunks(const ckp_extent *x)
 {
-    return x->chunk_size && x->chunk_size <= CKW_BYTES ? (unsigned)(CKW_BYTES / x->chunk_size) : 0;
+    if (!x->chunk_size || x->chunk_size > CKW_BYTES)
+        return 0;
+    return CKW_BYTES / x->chunk_size < CKW_MAX_CHUNKS ? (unsigned)(CKW_BYTES / x->chunk_size) : CKW_MAX_CHUNKS;
 }
 
 /* The window holding chunk c of extent e of file, or NULL; with *end the
@@ -109,6 +111,10 @@ void ckw_prefetch(ckw_set *w, uint32_t file, const ckp_reader *r, int dfd, uint3
     uint64_t end = (c / n_per + 1) * n_per < x->n_chunks ? (c / n_per + 1) * n_per : x->n_chunks;
     if (cEnd < end)
         end = cEnd;
+    /* not past a chunk whose decode is refused unread: the window would
+     * load what that chunk claims, up to the whole plane */
+    if ((end = ckp_bounded_run(r, e, c, end)) == c)
+        return;
     pthread_mutex_lock(&w->lock);
     ckw_window *s = find(w, file, e, c, &end);
     if (s) {

@@ -15,8 +15,11 @@
  * requests, several at once, whatever the kernel's readahead would do with
  * the three plane streams of a file.
  *
- * Bounded: at most maxWindows exist (each at most CKW_BYTES plus a few
- * pages; about 0.7 MiB for BF16); a window leaves once each of its chunks was decoded from it,
+ * Bounded: at most maxWindows exist, each the packed bytes of at most
+ * CKW_BYTES of original bytes (about 0.7 MiB for BF16) plus a few pages:
+ * at most 1.25x that (all weights escaped; zstd's bound), since a window
+ * ends before a chunk that claims more (ckp_bounded_run: its decode refuses
+ * it unread, R46/R47); a window leaves once each of its chunks was decoded from it,
  * and when all are taken a prefetch replaces the least recently used window
  * nobody holds, or is dropped.  A window whose load failed is not used: the
  * decode reads the file itself and reports what is wrong.
@@ -30,6 +33,7 @@
 #include "container.h"
 
 #define CKW_BYTES (1u << 20)       /* original bytes per window: 8 BF16 chunks */
+#define CKW_MAX_CHUNKS 64          /* chunks per window at most (one bit each in its mask) */
 
 typedef struct ckw_set ckw_set;
 typedef struct ckw_window ckw_window;
@@ -42,8 +46,8 @@ typedef struct {
     uint64_t dropped, replaced;    /* prefetches dropped (all taken) / windows replaced unused */
 } ckw_stats;
 
-/* Chunks per window of extent x: CKW_BYTES of them, or 0 when its chunks
- * are larger (read as before). */
+/* Chunks per window of extent x: CKW_BYTES of them but at most
+ * CKW_MAX_CHUNKS, or 0 when its chunks are larger (read as before). */
 unsigned ckw_window_chunks(const ckp_extent *x);
 
 /* @return NULL when out of memory or the threads cannot start. */

@@ -16,7 +16,9 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zstd.h>
 
+#include "craft.h" /* first: fuzz_util.h defines _GNU_SOURCE */
 #include "container.h"
 #include "inode_table.h"
 #include "manifest.h"
@@ -601,6 +603,119 @@ START_TEST(windows_decode_the_original_bytes)
 }
 END_TEST
 
+/* path: a packed file of 2 x 256 KiB of text as one ZSTD extent whose
+ * chunk 0 claims a frame of `claim` bytes: its frame then `claim` - len
+ * zero bytes, up to chunk 1's frame (R47 refuses it: longer than zstd's
+ * bound).  Built as craft.h's RAW file of those payload bytes, its extent
+ * made ZSTD.  @return the original bytes (caller frees). */
+static uint8_t *write_long_frame(const char *path, uint64_t claim)
+{
+    const uint32_t cs = 256 << 10;
+    uint8_t *orig = malloc(2 * cs), sha[32] = {0};
+    for (uint32_t i = 0; i < 2 * cs; i++)
+        orig[i] = (uint8_t)"ckptfs windows "[i % 15] + (uint8_t)(i / 4096 % 3);
+    size_t bound = ZSTD_compressBound(cs), n0, n1, n = 0;
+    uint8_t *f0 = malloc(bound), *f1 = malloc(bound);
+    n0 = ZSTD_compress(f0, bound, orig, cs, 3);
+    n1 = ZSTD_compress(f1, bound, orig + cs, cs, 3);
+    ck_assert(!ZSTD_isError(n0) && !ZSTD_isError(n1) && claim > n0);
+    uint8_t *payload = calloc(1, claim + n1);
+    memcpy(payload, f0, n0);
+    memcpy(payload + claim, f1, n1);
+    uint8_t *b = ckz_craft_raw(payload, claim + n1, (uint32_t)((claim + n1 + 1) / 2), "big.bin", sha, 0644, &n);
+    ck_assert_ptr_nonnull(b);
+    uint8_t *x = b + cku_le64(b + H_TOC_OFF) + CKP_TOC_HEADER_SIZE, *ix = b + cku_le64(x + X_INDEX_OFF);
+    cku_put64(b + H_ORIG, 2 * cs);
+    cku_put64(b + cku_le64(b + H_TOC_OFF) + T_ORIG, 2 * cs);
+    cku_put64(x + X_ORIG_SIZE, 2 * cs);
+    cku_put32(x + X_ENC, CKC_ENC_ZSTD);
+    cku_put32(x + X_CHUNK, cs);
+    cku_put64(ix + 8, ckc_hash64(orig, cs));
+    cku_put64(ix + 16, claim); /* chunk 1's frame: chunk 0's claims all before it */
+    cku_put64(ix + 24, ckc_hash64(orig + cs, cs));
+    ckz_fixup_ckpt(b, n);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(cku_pwrite_full(fd, b, n, 0), 0);
+    close(fd);
+    free(b);
+    free(payload);
+    free(f0);
+    free(f1);
+    return orig;
+}
+
+/* A window never loads what a chunk refused unread claims (R47: a frame
+ * over zstd's bound; the decode reads nothing of it): it ends before that
+ * chunk, and there is none for it.  A pack whose extents share one plane
+ * of such a frame made the daemon hold a window of the whole plane per
+ * extent (a 128 MiB file of 16 extents: 2 GiB held at cache_size=0).
+ * And a window holds at most CKW_MAX_CHUNKS chunks (one bit each). */
+START_TEST(windows_load_only_bounded_chunks)
+{
+    char path[300], err[512];
+    const uint64_t claim = 32ull << 20;
+    snprintf(path, sizeof path, "%s/big.bin%s", tmpdir, CKP_SUFFIX);
+    uint8_t *orig = write_long_frame(path, claim);
+    ckp_reader *r;
+    ck_assert_msg(ckp_open(path, &r, err, sizeof err) == CKP_OK, "%s", err);
+    int fd = open(path, O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    ckp_scratch *s = ckp_scratch_new();
+    uint8_t *buf = malloc(256 << 10);
+    ck_assert_int_eq(ckp_read_chunk(r, 0, 0, buf, s), CKP_ERR_CHUNK);
+    ck_assert_int_eq(ckp_read_chunk(r, 0, 1, buf, s), CKP_OK);
+    ck_assert_uint_eq(ckp_bounded_run(r, 0, 0, 2), 0);
+    ck_assert_uint_eq(ckp_bounded_run(r, 0, 1, UINT64_MAX), 2);
+    ckw_set *w = ckw_new(2, 1);
+    ckw_stats st;
+    ckp_planes pl;
+    ckw_prefetch(w, 0, r, fd, 0, 0, UINT64_MAX);
+    ck_assert_ptr_null(ckw_get(w, 0, r, 0, 0, &pl));
+    ckw_prefetch(w, 0, r, fd, 0, 1, UINT64_MAX);
+    ckw_window *win = ckw_get(w, 0, r, 0, 1, &pl);
+    ck_assert_ptr_nonnull(win);
+    ck_assert_int_eq(ckp_read_chunk_from(r, 0, 1, &pl, buf, s), CKP_OK);
+    ck_assert(memcmp(buf, orig + (256 << 10), 256 << 10) == 0);
+    ckw_put(w, win, 1, 1);
+    ckw_get_stats(w, &st);
+    ck_assert_msg(st.load_bytes <= (256 << 10), "windows loaded %llu bytes for a frame of at most 256 KiB",
+                  (unsigned long long)st.load_bytes);
+    ckw_free(w);
+    ckp_close(r);
+    close(fd);
+    free(orig);
+    /* one-byte chunks: a window of CKW_MAX_CHUNKS of them, not CKW_BYTES */
+    uint8_t data[4096], sha[32] = {0};
+    size_t n;
+    for (size_t i = 0; i < sizeof data; i++)
+        data[i] = (uint8_t)rnd();
+    uint8_t *b = ckz_craft_raw(data, sizeof data, 1, "big.bin", sha, 0644, &n);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ck_assert_int_eq(cku_pwrite_full(fd, b, n, 0), 0);
+    close(fd);
+    free(b);
+    ck_assert_msg(ckp_open(path, &r, err, sizeof err) == CKP_OK, "%s", err);
+    ck_assert_uint_eq(ckw_window_chunks(ckp_get_extent(r, 0)), CKW_MAX_CHUNKS);
+    fd = open(path, O_RDONLY);
+    w = ckw_new(1, 1);
+    ckw_prefetch(w, 0, r, fd, 0, 0, UINT64_MAX);
+    for (uint64_t c = 0; c < CKW_MAX_CHUNKS; c++) {
+        ck_assert_ptr_nonnull(win = ckw_get(w, 0, r, 0, c, &pl));
+        ck_assert_int_eq(ckp_read_chunk_from(r, 0, c, &pl, buf, s), CKP_OK);
+        ck_assert_uint_eq(buf[0], data[c]);
+        ckw_put(w, win, c, 1);
+    }
+    ck_assert_ptr_null(ckw_get(w, 0, r, 0, 0, &pl)); /* used up: gone */
+    ck_assert_ptr_null(ckw_get(w, 0, r, 0, CKW_MAX_CHUNKS, &pl)); /* never in it */
+    ckw_free(w);
+    ckp_close(r);
+    close(fd);
+    free(buf);
+    ckp_scratch_free(s);
+}
+END_TEST
+
 /* Damage in one chunk: reads touching it fail with EIO, every time; the
  * other chunks still read back exactly. */
 START_TEST(damaged_chunk_is_eio)
@@ -1015,6 +1130,7 @@ int main(void)
     tcase_add_test(t, ahead_tensor_runs_stop_at_the_tensor);
     tcase_add_test(t, drop_packed_keeps_the_pages_of_chunks_to_come);
     tcase_add_test(t, windows_decode_the_original_bytes);
+    tcase_add_test(t, windows_load_only_bounded_chunks);
     tcase_add_test(t, open_files_freed_with_the_context);
     tcase_add_test(t, damaged_chunk_is_eio);
     tcase_add_test(t, bad_packed_files);
