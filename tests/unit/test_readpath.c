@@ -606,42 +606,28 @@ END_TEST
 /* path: a packed file of 2 x 256 KiB of text as one ZSTD extent whose
  * chunk 0 claims a frame of `claim` bytes: its frame then `claim` - len
  * zero bytes, up to chunk 1's frame (R47 refuses it: longer than zstd's
- * bound).  Built as craft.h's RAW file of those payload bytes, its extent
- * made ZSTD.  @return the original bytes (caller frees). */
+ * bound).  @return the original bytes (caller frees). */
 static uint8_t *write_long_frame(const char *path, uint64_t claim)
 {
     const uint32_t cs = 256 << 10;
     uint8_t *orig = malloc(2 * cs), sha[32] = {0};
     for (uint32_t i = 0; i < 2 * cs; i++)
         orig[i] = (uint8_t)"ckptfs windows "[i % 15] + (uint8_t)(i / 4096 % 3);
-    size_t bound = ZSTD_compressBound(cs), n0, n1, n = 0;
-    uint8_t *f0 = malloc(bound), *f1 = malloc(bound);
-    n0 = ZSTD_compress(f0, bound, orig, cs, 3);
-    n1 = ZSTD_compress(f1, bound, orig + cs, cs, 3);
+    size_t bound = ZSTD_compressBound(cs), n = 0;
+    uint8_t *payload = calloc(1, claim + bound);
+    size_t n0 = ZSTD_compress(payload, bound, orig, cs, 3);
+    size_t n1 = ZSTD_compress(payload + claim, bound, orig + cs, cs, 3);
     ck_assert(!ZSTD_isError(n0) && !ZSTD_isError(n1) && claim > n0);
-    uint8_t *payload = calloc(1, claim + n1);
-    memcpy(payload, f0, n0);
-    memcpy(payload + claim, f1, n1);
-    uint8_t *b = ckz_craft_raw(payload, claim + n1, (uint32_t)((claim + n1 + 1) / 2), "big.bin", sha, 0644, &n);
+    ckp_chunk_entry ix[2] = {{0, ckc_hash64(orig, cs)}, {claim, ckc_hash64(orig + cs, cs)}};
+    uint8_t *b = ckz_craft_extent(CKC_ENC_ZSTD, payload, claim + n1, 2 * cs, cs, ix, "big.bin", CKP_KIND_BLOB,
+                                  sha, 0644, &n);
     ck_assert_ptr_nonnull(b);
-    uint8_t *x = b + cku_le64(b + H_TOC_OFF) + CKP_TOC_HEADER_SIZE, *ix = b + cku_le64(x + X_INDEX_OFF);
-    cku_put64(b + H_ORIG, 2 * cs);
-    cku_put64(b + cku_le64(b + H_TOC_OFF) + T_ORIG, 2 * cs);
-    cku_put64(x + X_ORIG_SIZE, 2 * cs);
-    cku_put32(x + X_ENC, CKC_ENC_ZSTD);
-    cku_put32(x + X_CHUNK, cs);
-    cku_put64(ix + 8, ckc_hash64(orig, cs));
-    cku_put64(ix + 16, claim); /* chunk 1's frame: chunk 0's claims all before it */
-    cku_put64(ix + 24, ckc_hash64(orig + cs, cs));
-    ckz_fixup_ckpt(b, n);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ck_assert_int_ge(fd, 0);
     ck_assert_int_eq(cku_pwrite_full(fd, b, n, 0), 0);
     close(fd);
     free(b);
     free(payload);
-    free(f0);
-    free(f1);
     return orig;
 }
 
