@@ -152,8 +152,12 @@ static ckp_status add_tensors(ckr_model *m, const ckp_reader *r, const st_header
     return CKP_OK;
 }
 
-/* The safetensors header of packed file r (of relative path rel): extent 0
- * decoded and parsed.  @return CKP_OK with *out set, or the failure with err
+/* The safetensors header of packed file r (of relative path rel): its 8-byte
+ * length N (at most ST_MAX_HEADER: st_header_len), then the 8 + N bytes
+ * decoded and parsed; add_tensors then checks that the tensors start where
+ * extent 0 ends.  Not extent 0 as its record sizes it: a few bytes of zstd
+ * frames can claim gigabytes (a 38 KiB pack made ckr_open allocate and
+ * decode 1 GiB).  @return CKP_OK with *out set, or the failure with err
  * naming rel. */
 static ckp_status read_header(ckr_model *m, const ckp_reader *r, const char *rel, st_header **out, char *err,
                               size_t cap)
@@ -162,15 +166,19 @@ static ckp_status read_header(ckr_model *m, const ckp_reader *r, const char *rel
     const ckp_info *fi = ckp_get_info(r);
     if (fi->n_extents == 0)
         return cku_errf(err, cap, CKP_ERR_FORMAT, "%s: empty safetensors file", rel);
-    const ckp_extent *x0 = ckp_get_extent(r, 0);
-    uint8_t *hdr = malloc(x0->orig_size ? x0->orig_size : 1);
-    if (!hdr)
-        return cku_errf(err, cap, CKP_ERR_NOMEM, "%s: out of memory", rel);
+    uint8_t len8[8], *hdr = NULL;
+    uint64_t n = 0;
     size_t got = 0;
     char sterr[256];
-    ckp_status st = ckp_pread(r, hdr, x0->orig_size, 0, &got, m->scratch);
-    /* R1: extent 0 lies within the file, so a read that succeeds is whole */
-    assert(st != CKP_OK || got == x0->orig_size);
+    ckp_status st = ckp_pread(r, len8, sizeof len8, 0, &got, m->scratch);
+    if (st == CKP_OK && (st = st_header_len(len8, got, fi->original_size, &n, sterr, sizeof sterr)) != CKP_OK)
+        return cku_errf(err, cap, st, "%s: %s", rel, sterr);
+    if (st == CKP_OK && !(hdr = malloc(8 + n)))
+        return cku_errf(err, cap, CKP_ERR_NOMEM, "%s: out of memory", rel);
+    if (st == CKP_OK)
+        st = ckp_pread(r, hdr, 8 + n, 0, &got, m->scratch);
+    /* st_header_len: 8 + n bytes lie within the file, so a read that succeeds is whole */
+    assert(st != CKP_OK || got == 8 + n);
     if (st != CKP_OK)
         cku_errf(err, cap, st, "%s: cannot read the safetensors header: %s", rel, ckp_status_name(st));
     else if ((st = st_parse(hdr, got, fi->original_size, out, sterr, sizeof sterr)) != CKP_OK)

@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <errno.h>
+#include <zstd.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "craft.h" /* first: fuzz_util.h defines _GNU_SOURCE */
+#include "ckread.h"
 #include "container.h"
 #include "container_internal.h"
 #include "manifest.h"
@@ -539,6 +542,73 @@ START_TEST(sha256_pipe)
 }
 END_TEST
 
+/* Peak resident memory of this process in KiB (VmHWM), after resetting it
+ * when reset (clear_refs 5; where that is refused the peak so far stays). */
+static long peak_rss_kib(int reset)
+{
+    char line[256];
+    long kib = -1;
+    if (reset) {
+        FILE *c = fopen("/proc/self/clear_refs", "w");
+        if (c) {
+            fputs("5", c);
+            fclose(c);
+        }
+    }
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6))
+            kib = strtol(line + 6, NULL, 10);
+    if (f)
+        fclose(f);
+    return kib;
+}
+
+/* ckread reads a safetensors file's header by its 8-byte length (at most
+ * 100 MB), not by the size extent 0's record claims: 64 zstd frames of
+ * 16 MiB of zeros (38 KiB of packed file) claiming a 1 GiB header made
+ * ckr_open allocate and decode all of it before parsing it. */
+START_TEST(ckread_header_bounded_by_its_length)
+{
+    const uint32_t cs = CKP_MAX_CHUNK, n_chunks = 64;
+    uint8_t *zeros = calloc(1, cs), sha[32] = {0};
+    size_t bound = ZSTD_compressBound(cs);
+    uint8_t *frame = malloc(bound);
+    size_t fl = ZSTD_compress(frame, bound, zeros, cs, 1);
+    ck_assert(!ZSTD_isError(fl));
+    uint8_t *payload = malloc(fl * n_chunks);
+    ckp_chunk_entry ix[64];
+    for (uint32_t c = 0; c < n_chunks; c++) {
+        memcpy(payload + c * fl, frame, fl);
+        ix[c] = (ckp_chunk_entry){c * fl, ckc_hash64(zeros, cs)};
+    }
+    uint64_t orig = (uint64_t)cs * n_chunks;
+    size_t n = 0;
+    uint8_t *b = ckz_craft_extent(CKC_ENC_ZSTD, payload, fl * n_chunks, orig, cs, ix, "m.safetensors",
+                                  CKP_KIND_SAFETENSORS, sha, 0644, &n);
+    ck_assert_ptr_nonnull(b);
+    char path[512], err[512];
+    snprintf(path, sizeof path, "%s/m.safetensors%s", tmpdir, CKP_SUFFIX);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ck_assert_int_eq(cku_pwrite_full(fd, b, n, 0), 0);
+    close(fd);
+    ckm_file f = {.path = "m.safetensors", .size = orig, .mode = 0644, .kind = CKP_KIND_SAFETENSORS};
+    ckm_manifest m = {.files = &f, .n_files = 1};
+    ck_assert_int_eq(ckm_write(tmpdir, &m, err, sizeof err), CKP_OK);
+    free(b);
+    free(payload);
+    free(frame);
+    free(zeros);
+    long before = peak_rss_kib(1);
+    ckr_model *md = NULL;
+    ckr_status st = ckr_open(tmpdir, &md, err, sizeof err);
+    long grew = peak_rss_kib(0) - before;
+    ck_assert_ptr_null(md);
+    ck_assert_msg(st == CKR_ERR_FORMAT && strstr(err, "header length 0"), "%s: %s", ckr_status_name(st), err);
+    ck_assert_msg(grew < 64 << 10, "ckr_open's peak memory grew by %ld KiB for a 38 KiB pack", grew);
+}
+END_TEST
+
 START_TEST(golden_files_decode)
 {
     static const char *fmt[] = {"k15", "bytesplit"};
@@ -594,6 +664,7 @@ int main(void)
     tcase_add_test(t, json_lex);
     tcase_add_test(t, manifest_roundtrip_and_damage);
     tcase_add_test(t, sha256_pipe);
+    tcase_add_test(t, ckread_header_bounded_by_its_length);
     tcase_add_loop_test(t, golden_files_decode, 0, 2);
     suite_add_tcase(s, t);
     return run_suite(s);
