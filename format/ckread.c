@@ -306,18 +306,26 @@ ckr_status ckr_read_rows(ckr_model *m, size_t i, uint64_t row_begin, uint64_t ro
     if (!m || i >= m->n)
         return cku_errf(err, errCapacity, CKR_ERR_ARG, "no tensor %zu", i);
     const ckr_tensor_info *ti = &m->info[i];
-    uint64_t rows = ti->ndim ? ti->shape[0] : 1, row_bytes = rows ? ti->nbytes / rows : 0;
+    uint64_t rows = ti->ndim ? ti->shape[0] : 1;
     if (row_begin > row_end || row_end > rows)
         return cku_errf(err, errCapacity, CKR_ERR_ARG, "%s: rows [%llu, %llu) outside [0, %llu)", ti->name,
                         (unsigned long long)row_begin, (unsigned long long)row_end, (unsigned long long)rows);
-    uint64_t len = (row_end - row_begin) * row_bytes;
+    /* Row r starts at byte r * nbytes / rows: a whole byte unless a row of a
+     * sub-byte dtype (F4, F6) ends inside one (an F4 [2, 3] tensor has rows
+     * of 12 bits), which this byte API cannot return. */
+    unsigned __int128 b0 = (unsigned __int128)row_begin * ti->nbytes, b1 = (unsigned __int128)row_end * ti->nbytes;
+    if (rows && (b0 % rows || b1 % rows))
+        return cku_errf(err, errCapacity, CKR_ERR_ARG,
+                        "%s: rows [%llu, %llu) do not start and end on a byte (%llu bytes in %llu rows)", ti->name,
+                        (unsigned long long)row_begin, (unsigned long long)row_end,
+                        (unsigned long long)ti->nbytes, (unsigned long long)rows);
+    uint64_t first = rows ? (uint64_t)(b0 / rows) : 0, len = rows ? (uint64_t)(b1 / rows) - first : 0;
     if (len > cap || (len && !dst))
         return cku_errf(err, errCapacity, CKR_ERR_ARG, "%s: %llu bytes do not fit in %zu", ti->name,
                         (unsigned long long)len, cap);
     if (len == 0)
         return CKR_OK;
-    return from_ckp(read_locked(m, m->readers[m->t_file[i]], dst, len, m->t_offset[i] + row_begin * row_bytes,
-                                err, errCapacity));
+    return from_ckp(read_locked(m, m->readers[m->t_file[i]], dst, len, m->t_offset[i] + first, err, errCapacity));
 }
 
 size_t ckr_file_count(const ckr_model *m) { return m ? m->man->n_files : 0; }

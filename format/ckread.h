@@ -69,8 +69,10 @@ const ckr_tensor_info *ckr_info(const ckr_model *m, size_t i);
 ckr_status ckr_find(const ckr_model *m, const char *name, size_t *index);
 
 /* Decode rows [row_begin, row_end) of tensor i (rows: its first dimension;
- * a 0-d tensor has one row) into dst: (row_end - row_begin) * (nbytes /
- * rows) bytes, which dstCapacity must hold. */
+ * a 0-d tensor has one row) into dst: the bytes from row_begin * nbytes /
+ * rows to row_end * nbytes / rows, which dstCapacity must hold.  Rows of a
+ * sub-byte dtype (F4, F6) that do not start and end on a byte are
+ * CKR_ERR_ARG (all rows always do: the whole tensor). */
 ckr_status ckr_read_rows(ckr_model *m, size_t i, uint64_t row_begin, uint64_t row_end, void *dst,
                          size_t dstCapacity, char *err, size_t errCapacity);
 

@@ -609,6 +609,53 @@ START_TEST(ckread_header_bounded_by_its_length)
 }
 END_TEST
 
+/* Rows of sub-byte dtypes (F4, F6) that do not start and end on a byte
+ * are refused: ckr_read_rows took nbytes / rows bytes a row, rounded down,
+ * so rows [0, 2) of an F4 [2, 3] tensor (3 bytes, 12 bits a row) gave its
+ * first 2 bytes and row 1 its byte 1, and all 4 rows of an F6 [4] tensor
+ * (3 bytes, 6 bits a row) gave none, each with CKR_OK. */
+START_TEST(ckread_rows_of_sub_byte_dtypes)
+{
+    char json[] = "{\"q\":{\"dtype\":\"F4\",\"shape\":[2,3],\"data_offsets\":[0,3]},"
+                  "\"r\":{\"dtype\":\"F6_E2M3\",\"shape\":[4],\"data_offsets\":[3,6]}}";
+    size_t n = strlen(json), size = 8 + n + 6;
+    uint8_t *orig = malloc(size), sha[32] = {0}, got[8];
+    for (int i = 0; i < 8; i++)
+        orig[i] = (uint8_t)((uint64_t)n >> (8 * i));
+    memcpy(orig + 8, json, n);
+    memcpy(orig + 8 + n, "\x12\x34\x56\x78\x9a\xbc", 6);
+    char path[512], err[512];
+    snprintf(path, sizeof path, "%s/m.safetensors%s", tmpdir, CKP_SUFFIX);
+    ckp_writer_opts o = {.path = "m.safetensors", .kind = CKP_KIND_SAFETENSORS, .mode = 0644};
+    const test_extent x[] = {{CKC_ENC_RAW, 8 + n, "", 0}, {CKC_ENC_RAW, 3, "q", 17}, {CKC_ENC_RAW, 3, "r", 18}};
+    write_packed(path, &o, orig, x, 3, sha);
+    ckm_file f = {.path = "m.safetensors", .size = size, .mode = 0644, .kind = CKP_KIND_SAFETENSORS};
+    ckm_manifest m = {.files = &f, .n_files = 1};
+    ck_assert_int_eq(ckm_write(tmpdir, &m, err, sizeof err), CKP_OK);
+    ckr_model *md;
+    size_t q, r;
+    ck_assert_msg(ckr_open(tmpdir, &md, err, sizeof err) == CKR_OK, "%s", err);
+    ck_assert_int_eq(ckr_find(md, "q", &q), CKR_OK);
+    ck_assert_int_eq(ckr_find(md, "r", &r), CKR_OK);
+    memset(got, 0xee, sizeof got);
+    ck_assert_msg(ckr_read_rows(md, q, 0, 2, got, 3, err, sizeof err) == CKR_OK, "%s", err);
+    ck_assert(memcmp(got, orig + 8 + n, 3) == 0); /* every row: the whole tensor */
+    ck_assert_int_eq(ckr_read_rows(md, q, 1, 2, got, sizeof got, err, sizeof err), CKR_ERR_ARG);
+    ck_assert_msg(strstr(err, "byte"), "%s", err);
+    ck_assert_int_eq(ckr_read_rows(md, q, 0, 1, got, sizeof got, err, sizeof err), CKR_ERR_ARG);
+    memset(got, 0xee, sizeof got);
+    ck_assert_msg(ckr_read_rows(md, r, 0, 4, got, 3, err, sizeof err) == CKR_OK, "%s", err);
+    ck_assert(memcmp(got, orig + 8 + n + 3, 3) == 0);
+    ck_assert_int_eq(ckr_read_rows(md, r, 0, 4, got, 2, err, sizeof err), CKR_ERR_ARG); /* capacity */
+    ck_assert_int_eq(ckr_read_rows(md, r, 1, 3, got, sizeof got, err, sizeof err), CKR_ERR_ARG);
+    memset(got, 0xee, sizeof got);
+    ck_assert_int_eq(ckr_read_rows(md, r, 0, 0, got, sizeof got, err, sizeof err), CKR_OK);
+    ck_assert_uint_eq(got[0], 0xee);
+    ckr_close(md);
+    free(orig);
+}
+END_TEST
+
 START_TEST(golden_files_decode)
 {
     static const char *fmt[] = {"k15", "bytesplit"};
@@ -665,6 +712,7 @@ int main(void)
     tcase_add_test(t, manifest_roundtrip_and_damage);
     tcase_add_test(t, sha256_pipe);
     tcase_add_test(t, ckread_header_bounded_by_its_length);
+    tcase_add_test(t, ckread_rows_of_sub_byte_dtypes);
     tcase_add_loop_test(t, golden_files_decode, 0, 2);
     suite_add_tcase(s, t);
     return run_suite(s);
