@@ -127,7 +127,7 @@ static uint64_t packed_size(const char *dst, const ckm_manifest *m)
 
 /* ---- unpack --------------------------------------------------------------- */
 
-#define BATCH_BYTES (8u << 20) /* decoded bytes per write and per hashing step */
+#define BATCH_BYTES (1u << 20) /* decoded bytes per write and per hashing step */
 
 /* Capacity of one batch buffer for the packed file r: BATCH_BYTES, or its
  * largest chunk if that is larger (chunks are decoded whole into a batch; the
