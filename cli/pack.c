@@ -103,7 +103,7 @@ int ckpt_pack(const ckpt_pack_opts *o)
         fprintf(stderr, "ckptfs pack: %s: %s\n", o->dst, strerror(errno));
         goto out;
     }
-    if (overlap(src_real, c.dst, c.single_file)) { /* the walk would pack DST, or --force clear SRC */
+    if (overlap(&c, src_real)) { /* the walk would pack DST, or --force clear SRC */
         fprintf(stderr, "ckptfs pack: %s and %s overlap\n", o->src, o->dst);
         goto out;
     }

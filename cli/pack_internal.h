@@ -91,7 +91,7 @@ st_header *check_safetensors(const char *path, const uint8_t *p, uint64_t size);
 int validate_all(pack_ctx *c, uint64_t *total);
 int resolve_path(const char *path, char *out);
 int setup_source(pack_ctx *c, char *src_real);
-int overlap(const char *src_real, const char *dst_real, int single_file);
+int overlap(const pack_ctx *c, const char *src_real);
 int check_names(const pack_ctx *c);
 
 /* pack_file.c */

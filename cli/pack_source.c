@@ -11,6 +11,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -249,13 +250,61 @@ int setup_source(pack_ctx *c, char *src_real)
     return walk(c, "");
 }
 
-/* 1 if DST is SRC or inside it (unless SRC is one file), or SRC is inside DST. */
-int overlap(const char *src_real, const char *dst_real, int single_file)
+static int same_inode(const struct stat *a, const struct stat *b)
 {
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+/* 1 if a directory below the one open at fd (which this closes), links not
+ * followed, is the directory id. */
+static int holds_dir(int fd, const struct stat *id, int depth)
+{
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return 0;
+    }
+    struct dirent *e;
+    int found = 0;
+    while (!found && (e = readdir(d))) {
+        struct stat st;
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+            fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISDIR(st.st_mode))
+            continue;
+        int sub = depth < 256 && !(found = same_inode(&st, id))
+                      ? openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                      : -1;
+        if (sub >= 0)
+            found = holds_dir(sub, id, depth + 1);
+    }
+    closedir(d);
+    return found;
+}
+
+/* 1 if DST is SRC or inside it (unless SRC is one file), or SRC is inside
+ * DST: by their resolved paths, and where DST exists by the directories
+ * themselves, which a bind mount (or another mount of the same file system)
+ * reaches by a path that the other does not start with: the walk would
+ * have packed DST's files as sources (with --delete-source deleting them,
+ * its manifest first), or --force cleared SRC's .ckpt files. */
+int overlap(const pack_ctx *c, const char *src_real)
+{
+    const char *dst_real = c->dst;
     size_t ls = strlen(src_real), ld = strlen(dst_real);
     int dst_in_src = !strncmp(dst_real, src_real, ls) && (dst_real[ls] == '/' || !dst_real[ls] || ls == 1);
     int src_in_dst = !strncmp(src_real, dst_real, ld) && (src_real[ld] == '/' || !src_real[ld] || ld == 1);
-    return (!single_file && dst_in_src) || src_in_dst;
+    if ((!c->single_file && dst_in_src) || src_in_dst)
+        return 1;
+    struct stat dst, src;
+    if (stat(dst_real, &dst) || !S_ISDIR(dst.st_mode) || c->src_missing || stat(c->src_root, &src))
+        return 0;
+    if (same_inode(&dst, &src)) /* SRC's directory is DST */
+        return 1;
+    for (size_t i = 0; !c->single_file && i < c->list.n; i++)
+        if (c->list.v[i].is_dir && same_inode(&c->list.v[i].st, &dst))
+            return 1;
+    int fd = open(dst_real, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    return fd >= 0 && holds_dir(fd, &src, 0);
 }
 
 /* Names DST keeps for itself at its top. */

@@ -21,8 +21,8 @@ and 11), each checked against the original bytes (SHA-256):
   8  modes: a 0600 file stays 0600 packed and unpacked, DST no more open
      than SRC, directories and the manifest whatever the umask; unpack gives
      back no setuid or setgid bit of a file;
-  11 SRC/DST overlap through `..` is refused creating nothing; two packs into
-     one DST: the second is refused.
+  11 SRC/DST overlap through `..` or a bind mount is refused creating
+     nothing; two packs into one DST: the second is refused.
 
 Kills and pauses at exact steps use the CKPTFS_FAULT test hook
 (format/util.h: step:N exits at the Nth durable step, stop:N stops there).
@@ -613,6 +613,46 @@ def setuid_bits():
     check("8: ... and the files' bytes", u.returncode == 0 and tree(out) == want)
 
 
+def overlap_by_bind_mount():
+    """SRC and DST that overlap by a path the other does not start with: a
+    bind mount of a directory inside SRC as DST.  The walk took DST's files
+    for sources: a first `pack --delete-source` wrote the pack inside SRC,
+    and its rerun packed DST's manifest as a source and deleted it (the
+    next, its .ckpt files: the originals packed twice).  Refused before
+    anything is written or deleted, and so is SRC reached inside DST."""
+    if os.geteuid() != 0:
+        print("skip: 11: overlap through a bind mount (not root)")
+        return
+    b = fresh("b11m")
+    make_src(os.path.join(b, "a"), {"x.bin": 5000})
+    os.makedirs(os.path.join(b, "a", "packed"))
+    os.makedirs(os.path.join(b, "bind"))
+    mounted = []
+    try:
+        subprocess.run(["mount", "--bind", os.path.join(b, "a", "packed"), os.path.join(b, "bind")], check=True)
+        mounted.append(os.path.join(b, "bind"))
+        r = run("pack", "--delete-source", os.path.join(b, "a"), os.path.join(b, "bind"))
+        check("11: DST a bind mount of a directory inside SRC: refused, nothing written or deleted",
+              r.returncode == 1 and "overlap" in r.stderr and os.listdir(os.path.join(b, "a", "packed")) == [] and
+              os.path.exists(os.path.join(b, "a", "x.bin")), r.stderr.strip())
+        subprocess.run(["umount", mounted.pop()], check=True)
+        # the other way: SRC is a bind mount of a directory inside an existing DST
+        dst = os.path.join(b, "dst")
+        make_src(os.path.join(b, "s0"), {"y.bin": 3000})
+        run("pack", os.path.join(b, "s0"), dst)
+        inner = os.path.join(dst, "inner")
+        make_src(inner, {"z.ckpt": 2000})
+        subprocess.run(["mount", "--bind", inner, os.path.join(b, "bind")], check=True)
+        mounted.append(os.path.join(b, "bind"))
+        r = run("pack", "--force", os.path.join(b, "bind"), dst)
+        check("11: SRC a bind mount of a directory inside DST: refused, its files kept",
+              r.returncode == 1 and "overlap" in r.stderr and os.path.exists(os.path.join(inner, "z.ckpt")),
+              r.stderr.strip())
+    finally:
+        for where in mounted:
+            subprocess.run(["umount", where])
+
+
 def item11():
     b = fresh("b11")
     make_src(os.path.join(b, "src"), {"a.bin": 1000})
@@ -661,8 +701,8 @@ def item11():
 
 
 try:
-    for t in (item3, item3_edited_and_forced, item4, item5, item6, replaced_by_special, item6_window, open_for_writing,
-              item7, item8, setuid_bits, item11):
+    for t in (item3, item3_edited_and_forced, item4, item5, item6, replaced_by_special,
+              item6_window, open_for_writing, item7, item8, setuid_bits, item11, overlap_by_bind_mount):
         t()
 finally:
     shutil.rmtree(T, ignore_errors=True)
