@@ -165,7 +165,20 @@ static int state_matches(pack_ctx *c, const cJSON *st, const char *src_real, cha
     return walk_recorded(c, cJSON_GetObjectItemCaseSensitive(st, "files"), NULL, why + n + 5, cap - n - 5);
 }
 
-/* Remove what a packed directory holds (for --force): .ckpt files, the
+/* 1 if p (lstat st) is a packed file, even a damaged one or of a newer
+ * version: a .ckpt that is not (a PyTorch Lightning checkpoint is named
+ * so) was put there by someone else. */
+static int is_packed_file(const char *p, const struct stat *st)
+{
+    ckp_reader *r;
+    char err[512];
+    ckp_status s = S_ISREG(st->st_mode) ? ckp_open(p, &r, err, sizeof err) : CKP_ERR_FORMAT;
+    if (s == CKP_OK)
+        ckp_close(r);
+    return s == CKP_OK || s == CKP_ERR_VERSION || s == CKP_ERR_CORRUPT || s == CKP_ERR_CHUNK;
+}
+
+/* Remove what a packed directory holds (for --force): packed files, the
  * manifest, the state, temporaries, and directories left empty. */
 static int clear_dst(const char *dir, int top)
 {
@@ -185,7 +198,10 @@ static int clear_dst(const char *dir, int top)
         if (S_ISDIR(st.st_mode)) {
             if (clear_dst(p, 0) == 0)
                 rmdir(p);
-        } else if (has_suffix(e->d_name, CKP_SUFFIX) || has_suffix(e->d_name, TMP_SUFFIX) ||
+            else
+                rc = -1; /* what it kept is not ours: say so */
+        } else if ((has_suffix(e->d_name, CKP_SUFFIX) && is_packed_file(p, &st)) ||
+                   has_suffix(e->d_name, TMP_SUFFIX) ||
                    (top && (!strcmp(e->d_name, CKP_MANIFEST_NAME) || !strcmp(e->d_name, STATE_NAME)))) {
             if (unlink(p))
                 rc = -1;

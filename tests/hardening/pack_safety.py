@@ -4,7 +4,7 @@ and 11), each checked against the original bytes (SHA-256):
 
   3  an interrupted `pack --delete-source` resumes from a moved source and
      after its sources were edited, and `--force` refuses to drop a packed
-     file whose source was deleted;
+     file whose source was deleted, or a .ckpt that ckptfs did not write;
   4  a finished single-file `pack --delete-source` can be rerun;
   5  names that cannot be packed (a file `zz` beside a directory `zz.ckpt/`,
      reserved names, names too long, links with --delete-source) are refused
@@ -198,6 +198,26 @@ def item3_edited_and_forced():
             bad.append((n, r.returncode, r.stderr.strip()[-200:]))
     check("3: --force on the moved source after a kill at each of %d steps loses nothing" % kills,
           kills >= 10 and not bad, str(bad[:3]))
+
+
+def force_keeps_foreign():
+    """--force replaces an earlier pack and nothing else: a .ckpt it did not
+    write (a PyTorch Lightning checkpoint is named so) put in the packed
+    directory, at its top or in a subdirectory, was deleted with the packed
+    files; it is kept and the run refused, saying so."""
+    for where in ("last.ckpt", "sub/last.ckpt"):
+        s0, s1, dst = fresh("s3f0"), fresh("s3f1"), fresh("d3f")
+        make_src(s0, {"y.bin": 3000, "sub/z.bin": 2000})
+        make_src(s1, {"w.bin": 3000})
+        run("pack", s0, dst)
+        mine = os.urandom(5000)
+        with open(os.path.join(dst, where), "wb") as f:
+            f.write(mine)
+        r = run("pack", "--force", s1, dst)
+        p = os.path.join(dst, where)
+        check("3: --force over a pack holding a %s it did not write: refused, the file kept" % where,
+              r.returncode == 1 and "did not write" in r.stderr and os.path.exists(p) and
+              sha(p) == hashlib.sha256(mine).hexdigest(), r.stderr.strip())
 
 
 def item4():
@@ -701,7 +721,7 @@ def item11():
 
 
 try:
-    for t in (item3, item3_edited_and_forced, item4, item5, item6, replaced_by_special,
+    for t in (item3, item3_edited_and_forced, force_keeps_foreign, item4, item5, item6, replaced_by_special,
               item6_window, open_for_writing, item7, item8, setuid_bits, item11, overlap_by_bind_mount):
         t()
 finally:
