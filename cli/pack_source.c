@@ -107,9 +107,13 @@ static int walk(pack_ctx *c, const char *rel)
                 rc = list_add(&c->list, r, 1, &st) ? -1 : walk(c, r);
             }
         } else if (S_ISREG(st.st_mode) && !strncmp(e->d_name, ASIDE_PREFIX, np)) {
-            fprintf(stderr, "ckptfs pack: %s: not packed: a killed run was deleting a file of the same name "
-                    "without the prefix, which exists again; keep the one you want\n",
-                    cku_escape(full, esc, sizeof esc));
+            /* an error, not a note: the pack cannot hold both, and a run that
+             * went on without it exited 0 with this file (maybe the only
+             * copy of what the name held) left out of the pack */
+            fprintf(stderr, "ckptfs pack: %s: a killed run was deleting a file of the same name without the "
+                    "prefix, which exists again; keep the one you want under that name and run the same command "
+                    "again; nothing was packed\n", cku_escape(full, esc, sizeof esc));
+            rc = -1;
         } else if (S_ISREG(st.st_mode)) {
             rc = list_add(&c->list, r, 0, &st);
         } else {

@@ -14,8 +14,9 @@ and 11), each checked against the original bytes (SHA-256):
      by a FIFO or directory after the walk (no hang); a file renamed over the
      source's name at any step of its deletion survives, and a run killed
      while the source is under its private name (.ckptfs-deleting.NAME) puts
-     it back on the rerun; one another process has open for writing, or
-     opens for writing while it is packed, is kept;
+     it back on the rerun, or fails naming both if NAME is there again; one
+     another process has open for writing, or opens for writing while it is
+     packed, is kept;
   7  an interrupted `unpack` can be rerun, one to an OUT that exists or is
      inside the packed directory is refused; a failed pack says DST was kept;
   8  modes: a 0600 file stays 0600 packed and unpacked, DST no more open
@@ -423,6 +424,31 @@ def steps_after_final(tag, act, survived, need_source=False):
     return steps, lost
 
 
+def aside_and_name_both():
+    """A run killed while a source was under its private name
+    (.ckptfs-deleting.NAME), and NAME written again before the rerun: the
+    rerun cannot put it back.  It said so and went on, exiting 0 with a pack
+    whose NAME is the new file: the one that was being deleted was in SRC
+    only, under the private name, with nothing to say the pack lacked it.
+    Now an error naming it, nothing packed."""
+    for n in range(1, 40):
+        src, dst = fresh("s6a"), fresh("d6a")
+        make_src(src, {"foo.bin": 5000})
+        run("pack", "--delete-source", "--jobs", "1", src, dst, fault="step:%d" % n)
+        if os.path.exists(os.path.join(src, ".ckptfs-deleting.foo.bin")):
+            break
+    else:
+        check("6: a step leaves a source under its private name", False)
+        return
+    with open(os.path.join(src, "foo.bin"), "wb") as f:
+        f.write(os.urandom(7000))
+    before = tree(src)
+    r = run("pack", src, dst)
+    check("6: the private name and the name both there: the rerun fails naming the private one, nothing packed",
+          r.returncode == 1 and ".ckptfs-deleting.foo.bin: a killed run was deleting" in r.stderr and
+          tree(src) == before and not os.path.exists(os.path.join(dst, "ckptfs.manifest")), r.stderr.strip())
+
+
 def item6_window():
     """The window between the identity check and the unlink (issue 11 item 6):
     stopped at each step after the packed copy is final, a new file is
@@ -722,7 +748,7 @@ def item11():
 
 try:
     for t in (item3, item3_edited_and_forced, force_keeps_foreign, item4, item5, item6, replaced_by_special,
-              item6_window, open_for_writing, item7, item8, setuid_bits, item11, overlap_by_bind_mount):
+              aside_and_name_both, item6_window, open_for_writing, item7, item8, setuid_bits, item11, overlap_by_bind_mount):
         t()
 finally:
     shutil.rmtree(T, ignore_errors=True)
