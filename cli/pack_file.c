@@ -347,7 +347,12 @@ static int sync_and_read_back(pack_ctx *c, int tfd, const cks_map *sm, const src
     int bad = changed || read_back(tmp, src_path, sm->p, sm->size, sha, c->jobs_each);
     if (sync_started)
         pthread_join(sync_th, NULL);
-    if (changed)
+    uint64_t at;
+    int read_err = changed ? cks_map_read_error(sm, &at) : 0;
+    if (read_err)
+        fprintf(stderr, "ckptfs pack: %s: cannot read it: %s (at byte %llu)\n", CKU_ESC(src_path),
+                strerror(read_err), (unsigned long long)at);
+    else if (changed)
         fprintf(stderr, "ckptfs pack: %s: source changed while it was being packed\n", CKU_ESC(src_path));
     if (sy.err)
         write_failed(c, tmp, strerror(sy.err), sy.err);

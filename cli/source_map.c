@@ -35,6 +35,7 @@ static struct {
     atomic_uintptr_t base; /* 0: free */
     atomic_size_t len;
     atomic_int truncated;
+    atomic_uint_fast64_t fault_at; /* offset of the first read caught */
 } maps[CKS_MAX_MAPS];
 static atomic_int lease_fds[CKS_MAX_MAPS]; /* descriptor + 1 of a lease held; 0: free */
 static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -53,7 +54,8 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc)
         uintptr_t from = a & ~(page_size - 1), end = (b + n + page_size - 1) & ~(page_size - 1);
         if (mmap((void *)from, end - from, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) !=
             MAP_FAILED) {
-            atomic_store(&maps[i].truncated, 1);
+            if (!atomic_exchange(&maps[i].truncated, 1))
+                atomic_store(&maps[i].fault_at, a - b);
             return;
         }
         break;
@@ -122,6 +124,17 @@ int cks_map_open(const char *path, cks_map *m, char *err, size_t errCapacity)
 }
 
 int cks_map_truncated(const cks_map *m) { return m->slot >= 0 && atomic_load(&maps[m->slot].truncated); }
+
+int cks_map_read_error(const cks_map *m, uint64_t *at)
+{
+    struct stat now;
+    uint8_t byte;
+    if (!cks_map_truncated(m) || fstat(m->fd, &now) || (uint64_t)now.st_size < m->size)
+        return 0;
+    *at = atomic_load(&maps[m->slot].fault_at);
+    ssize_t n = pread(m->fd, &byte, 1, (off_t)*at);
+    return n < 0 ? errno : EIO;
+}
 
 int cks_map_lease(cks_map *m)
 {

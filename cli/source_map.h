@@ -28,8 +28,13 @@ typedef struct {
  * than CKS_MAX_MAPS maps are open at once); nothing is left open then. */
 #define CKS_MAX_MAPS 256
 int cks_map_open(const char *path, cks_map *m, char *err, size_t errCapacity);
-/* 1 if a read of m past its file's end was caught since it was opened. */
+/* 1 if a read of m past its file's end was caught since it was opened (or
+ * one that failed: the kernel answers both with SIGBUS). */
 int cks_map_truncated(const cks_map *m);
+/* If the read caught was not past the end (the file is as long as when it
+ * was mapped), the errno of reading there (EIO from a failing disk or
+ * file system), with its offset in *at; else 0. */
+int cks_map_read_error(const cks_map *m, uint64_t *at);
 void cks_map_close(cks_map *m);
 
 /* A read lease on m's file, for deleting it after it is packed: the kernel

@@ -10,7 +10,8 @@ and 11), each checked against the original bytes (SHA-256):
      reserved names, names too long, links with --delete-source) are refused
      before anything is written or deleted;
   6  a source replaced while it is packed is not deleted; one truncated while
-     it is packed is an error naming it (not SIGBUS), and so is one replaced
+     it is packed is an error naming it (not SIGBUS), one that cannot be read
+     an error saying so (not "changed"), and so is one replaced
      by a FIFO or directory after the walk (no hang); a file renamed over the
      source's name at any step of its deletion survives, and a run killed
      while the source is under its private name (.ckptfs-deleting.NAME) puts
@@ -357,6 +358,36 @@ def item6():
           cut and res and res[0] == 1 and "big.bin" in res[1], str(res))
     left = [f for f in (os.listdir(dst) if os.path.isdir(dst) else []) if f.endswith(".tmp")]
     check("6: ... and no temporary file left", not left, str(left))
+
+
+def source_read_error():
+    """A source that cannot be read (EIO from its disk or file system; here
+    a ckptfs mount of a damaged pack, a source one may well repack from):
+    the kernel answers a read of a mapping with SIGBUS, as for a truncated
+    file, and pack said "source changed while it was being packed", which a
+    rerun does not cure.  It says that the read failed, where, and why."""
+    src, p, mnt, dst = fresh("s6e"), fresh("p6e"), fresh("m6e"), fresh("d6e")
+    make_src(src, {"a.bin": 3000000})
+    run("pack", src, p)
+    with open(os.path.join(p, "a.bin.ckpt"), "r+b") as f:  # a byte of a chunk in the middle
+        f.seek(1500000)
+        b = f.read(1)
+        f.seek(1500000)
+        f.write(bytes([b[0] ^ 1]))
+    os.makedirs(mnt)
+    daemon = subprocess.Popen([CK, "mount", "-f", p, mnt], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            if os.path.ismount(mnt):
+                break
+            time.sleep(0.05)
+        r = run("pack", os.path.join(mnt, "a.bin"), dst)
+        check("6: a source that cannot be read (EIO): an error saying so, naming it and the byte, no DST",
+              r.returncode == 1 and "a.bin: cannot read it: Input/output error (at byte " in r.stderr and
+              not os.path.exists(dst), r.stderr.strip())
+    finally:
+        subprocess.run(["fusermount3", "-u", mnt])
+        daemon.wait(timeout=30)
 
 
 def replaced_by_special():
@@ -747,8 +778,9 @@ def item11():
 
 
 try:
-    for t in (item3, item3_edited_and_forced, force_keeps_foreign, item4, item5, item6, replaced_by_special,
-              aside_and_name_both, item6_window, open_for_writing, item7, item8, setuid_bits, item11, overlap_by_bind_mount):
+    for t in (item3, item3_edited_and_forced, force_keeps_foreign, item4, item5, item6, source_read_error,
+              replaced_by_special, aside_and_name_both, item6_window, open_for_writing, item7, item8, setuid_bits,
+              item11, overlap_by_bind_mount):
         t()
 finally:
     shutil.rmtree(T, ignore_errors=True)
