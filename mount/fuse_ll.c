@@ -159,20 +159,11 @@ static void ll_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
     fuse_reply_err(req, 0);
 }
 
-/* Reply with the pieces; copies only when there are too many for one iov.
- * @return 0 if the data went out. */
+/* Reply with the pieces (at most CKFS_MAX_IOV: ckfs_read copies a read of
+ * more chunks).  @return 0 if the data went out. */
 static int reply_pieces(fuse_req_t req, const ckfs_pieces *p)
 {
-    if (p->n <= CKFS_MAX_IOV)
-        return fuse_reply_iov(req, p->iov, (int)p->n);
-    char *buf = ckfs_pieces_copy(p);
-    if (!buf) {
-        fuse_reply_err(req, ENOMEM);
-        return -1;
-    }
-    int rc = fuse_reply_buf(req, buf, p->total);
-    free(buf);
-    return rc;
+    return fuse_reply_iov(req, p->iov, (int)p->n);
 }
 
 static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,

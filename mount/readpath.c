@@ -542,23 +542,49 @@ static int pieces_push(ckfs_pieces *p, ckcache_entry *e, const void *base, size_
 void ckfs_pieces_release(ckfs_ctx *c, ckfs_pieces *p, int served)
 {
     for (size_t i = 0; i < p->n; i++)
-        ckcache_put_served(c->cache, p->e[i], served ? p->iov[i].iov_len : 0);
+        if (p->e[i])
+            ckcache_put_served(c->cache, p->e[i], served ? p->iov[i].iov_len : 0);
     if (p->e != p->e_small) {
         free(p->e);
         free(p->iov);
     }
+    free(p->buf);
+}
+
+/* The pieces' bytes, in order, into dst (p->total bytes). */
+static void pieces_copy_to(const ckfs_pieces *p, char *dst)
+{
+    size_t at = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        memcpy(dst + at, p->iov[i].iov_base, p->iov[i].iov_len);
+        at += p->iov[i].iov_len;
+    }
+}
+
+/* p holds CKFS_MAX_IOV pieces of a read of want bytes: copy them into one
+ * buffer of want bytes and give their entries back (their bytes count as
+ * served: the reply is about to send them), so that the rest of the read is
+ * copied chunk by chunk (ckfs_pieces).  @return 0 or ENOMEM. */
+static int pieces_flatten(ckfs_ctx *c, ckfs_pieces *p, size_t want)
+{
+    char *buf = malloc(want);
+    if (!buf)
+        return ENOMEM;
+    pieces_copy_to(p, buf);
+    for (size_t i = 0; i < p->n; i++)
+        ckcache_put_served(c->cache, p->e[i], p->iov[i].iov_len);
+    p->n = 1;
+    p->e[0] = NULL;
+    p->iov[0] = (struct iovec){.iov_base = buf, .iov_len = p->total};
+    p->buf = buf;
+    return 0;
 }
 
 char *ckfs_pieces_copy(const ckfs_pieces *p)
 {
     char *buf = malloc(p->total ? p->total : 1);
-    if (!buf)
-        return NULL;
-    size_t at = 0;
-    for (size_t i = 0; i < p->n; i++) {
-        memcpy(buf + at, p->iov[i].iov_base, p->iov[i].iov_len);
-        at += p->iov[i].iov_len;
-    }
+    if (buf)
+        pieces_copy_to(p, buf);
     return buf;
 }
 
@@ -596,7 +622,17 @@ int ckfs_read(ckfs_ctx *c, ckfs_ofile *of, uint64_t fsize, uint64_t off, size_t 
         if ((err = ckcache_get(c->cache, &cr.key, cr.len, &e)) != 0)
             break;
         uint64_t stop = cr.start + cr.len < end ? cr.start + cr.len : end;
-        err = pieces_push(p, e, (const char *)ckcache_data(e) + (pos - cr.start), stop - pos);
+        const char *from = (const char *)ckcache_data(e) + (pos - cr.start);
+        if (!p->buf && p->n == CKFS_MAX_IOV)
+            err = pieces_flatten(c, p, (size_t)(end - off));
+        if (!err && p->buf) {
+            memcpy(p->buf + p->total, from, stop - pos);
+            p->total += stop - pos;
+            p->iov[0].iov_len = p->total;
+            ckcache_put_served(c->cache, e, stop - pos);
+        } else if (!err) {
+            err = pieces_push(p, e, from, stop - pos);
+        }
         if (err)
             ckcache_put(c->cache, e);
         pos = stop;

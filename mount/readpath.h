@@ -119,11 +119,15 @@ typedef struct ckfs_ofile {
 } ckfs_ofile;
 
 /* The bytes of one read: n pieces, piece i is iov[i] inside cache entry e[i]
- * (held until ckfs_pieces_release); total bytes in all. */
+ * (held until ckfs_pieces_release); total bytes in all.  A read of more
+ * than CKFS_MAX_IOV chunks is copied instead, as it goes: one piece, buf,
+ * its e[0] NULL, so that a request holds at most CKFS_MAX_IOV entries (a
+ * 1 MiB read of one-byte chunks held 2^20 of them, ~170 MiB). */
 typedef struct {
     ckcache_entry *e_small[32], **e;
     struct iovec iov_small[32], *iov;
     size_t n, cap, total;
+    char *buf;                     /* the copied bytes, or NULL */
 } ckfs_pieces;
 
 /* Messages of the daemon: stderr, or syslog once daemonized, or the file
@@ -162,12 +166,12 @@ void ckfs_file_close(ckfs_ofile *of);
 
 /* Gather the bytes [off, off+size) of an open file of size fsize (clipped to
  * it) into p, decoding the chunks not in the cache, and queue decode-ahead
- * for sequential readers.  @return 0 (p holds the pieces; release them with
- * ckfs_pieces_release) or an errno value (EIO for damage or a packed file
- * changed while mounted; p holds nothing). */
+ * for sequential readers.  @return 0 (p holds at most CKFS_MAX_IOV pieces;
+ * release them with ckfs_pieces_release) or an errno value (EIO for damage
+ * or a packed file changed while mounted; p holds nothing). */
 int ckfs_read(ckfs_ctx *c, ckfs_ofile *of, uint64_t fsize, uint64_t off, size_t size, ckfs_pieces *p);
-/* Copy the pieces into one malloc'ed buffer of p->total bytes (for replies of
- * more than CKFS_MAX_IOV pieces).  @return NULL when out of memory. */
+/* Copy the pieces into one malloc'ed buffer of p->total bytes.  @return
+ * NULL when out of memory. */
 char *ckfs_pieces_copy(const ckfs_pieces *p);
 /* Give the pieces back to the cache; served: they were sent, so their bytes
  * count as served (chunk_cache.h). */

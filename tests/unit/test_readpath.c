@@ -702,6 +702,53 @@ START_TEST(windows_load_only_bounded_chunks)
 }
 END_TEST
 
+/* A read of more chunks than one reply's pieces is copied as it goes: the
+ * request holds at most CKFS_MAX_IOV cache entries, not one per chunk (a
+ * 1 MiB read of one-byte chunks held 2^20 entries, ~170 MiB, and every
+ * lookup of the cache's fixed table walked chains of them: minutes per read
+ * under the cache's one lock).  The bytes are the original's. */
+START_TEST(read_of_many_chunks_holds_few)
+{
+    const uint64_t size = 64 << 10;
+    uint8_t *data = malloc(size), sha[32] = {0};
+    for (uint64_t i = 0; i < size; i++)
+        data[i] = (uint8_t)rnd();
+    size_t n = 0;
+    uint8_t *b = ckz_craft_raw(data, size, 1, "big.bin", sha, 0644, &n);
+    char path[300], err[512];
+    snprintf(path, sizeof path, "%s/big.bin%s", tmpdir, CKP_SUFFIX);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ck_assert_int_eq(cku_pwrite_full(fd, b, n, 0), 0);
+    close(fd);
+    free(b);
+    ckm_file f = {.path = "big.bin", .size = size, .mode = 0644, .kind = CKP_KIND_BLOB};
+    ckm_manifest m = {.files = &f, .n_files = 1};
+    ck_assert_int_eq(ckm_write(tmpdir, &m, err, sizeof err), CKP_OK);
+    ckfs_ctx c;
+    ctx_open(&c, 0, 0);
+    ckfs_ofile *of;
+    ck_assert_int_eq(ckfs_file_open(&c, 0, &of), 0);
+    for (uint64_t off = 0; off < size; off += 40000) { /* a read of 40000 chunks, then the rest */
+        ckfs_pieces p;
+        ck_assert_int_eq(ckfs_read(&c, of, size, off, 40000, &p), 0);
+        ckcache_stats st;
+        ckcache_get_stats(c.cache, &st);
+        ck_assert_uint_le(p.n, CKFS_MAX_IOV);
+        ck_assert_msg(st.entries <= CKFS_MAX_IOV, "the read holds %llu cache entries",
+                      (unsigned long long)st.entries);
+        uint64_t want = size - off < 40000 ? size - off : 40000;
+        ck_assert_uint_eq(p.total, want);
+        char *flat = ckfs_pieces_copy(&p);
+        ck_assert(memcmp(flat, data + off, want) == 0);
+        free(flat);
+        ckfs_pieces_release(&c, &p, 1);
+    }
+    ckfs_file_close(of);
+    ctx_close(&c);
+    free(data);
+}
+END_TEST
+
 /* Damage in one chunk: reads touching it fail with EIO, every time; the
  * other chunks still read back exactly. */
 START_TEST(damaged_chunk_is_eio)
@@ -1117,6 +1164,7 @@ int main(void)
     tcase_add_test(t, drop_packed_keeps_the_pages_of_chunks_to_come);
     tcase_add_test(t, windows_decode_the_original_bytes);
     tcase_add_test(t, windows_load_only_bounded_chunks);
+    tcase_add_test(t, read_of_many_chunks_holds_few);
     tcase_add_test(t, open_files_freed_with_the_context);
     tcase_add_test(t, damaged_chunk_is_eio);
     tcase_add_test(t, bad_packed_files);
