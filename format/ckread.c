@@ -300,26 +300,39 @@ static ckp_status read_locked(ckr_model *m, const ckp_reader *r, void *dst, uint
     return ps;
 }
 
-ckr_status ckr_read_rows(ckr_model *m, size_t i, uint64_t row_begin, uint64_t row_end, void *dst,
-                         size_t cap, char *err, size_t errCapacity)
+ckr_status ckr_row_range(const ckr_tensor_info *ti, uint64_t row_begin, uint64_t row_end, uint64_t *first,
+                         uint64_t *len, char *err, size_t errCapacity)
 {
-    if (!m || i >= m->n)
-        return cku_errf(err, errCapacity, CKR_ERR_ARG, "no tensor %zu", i);
-    const ckr_tensor_info *ti = &m->info[i];
+    if (!ti || !first || !len)
+        return cku_errf(err, errCapacity, CKR_ERR_ARG, "no tensor info or result");
     uint64_t rows = ti->ndim ? ti->shape[0] : 1;
     if (row_begin > row_end || row_end > rows)
         return cku_errf(err, errCapacity, CKR_ERR_ARG, "%s: rows [%llu, %llu) outside [0, %llu)", ti->name,
                         (unsigned long long)row_begin, (unsigned long long)row_end, (unsigned long long)rows);
     /* Row r starts at byte r * nbytes / rows: a whole byte unless a row of a
      * sub-byte dtype (F4, F6) ends inside one (an F4 [2, 3] tensor has rows
-     * of 12 bits), which this byte API cannot return. */
+     * of 12 bits), which a byte range cannot hold. */
     unsigned __int128 b0 = (unsigned __int128)row_begin * ti->nbytes, b1 = (unsigned __int128)row_end * ti->nbytes;
     if (rows && (b0 % rows || b1 % rows))
         return cku_errf(err, errCapacity, CKR_ERR_ARG,
                         "%s: rows [%llu, %llu) do not start and end on a byte (%llu bytes in %llu rows)", ti->name,
                         (unsigned long long)row_begin, (unsigned long long)row_end,
                         (unsigned long long)ti->nbytes, (unsigned long long)rows);
-    uint64_t first = rows ? (uint64_t)(b0 / rows) : 0, len = rows ? (uint64_t)(b1 / rows) - first : 0;
+    *first = rows ? (uint64_t)(b0 / rows) : 0;
+    *len = rows ? (uint64_t)(b1 / rows) - *first : 0;
+    return CKR_OK;
+}
+
+ckr_status ckr_read_rows(ckr_model *m, size_t i, uint64_t row_begin, uint64_t row_end, void *dst,
+                         size_t cap, char *err, size_t errCapacity)
+{
+    if (!m || i >= m->n)
+        return cku_errf(err, errCapacity, CKR_ERR_ARG, "no tensor %zu", i);
+    const ckr_tensor_info *ti = &m->info[i];
+    uint64_t first, len;
+    ckr_status st = ckr_row_range(ti, row_begin, row_end, &first, &len, err, errCapacity);
+    if (st != CKR_OK)
+        return st;
     if (len > cap || (len && !dst))
         return cku_errf(err, errCapacity, CKR_ERR_ARG, "%s: %llu bytes do not fit in %zu", ti->name,
                         (unsigned long long)len, cap);

@@ -68,11 +68,19 @@ size_t ckr_count(const ckr_model *m);
 const ckr_tensor_info *ckr_info(const ckr_model *m, size_t i);
 ckr_status ckr_find(const ckr_model *m, const char *name, size_t *index);
 
-/* Decode rows [row_begin, row_end) of tensor i (rows: its first dimension;
- * a 0-d tensor has one row) into dst: the bytes from row_begin * nbytes /
- * rows to row_end * nbytes / rows, which dstCapacity must hold.  Rows of a
- * sub-byte dtype (F4, F6) that do not start and end on a byte are
- * CKR_ERR_ARG (all rows always do: the whole tensor). */
+/* The bytes of rows [row_begin, row_end) of a tensor (rows: its first
+ * dimension; a 0-d tensor has one row): *first = row_begin * nbytes / rows,
+ * *len = row_end * nbytes / rows - *first.  Rows outside the tensor, and
+ * rows of a sub-byte dtype (F4, F6) that do not start and end on a byte,
+ * are CKR_ERR_ARG with err saying so (all rows always do: the whole
+ * tensor).  The one place row ranges become bytes: ckr_read_rows and the
+ * CUDA loader's ckg_tensor_upload use it. */
+ckr_status ckr_row_range(const ckr_tensor_info *ti, uint64_t row_begin, uint64_t row_end, uint64_t *first,
+                         uint64_t *len, char *err, size_t errCapacity);
+
+/* Decode rows [row_begin, row_end) of tensor i into dst: the bytes
+ * ckr_row_range gives (refused as it refuses them), which dstCapacity must
+ * hold. */
 ckr_status ckr_read_rows(ckr_model *m, size_t i, uint64_t row_begin, uint64_t row_end, void *dst,
                          size_t dstCapacity, char *err, size_t errCapacity);
 

@@ -357,11 +357,12 @@ ckg_status ckg_tensor_upload(ckg_model *m, size_t i, uint64_t row_begin, uint64_
     if (!ti || ckr_tensor_source(m->tab, i, &r, &e) != CKR_OK)
         return CKG_ERR_ARG;
     cudaStream_t stream = (cudaStream_t)stream_;
-    uint64_t rows = ti->ndim ? ti->shape[0] : 1;
-    uint64_t row_bytes = rows ? ti->nbytes / rows : 0;
+    uint64_t rows = ti->ndim ? ti->shape[0] : 1, first = 0, len = 0;
     if (row_end == UINT64_MAX)
         row_end = rows;
-    if (row_begin > row_end || row_end > rows)
+    /* the rows' bytes, as ckr_read_rows takes them: rows of F4/F6 that do
+     * not start and end on a byte are refused */
+    if (ckr_row_range(ti, row_begin, row_end, &first, &len, NULL, 0) != CKR_OK)
         return CKG_ERR_ARG;
     if (ckg_device_count() == 0)
         return CKG_ERR_NODEVICE;
@@ -373,24 +374,23 @@ ckg_status ckg_tensor_upload(ckg_model *m, size_t i, uint64_t row_begin, uint64_
         return CKG_ERR_NOMEM;
     t->rows = row_end - row_begin;
     t->dtype = ti->dtype;
-    t->nbytes = t->rows * row_bytes;
+    t->nbytes = len;
+    t->cols = rows ? 1 : 0;   /* elements per row: the product of the other dimensions */
+    for (uint32_t d = 1; rows && d < ti->ndim; d++)   /* rows x cols elements: no overflow */
+        t->cols *= ti->shape[d];
     if (t->nbytes == 0) {
         *out = t;
         return CKG_OK;
     }
     const ckp_extent *x = ckp_get_extent(r, e);
     int bf16 = x->encoding == CKC_ENC_K15 || x->encoding == CKC_ENC_BSPLIT;
-    if (bf16 && row_bytes % 2)
-        st = CKG_ERR_FORMAT;
+    if (bf16 && (ti->nbytes % rows || ti->nbytes / rows % 2))
+        st = CKG_ERR_FORMAT;   /* planes of 16-bit weights: a whole number of them a row */
     else if (bf16 && !(flags & CKG_UPLOAD_DECODED) && (x->chunk_size / 2) % CKG_ESC_BLOCK == 0) {
-        t->cols = row_bytes / 2;
-        st = upload_packed(m, r, e, row_begin * t->cols, row_end * t->cols, flags, t, stream);
-    } else {
-        t->cols = row_bytes;  /* bytes per row for raw tensors; elements for BF16 */
-        if (ti->dtype == 7)
-            t->cols = row_bytes / 2;
-        st = upload_raw(m, r, x, row_begin * row_bytes, row_end * row_bytes, t, stream);
-    }
+        t->cols = ti->nbytes / rows / 2;   /* the planes' weights a row (dtype is informational, §4.3) */
+        st = upload_packed(m, r, e, first / 2, (first + len) / 2, flags, t, stream);
+    } else
+        st = upload_raw(m, r, x, first, first + len, t, stream);
     if (st != CKG_OK) {
         ckg_tensor_free(t);
         return st;

@@ -171,7 +171,9 @@ ckg_status ckg_model_find(const ckg_model *m, const char *name, size_t *index);
 typedef struct ckg_tensor ckg_tensor;
 
 /* Upload rows [row_begin, row_end) of tensor i to the current CUDA device
- * (row_end = UINT64_MAX: to the end).  A K15/BSPLIT tensor is uploaded as the
+ * (row_end = UINT64_MAX: to the end): the bytes ckr_read_rows would give
+ * (ckr_row_range; rows of F4/F6 that do not start and end on a byte are
+ * CKG_ERR_ARG, all rows always work).  A K15/BSPLIT tensor is uploaded as the
  * planes of the chunks covering those rows; unless CKG_UPLOAD_NO_VERIFY, each
  * of those chunks is also decoded on the host and checked against its hash
  * while the copies run (DESIGN invariant 1: right bytes or an error).  Other
@@ -190,7 +192,14 @@ void *ckg_tensor_data(const ckg_tensor *t);      /* raw tensors: device bytes */
 uint64_t ckg_tensor_nbytes(const ckg_tensor *t); /* decoded bytes of the uploaded rows */
 uint64_t ckg_tensor_device_bytes(const ckg_tensor *t); /* device memory held */
 uint64_t ckg_tensor_rows(const ckg_tensor *t);   /* rows uploaded */
-uint64_t ckg_tensor_cols(const ckg_tensor *t);   /* elements per row */
+/* Elements per row: the product of the dimensions after the first (1 for a
+ * 0-d or 1-d tensor, 0 for one of no rows), not bytes: for F4/F6 a row need
+ * not be a whole number of bytes (an F4 [2, 3] tensor: 3 elements, 12 bits
+ * a row), so rows [a, b) are bytes a * N / rows .. b * N / rows of the
+ * tensor's N (ckg_tensor_info.nbytes), and an upload of rows that do not
+ * start and end on a byte is CKG_ERR_ARG (ckr_row_range).  A packed tensor: the 16-bit weights a row
+ * of its planes (= elements for BF16), the GEMV's cols. */
+uint64_t ckg_tensor_cols(const ckg_tensor *t);
 uint64_t ckg_tensor_elem_off(const ckg_tensor *t); /* weight of row 0 in the planes */
 
 /* Decode the uploaded rows into out (device, ckg_tensor_nbytes bytes); for

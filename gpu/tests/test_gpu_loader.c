@@ -4,8 +4,10 @@
  * ckg_model_open and check the tensor list (names, dtypes, shapes,
  * encodings).  With a CUDA device: upload whole tensors and row ranges
  * (packed, decoded, raw), decode on the device and compare with the original
- * bytes, run the GEMV on uploaded rows, and check that a damaged plane is
- * reported.  Without one: "SKIP device part: no CUDA device".
+ * bytes, run the GEMV on uploaded rows, check that a damaged plane is
+ * reported, and that every row range of F4/F6 tensors uploads as its bytes
+ * or, where a row ends inside a byte, is refused.  Without one: "SKIP
+ * device part: no CUDA device".
  *
  * usage: test_gpu_loader WORKDIR   (created; removed contents are ours)
  */
@@ -63,6 +65,9 @@ static void check_decode(ckg_model *m, size_t ti, const ttensor *t, uint64_t r0,
     CHECK(ckg_tensor_is_packed(g) == want_packed, "%s packed=%d", t->name, ckg_tensor_is_packed(g));
     uint64_t row_bytes = t->size / t->shape[0], nb = (r1 - r0) * row_bytes;
     CHECK(ckg_tensor_nbytes(g) == nb, "nbytes");
+    uint64_t cols = t->ndim > 1 ? t->shape[1] : 1;   /* elements, for raw tensors too */
+    CHECK(ckg_tensor_rows(g) == r1 - r0 && ckg_tensor_cols(g) == cols, "%s rows %llu cols %llu", t->name,
+          (unsigned long long)ckg_tensor_rows(g), (unsigned long long)ckg_tensor_cols(g));
     void *d = NULL;
     uint8_t *h = malloc(nb + 1);
     CU(cudaMalloc(&d, nb + 1));
@@ -73,7 +78,7 @@ static void check_decode(ckg_model *m, size_t ti, const ttensor *t, uint64_t r0,
     CHECK(memcmp(h, t->data + r0 * row_bytes, nb) == 0, "%s rows [%llu,%llu) differ after upload+decode", t->name,
           (unsigned long long)r0, (unsigned long long)r1);
     if (want_packed) {   /* GEMV over the uploaded rows against the original weights */
-        uint64_t rows = r1 - r0, cols = t->shape[1];
+        uint64_t rows = r1 - r0;
         int batch = 2;
         uint16_t *x = malloc(batch * cols * 2);
         for (uint64_t i = 0; i < batch * cols; i++)
@@ -107,6 +112,95 @@ static void check_decode(ckg_model *m, size_t ti, const ttensor *t, uint64_t r0,
     ckg_tensor_free(g);
 }
 
+/* Rows [r0, r1) of a tensor of a sub-byte dtype (F4, F6): rows need not end
+ * on a byte (an F4 [2, 3] tensor has 3 bytes, rows of 12 bits).  want: the
+ * bytes from r0 * size / rows to r1 * size / rows of the original, or NULL
+ * when the range does not start and end on a byte (then CKG_ERR_ARG). */
+static void check_sub_byte_rows(ckg_model *m, const ttensor *t, uint64_t r0, uint64_t r1, uint64_t cols)
+{
+    size_t k = 0;
+    CHECK(ckg_model_find(m, t->name, &k) == CKG_OK, "find %s", t->name);
+    uint64_t rows = t->shape[0], b0 = r0 * t->size, b1 = r1 * t->size;
+    int aligned = b0 % rows == 0 && b1 % rows == 0;
+    ckg_tensor *g = NULL;
+    ckg_status st = ckg_tensor_upload(m, k, r0, r1, 0, NULL, &g);
+    if (!aligned) {
+        CHECK(st == CKG_ERR_ARG && !g, "%s rows [%llu,%llu) (not on a byte) accepted: %s", t->name,
+              (unsigned long long)r0, (unsigned long long)r1, ckg_status_name(st));
+        return;
+    }
+    CHECK(st == CKG_OK, "upload %s [%llu,%llu): %s", t->name, (unsigned long long)r0, (unsigned long long)r1,
+          ckg_status_name(st));
+    uint64_t first = b0 / rows, nb = b1 / rows - first;
+    CHECK(!ckg_tensor_is_packed(g), "%s packed", t->name);
+    CHECK(ckg_tensor_nbytes(g) == nb, "%s rows [%llu,%llu): nbytes %llu, want %llu", t->name, (unsigned long long)r0,
+          (unsigned long long)r1, (unsigned long long)ckg_tensor_nbytes(g), (unsigned long long)nb);
+    if (nb) {
+        void *d = NULL;
+        uint8_t h[64];
+        CU(cudaMalloc(&d, sizeof h));
+        CU(cudaMemset(d, 0xAB, sizeof h));
+        CHECK(ckg_tensor_decode(g, d, nb, NULL) == CKG_OK, "decode");
+        CU(cudaDeviceSynchronize());
+        CU(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+        CHECK(memcmp(h, t->data + first, nb) == 0 && h[nb] == 0xAB, "%s rows [%llu,%llu) differ after upload+decode",
+              t->name, (unsigned long long)r0, (unsigned long long)r1);
+        CU(cudaFree(d));
+    }
+    CHECK(ckg_tensor_rows(g) == r1 - r0 && ckg_tensor_cols(g) == cols, "%s rows %llu cols %llu", t->name,
+          (unsigned long long)ckg_tensor_rows(g), (unsigned long long)ckg_tensor_cols(g));
+    ckg_tensor_free(g);
+}
+
+/* A model of F4 and F6 tensors, packed: every row range of each uploaded
+ * (whole tensors and ranges on bytes: their bytes; the others refused). */
+static void sub_byte_dtypes(const char *work)
+{
+    char cmd[1024], src[512], dst[512], path[600], err[512] = "";
+    snprintf(src, sizeof src, "%s/src_sub", work);
+    snprintf(dst, sizeof dst, "%s/packed_sub", work);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", src);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    ttensor t[] = {
+        {"q.f4_2x3", "F4", {2, 3}, 2, 0, NULL, 3},       /* rows of 12 bits */
+        {"q.f4_4x3", "F4", {4, 3}, 2, 0, NULL, 6},
+        {"q.f6_8x1", "F6_E2M3", {8, 1}, 2, 0, NULL, 6},  /* rows of 6 bits */
+        {"q.f6_4", "F6_E3M2", {4, 0}, 1, 0, NULL, 3},
+        {"q.f4_3x8", "F4", {3, 8}, 2, 0, NULL, 12},      /* whole bytes a row */
+    };
+    const uint64_t cols[] = {3, 3, 1, 1, 8};
+    const int nt = sizeof t / sizeof t[0];
+    for (int i = 0; i < nt; i++) {
+        t[i].data = malloc(t[i].size);
+        for (size_t b = 0; b < t[i].size; b++)
+            t[i].data[b] = (uint8_t)tu_rand();
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", src);
+    write_safetensors(path, t, nt);
+    ckpt_pack_opts o = {.src = src, .dst = dst, .encoding = CKC_ENC_K15, .jobs = 1};
+    CHECK(ckpt_pack(&o) == 0, "pack %s", dst);
+    ckg_model *m = NULL;
+    ckg_status st = ckg_model_open(dst, &m, err, sizeof err);
+    CHECK(st == CKG_OK, "open %s: %s: %s", dst, ckg_status_name(st), err);
+    for (int i = 0; i < nt; i++) {   /* every range of rows, the empty ones last */
+        for (uint64_t r0 = 0; r0 < t[i].shape[0]; r0++)
+            for (uint64_t r1 = r0 + 1; r1 <= t[i].shape[0]; r1++)
+                check_sub_byte_rows(m, &t[i], r0, r1, cols[i]);
+        for (uint64_t r0 = 0; r0 <= t[i].shape[0]; r0++)
+            check_sub_byte_rows(m, &t[i], r0, r0, cols[i]);
+    }
+    size_t k = 0;
+    ckg_tensor *g = NULL;
+    CHECK(ckg_model_find(m, "q.f4_2x3", &k) == CKG_OK, "find");
+    st = ckg_tensor_upload(m, k, 0, UINT64_MAX, 0, NULL, &g);  /* to the end: the whole tensor */
+    CHECK(st == CKG_OK && ckg_tensor_nbytes(g) == 3, "q.f4_2x3 to the end: %s", ckg_status_name(st));
+    ckg_tensor_free(g);
+    ckg_model_close(m);
+    for (int i = 0; i < nt; i++)
+        free(t[i].data);
+    printf("gpu_loader: F4/F6 row ranges: the rows' bytes, or refused where a row ends inside a byte\n");
+}
+
 int main(int argc, char **argv)
 {
     const char *work = argc > 1 ? argv[1] : "/tmp/ckgpu_loader_test";
@@ -137,6 +231,8 @@ int main(int argc, char **argv)
     snprintf(path, sizeof path, "%s/model.safetensors", src);
     write_safetensors(path, t, nt);
     int have_dev = ckg_device_count() > 0;
+    if (have_dev)
+        sub_byte_dtypes(work);
 
     const uint32_t encs[] = {CKC_ENC_K15, CKC_ENC_BSPLIT};
     for (int ei = 0; ei < 2; ei++) {
