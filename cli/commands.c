@@ -217,11 +217,7 @@ static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_
         ts[1].tv_sec -= 1;
         ts[1].tv_nsec += 1000000000;
     }
-    /* OUT's files are owned by whoever unpacks (a pack keeps no owner): a
-     * setuid or setgid bit given back would make the file run as them (a
-     * user's setuid script, packed and unpacked by root, as root) */
-    mode_t mode = f->mode & ~(mode_t)(S_ISUID | S_ISGID);
-    if (fchmod(fd, mode) || futimens(fd, ts) || (cku_fault_point(), fsync(fd))) {
+    if (fchmod(fd, (mode_t)ckm_file_mode(f)) || futimens(fd, ts) || (cku_fault_point(), fsync(fd))) {
         fprintf(stderr, "ckptfs unpack: %s: %s\n", CKU_ESC(tmp), strerror(errno));
         goto out;
     }

@@ -19,6 +19,8 @@
 #define MANIFEST_MAGIC "CKPTFS-MANIFEST 1 "
 #define MANIFEST_MAX (1u << 30)
 
+uint32_t ckm_file_mode(const ckm_file *f) { return f->mode & 07777u & ~(uint32_t)(S_ISUID | S_ISGID); }
+
 int ckm_path_ok(const char *rel) { return ckp_path_ok(rel); }
 
 /* A manifest failure with its message (util.h, cku_errf). */

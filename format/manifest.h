@@ -40,6 +40,14 @@ typedef struct {
     size_t n_dirs;
 } ckm_manifest;
 
+/* The mode a reader gives file f back with (unpack's file, the mount's
+ * attributes): the recorded one without the setuid and setgid bits.  A pack
+ * keeps no owner, so the file belongs to whoever unpacks or mounts it, and
+ * those bits would make it run as them: a user's setuid script packed by
+ * root and unpacked, or copied from a mount with cp -a, by root would run as
+ * root.  Directories keep theirs (setgid on a directory gives no rights). */
+uint32_t ckm_file_mode(const ckm_file *f);
+
 /* 1 if rel is an acceptable relative path (see above), else 0. */
 int ckm_path_ok(const char *rel);
 

@@ -185,7 +185,7 @@ ckfs_status cki_build(const ckm_manifest *m, uint32_t rootMode, int64_t dirMtime
     for (size_t i = 0; i < m->n_files; i++) {
         const ckm_file *f = &m->files[i];
         assert(ckp_path_ok(f->path)); /* M1 */
-        if (!add_node(t, strdup(f->path), S_IFREG | (f->mode & 07777), f->size, f->mtime_ns, (int64_t)i))
+        if (!add_node(t, strdup(f->path), S_IFREG | ckm_file_mode(f), f->size, f->mtime_ns, (int64_t)i))
             goto nomem;
     }
     link_parents(t);

@@ -22,13 +22,14 @@ and 11), each checked against the original bytes (SHA-256):
      inside the packed directory is refused; a failed pack says DST was kept;
   8  modes: a 0600 file stays 0600 packed and unpacked, DST no more open
      than SRC, directories and the manifest whatever the umask; unpack gives
-     back no setuid or setgid bit of a file;
+     back no setuid or setgid bit of a file, nor does the mount show one;
   11 SRC/DST overlap through `..` or a bind mount is refused creating
      nothing; two packs into one DST: the second is refused.
 
 Kills and pauses at exact steps use the CKPTFS_FAULT test hook
 (format/util.h: step:N exits at the Nth durable step, stop:N stops there).
 Environment: CKPTFS."""
+import contextlib
 import hashlib
 import os
 import shutil
@@ -360,6 +361,22 @@ def item6():
     check("6: ... and no temporary file left", not left, str(left))
 
 
+@contextlib.contextmanager
+def mounted(p, mnt):
+    """`ckptfs mount -f P MNT` for the with block (MNT made here)."""
+    os.makedirs(mnt)
+    daemon = subprocess.Popen([CK, "mount", "-f", p, mnt], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            if os.path.ismount(mnt):
+                break
+            time.sleep(0.05)
+        yield mnt
+    finally:
+        subprocess.run(["fusermount3", "-u", mnt])
+        daemon.wait(timeout=30)
+
+
 def source_read_error():
     """A source that cannot be read (EIO from its disk or file system; here
     a ckptfs mount of a damaged pack, a source one may well repack from):
@@ -374,20 +391,11 @@ def source_read_error():
         b = f.read(1)
         f.seek(1500000)
         f.write(bytes([b[0] ^ 1]))
-    os.makedirs(mnt)
-    daemon = subprocess.Popen([CK, "mount", "-f", p, mnt], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(100):
-            if os.path.ismount(mnt):
-                break
-            time.sleep(0.05)
+    with mounted(p, mnt):
         r = run("pack", os.path.join(mnt, "a.bin"), dst)
         check("6: a source that cannot be read (EIO): an error saying so, naming it and the byte, no DST",
               r.returncode == 1 and "a.bin: cannot read it: Input/output error (at byte " in r.stderr and
               not os.path.exists(dst), r.stderr.strip())
-    finally:
-        subprocess.run(["fusermount3", "-u", mnt])
-        daemon.wait(timeout=30)
 
 
 def replaced_by_special():
@@ -688,6 +696,12 @@ def setuid_bits():
     check("8: unpack drops a file's setuid and setgid bits (0755, 0750, 0640) and keeps a setgid directory (2775)",
           r.returncode == 0 and got == [0o755, 0o750, 0o640, 0o2775], r.stderr + u.stderr + str(list(map(oct, got))))
     check("8: ... and the files' bytes", u.returncode == 0 and tree(out) == want)
+    # the mount presents the files as its user's, so the same holds there: a
+    # root `cp -a` out of a mount made setuid-root files
+    with mounted(dst, fresh("m8s")) as mnt:
+        got = [os.stat(os.path.join(mnt, p)).st_mode & 0o7777 for p in ("run.sh", "g/tool", "g/plain.bin", "g")]
+    check("8: the mount shows the files without setuid and setgid bits (0755, 0750, 0640), the directory 2775",
+          got == [0o755, 0o750, 0o640, 0o2775], str(list(map(oct, got))))
 
 
 def overlap_by_bind_mount():
