@@ -33,7 +33,7 @@ void *sha_thread(void *arg)
 }
 
 /* Writing the packed file tmp failed with message why (errno err): name the
- * destination; on a full disk say what is free there, what the files not yet
+ * destination; on a full disk say what is free there (tmp removed), what the files not yet
  * packed need at most, and how to finish. */
 static void write_failed(pack_ctx *c, const char *tmp, const char *why, int err)
 {
@@ -43,8 +43,11 @@ static void write_failed(pack_ctx *c, const char *tmp, const char *why, int err)
         fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(tmp), why);
         return;
     }
+    /* what is free once this partial file is removed (its caller does) */
+    struct stat pt;
+    uint64_t partial = stat(tmp, &pt) == 0 ? (uint64_t)pt.st_blocks * 512 : 0;
     char free_s[32], need_s[32];
-    cku_human((uint64_t)sv.f_bavail * sv.f_frsize, free_s);
+    cku_human((uint64_t)sv.f_bavail * sv.f_frsize + partial, free_s);
     cku_human(atomic_load(&c->left), need_s);
     fprintf(stderr,
             "ckptfs pack: %s: No space left on device (writing %s): %s free there; the files not yet packed\n"

@@ -296,6 +296,13 @@ if [ "$(id -u)" = 0 ] && mkdir "$T/small" && mount -t tmpfs -o size=600k tmpfs "
            grep -q 'free there; the files not yet packed' '$T/err' && grep -q 'need up to [0-9.]* [kM]B more' '$T/err' &&
            grep -q 'run the same command again to finish it' '$T/err'"
   check "out of space: no temporary file left" test -z "$(find "$T/small" -name '*.tmp')"
+  # what it says is free is what is free once its partial file is gone (it
+  # said "0 B", measured with the partial file still there)
+  said=$(sed -n 's/.*): \([0-9.]*\) \([kMG]*B\) free there.*/\1 \2/p' "$T/err" | head -1)
+  avail=$(stat -f -c '%a %S' "$T/small" | awk '{print $1 * $2}')
+  check "out of space: the free space it states is there after it ($said, $avail B)" \
+    awk -v s="$said" -v a="$avail" 'BEGIN { split(s, x, " "); m = x[2] == "kB" ? 1e3 : x[2] == "MB" ? 1e6 : x[2] == "GB" ? 1e9 : 1;
+                                          b = x[1] * m; exit !(s != "" && b <= a * 1.01 + 10 && b >= a * 0.99 - 10) }'
   cp -a "$T/small/p" "$T/p-resumed"
   umount "$T/small"
   "$CK" pack "$T/src" "$T/p-resumed"
