@@ -30,8 +30,8 @@ cat "$T/src/model.safetensors" > /dev/null
 best() { # command...: best wall time of 3 runs, seconds
   local b=999999 t0 t1
   for _ in 1 2 3; do
-    "$@" pre
-    t0=$(date +%s.%N); "$@" run; t1=$(date +%s.%N)
+    "$@" pre >&2
+    t0=$(date +%s.%N); "$@" run >&2; t1=$(date +%s.%N)   # their output is not the time
     b=$(python3 -c "print(min($b, $t1 - $t0))")
   done
   echo "$b"
@@ -42,7 +42,7 @@ do_pack1() { if [ "$1" = pre ]; then rm -rf "$T/p"; else "$CK" pack --jobs 1 "$T
 do_packN() { if [ "$1" = pre ]; then rm -rf "$T/p"; else "$CK" pack --jobs "$(nproc)" "$T/src" "$T/p"; fi; }
 do_unpack() { if [ "$1" = pre ]; then rm -rf "$T/u"; else "$CK" unpack "$T/p" "$T/u"; fi; }
 t_cp=$(best do_cp); t_sha=$(best do_sha); t_p1=$(best do_pack1); t_pn=$(best do_packN)
-"$CK" pack "$T/src" "$T/p" 2>/dev/null || true
+"$CK" pack "$T/src" "$T/p" >/dev/null 2>&1 || true
 t_un=$(best do_unpack)
 t_mem=$(python3 -c "
 import numpy as np, time
