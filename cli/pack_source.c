@@ -343,7 +343,7 @@ int check_names(const pack_ctx *c)
         snprintf(packed, sizeof packed, "%s%s", e->rel, CKP_SUFFIX);
         tmp_path(tmp, sizeof tmp, "", e->rel);
         const char *why = NULL;
-        if (!ckp_path_ok(e->rel) || strlen(e->rel) > CKP_MAX_PATH)
+        if (!ckp_path_ok(e->rel))
             why = "this path cannot be stored in a pack";
         else if (!e->is_dir && strlen(base) + strlen(CKP_SUFFIX) > NAME_MAX)
             why = "name too long: the packed file's name (with " CKP_SUFFIX ") would be over 255 bytes";

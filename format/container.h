@@ -27,7 +27,8 @@ extern "C" {
 #define CKP_MANIFEST_NAME "ckptfs.manifest"
 #define CKP_STATE_NAME "ckptfs.state"        /* written by pack while it runs (resume) */
 #define CKP_MAX_CHUNK (16u << 20)
-#define CKP_MAX_PATH 4096u   /* longest relative path a packed file records */
+#define CKP_MAX_PATH 4096u   /* longest relative path a pack records (§2) */
+#define CKP_MAX_COMPONENT 255u /* longest component of such a path (§2: NAME_MAX) */
 #define CKP_BF16_CHUNK_WEIGHTS (64u << 10)   /* 128 KiB of BF16 per chunk */
 #define CKP_BLOB_CHUNK (256u << 10)
 
@@ -228,12 +229,17 @@ ckp_status ckp_pread(const ckp_reader *r, void *buf, size_t len, uint64_t off, s
                      ckp_scratch *s);
 
 /* 1 if rel is a safe relative path: well-formed UTF-8, not empty, not
- * absolute, no empty, "." or ".." component, no trailing slash (NUL cannot
- * occur in a C string). */
+ * absolute, at most CKP_MAX_PATH bytes, no empty, "." or ".." component, no
+ * component over CKP_MAX_COMPONENT bytes, no trailing slash (NUL cannot occur in a
+ * C string). */
 int ckp_path_ok(const char *rel);
 /* NULL if rel is a safe relative path, else what is wrong with it ("is
  * absolute", "has a \"..\" component", ...). */
 const char *ckp_path_problem(const char *rel);
+/* ckp_path_problem for the path of a file, which a packed directory holds
+ * as path + CKP_SUFFIX: also its last component at most CKP_MAX_COMPONENT -
+ * 5 (250) bytes. */
+const char *ckp_file_path_problem(const char *rel);
 
 /* ---- writer ------------------------------------------------------------- */
 

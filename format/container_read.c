@@ -309,8 +309,11 @@ static ckp_status parse_toc(ckp_reader *r, const uint8_t *t, uint64_t toc_off, u
     memcpy(r->strings, strtab, path_len);
     r->strings[path_len] = 0;
     r->info.path = r->strings;
-    if (memchr(r->strings, 0, path_len) || !ckp_path_ok(r->strings))
-        return rerr(err, cap, f, CKP_ERR_CORRUPT, "recorded path is not a safe relative path");
+    if (memchr(r->strings, 0, path_len))
+        return rerr(err, cap, f, CKP_ERR_CORRUPT, "recorded path is not a safe relative path: it holds a NUL");
+    if (ckp_file_path_problem(r->strings))
+        return rerr(err, cap, f, CKP_ERR_CORRUPT, "recorded path is not a safe relative path: it %s",
+                    ckp_file_path_problem(r->strings));
     char *names_end = r->strings + path_len + 1;
     uint64_t pos = 0, chunks = 0, max_chunks = (toc_off - CKP_HEADER_SIZE) / CKP_INDEX_ENTRY;
     for (uint32_t i = 0; i < n; i++) {
@@ -853,6 +856,9 @@ ckp_status ckp_pread(const ckp_reader *r, void *buf, size_t len, uint64_t off, s
     return *got == len ? CKP_OK : st;
 }
 
+_Static_assert(CKP_MAX_PATH == 4096u && CKP_MAX_COMPONENT == 255u && sizeof CKP_SUFFIX == 6,
+               "the messages of ckp_path_problem and ckp_file_path_problem give the limits");
+
 const char *ckp_path_problem(const char *rel)
 {
     if (!rel || !*rel)
@@ -861,6 +867,8 @@ const char *ckp_path_problem(const char *rel)
         return "is absolute";
     if (!cku_utf8_ok(rel))
         return "is not UTF-8";
+    if (strlen(rel) > CKP_MAX_PATH)
+        return "is over 4096 bytes";
     for (const char *p = rel;;) {
         const char *q = strchr(p, '/');
         size_t n = q ? (size_t)(q - p) : strlen(p);
@@ -868,6 +876,8 @@ const char *ckp_path_problem(const char *rel)
             return q ? "has an empty component" : "ends with '/'";
         if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
             return n == 1 ? "has a \".\" component" : "has a \"..\" component";
+        if (n > CKP_MAX_COMPONENT)
+            return "has a component over 255 bytes";
         if (!q)
             return NULL;
         p = q + 1;
@@ -875,3 +885,15 @@ const char *ckp_path_problem(const char *rel)
 }
 
 int ckp_path_ok(const char *rel) { return ckp_path_problem(rel) == NULL; }
+
+const char *ckp_file_path_problem(const char *rel)
+{
+    const char *why = ckp_path_problem(rel);
+    if (why)
+        return why;
+    const char *slash = strrchr(rel, '/');
+    if (strlen(slash ? slash + 1 : rel) + strlen(CKP_SUFFIX) > CKP_MAX_COMPONENT)
+        return "has a last component over 250 bytes: its packed file's name (with " CKP_SUFFIX
+               ") would be over 255 bytes";
+    return NULL;
+}

@@ -122,7 +122,7 @@ static const char *parse_file(const cJSON *e, ckm_file *f, const char **path, co
     int64_t size, mode, mtime;
     if (!cJSON_IsObject(e))
         return *why = "is not an object", "";
-    if ((*why = get_path(e, path)))
+    if ((*why = get_path(e, path)) || (*why = ckp_file_path_problem(*path)))
         return "path";
     if ((*why = get_int(e, "size", (int64_t)1 << 53, "is not an integer from 0 to 2^53", &size)))
         return "size";

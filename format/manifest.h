@@ -65,7 +65,9 @@ int ckm_path_ok(const char *rel);
  *   CKP_ERR_IO       DST or the manifest cannot be read (errno's text);
  *   CKP_ERR_NOMEM.
  * A loaded manifest's guarantees (what its users may rely on, not check):
- *   M1. every path passes ckp_path_ok;
+ *   M1. every path passes ckp_path_ok (so no component is over 255 bytes,
+ *       the name limit the mount reports), and a file's ckp_file_path_problem
+ *       too (its last component at most 250 bytes, so R.ckpt is a name);
  *   M2. files are sorted by path (byte order) with no path twice, and so are
  *       directories;
  *   M3. no path is both a file and a directory;

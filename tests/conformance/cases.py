@@ -220,6 +220,8 @@ def cases():
          [File("w.bin", [Extent(RAW, T[:10], name=b"x"), Extent(RAW, T[10:20], name=b"x")])])
     case("utf8-names", "§2 UTF-8 names", A,
          [File("modèle/données.bin".encode(), [Extent(RAW, T[:100])])], dirs=[("modèle", 0o755)])
+    case("longest-names", "§2 a 255-byte directory, a 250-byte file name (255 with .ckpt)", A,
+         [blob("d" * 255 + "/" + "f" * 250)], dirs=[("d" * 255, 0o755)])
     case("manifest-free-layout", "§7 JSON layout free, unknown keys ignored, any order", A,
          [blob("a"), blob("b/c")], dirs=[("b", 0o755), ("empty", 0o700)],
          manifest_edit=lambda d: reorder(d))
@@ -264,6 +266,10 @@ def cases():
     rej("path-overlong-utf8", "R13 path is UTF-8", "not UTF-8", blob(b"\xc0\xafetc"), manifest_edit=raw_json)
     rej("path-lone-surrogate", "R13 path is UTF-8", "invalid manifest JSON", blob(b"caf\xe9.json"))
     rej("toc-path-not-utf8", "R13 path is UTF-8", "safe relative path", blob(edit=path_is(b"caf\xe9.json")))
+    rej("toc-path-component-256", "R13 path components <= 255 bytes", "has a component over 255 bytes",
+        blob(edit=path_is(b"d" * 256 + b"/config.json")))
+    rej("toc-path-name-251", "R13 file name <= 250 bytes", "last component over 250 bytes",
+        blob(edit=path_is(b"f" * 251)))
     rej("path-vs-manifest", "R30 TOC path = manifest path", "does not match its manifest entry", blob(edit=path_is(b"other.json")))
     rej("extent-gap", "R14 tiling", "does not tile", st_file(edit=edit_rec(2, orig_offset=6000 + 256 + 1)))
     rej("extent-short", "R14 tiling", "cover", st_file(edit=drop_last_rec))
@@ -369,6 +375,13 @@ def cases():
         manifest_edit=lambda d: set_file(d, mtime_ns=" 17"))
     rej("manifest-path-nul", "R54 path without NUL (\\u0000)", "NUL",
         manifest_edit=lambda d: set_file(d, path=d["files"][0]["path"] + "\0x"))
+    # a name over 255 bytes cannot be made on disk (NAME_MAX): only the manifest lists it
+    rej("manifest-dir-name-256", "R54 path components <= 255 bytes", "has a component over 255 bytes",
+        manifest_edit=lambda d: dict(d, dirs=[{"path": "d" * 256, "mode": 0o755}]))
+    rej("manifest-file-name-251", "R54 file name <= 250 bytes", "has a last component over 250 bytes",
+        manifest_edit=lambda d: set_file(d, path="f" * 251))
+    rej("manifest-path-4097", "R54 path <= 4096 bytes", "is over 4096 bytes",
+        manifest_edit=lambda d: dict(d, dirs=[{"path": "/".join(["d" * 255] * 16) + "/d", "mode": 0o755}]))
     rej("manifest-not-utf8", "R56 UTF-8 JSON", "invalid manifest JSON",
         manifest_edit=lambda d: raw_json(dict(d, note="caf\udce9")))
     rej("manifest-sha-upper", "R54 sha256 lowercase", '"sha256" is not 64 lowercase hex digits',

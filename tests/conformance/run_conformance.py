@@ -8,7 +8,8 @@ Each case's packed directory is written by ckpack.py (not by ckptfs), then
   reject: both fail (non-zero exit), the message contains the case's `expect`
           text, and unpack leaves no output file behind.
 With --mount, accepted packs are also mounted and read back through FUSE, and
-rejected ones must give EIO (or not list the file) there.
+rejected ones must give EIO (or not list the file) there; a pack a manifest
+rule (R50-R56) rejects must not be mounted at all.
 Usage: run_conformance.py CKPTFS [--mount] [--keep DIR] [--only NAME]
 Prints one line per case and exits 1 if ckptfs disagrees with any verdict,
 or if a rule id of docs/format.md §8 has no case.
@@ -118,6 +119,11 @@ def check_pages(path, orig, damaged):
     return None
 
 
+# Manifest rules: the whole pack is refused (§9.3), or for R51 and R52 one
+# file, and ckptfs's mount then mounts nothing.
+WHOLE_PACK = re.compile(r"^R5[0-6]\b")
+
+
 def check_mount(ck, c, dst, mnt):
     """Through FUSE: accepted files read back exactly; rejected ones give an error."""
     os.makedirs(mnt)
@@ -129,6 +135,10 @@ def check_mount(ck, c, dst, mnt):
     if not os.path.ismount(mnt):
         p.wait(5)
         return None if c["verdict"] == "reject" else "mount refused: " + p.stderr.read().decode()
+    if c["verdict"] == "reject" and WHOLE_PACK.search(c["rule"]):
+        subprocess.run(["fusermount3", "-u", mnt])
+        p.wait(10)
+        return "mount served a pack that %s refuses whole (§9.3)" % c["rule"].split()[0]
     try:
         for f in c["files"]:
             path = os.path.join(mnt.encode(), f.path)

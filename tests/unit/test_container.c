@@ -395,6 +395,27 @@ START_TEST(paths)
     ck_assert(ckp_path_ok("a") && ckp_path_ok("a/b.c") && ckp_path_ok(".hidden") && ckp_path_ok("a/..b"));
     ck_assert(!ckp_path_ok("") && !ckp_path_ok("/etc/passwd") && !ckp_path_ok("..") && !ckp_path_ok("a/../b") &&
               !ckp_path_ok("a//b") && !ckp_path_ok("./a") && !ckp_path_ok("a/") && !ckp_path_ok("a/."));
+    /* components up to NAME_MAX (255 bytes), paths up to 4096; a file's name
+     * up to 250, so that its packed name (with .ckpt) is one */
+    char p[5000];
+    memset(p, 'd', 255);
+    strcpy(p + 255, "/x");
+    ck_assert(ckp_path_ok(p) && !ckp_file_path_problem(p));
+    p[255] = 'd';                                     /* a first component of 257 bytes */
+    ck_assert_str_eq(ckp_path_problem(p), "has a component over 255 bytes");
+    memset(p, 'f', 250), p[250] = 0;
+    ck_assert(ckp_path_ok(p) && !ckp_file_path_problem(p));
+    strcpy(p, "a/"), memset(p + 2, 'f', 251), p[253] = 0;
+    ck_assert(ckp_path_ok(p));                        /* a directory may be named so */
+    ck_assert_ptr_nonnull(strstr(ckp_file_path_problem(p), "last component over 250 bytes"));
+    strcat(p, "/b");                                  /* not the last component: a directory */
+    ck_assert(!ckp_file_path_problem(p));
+    for (size_t i = 0; i < 4097; i++)                 /* components of 99 bytes */
+        p[i] = i % 100 == 99 ? '/' : 'd';
+    p[4096] = 0;                                      /* ends in a 96-byte component */
+    ck_assert(ckp_path_ok(p));
+    p[4096] = 'd', p[4097] = 0;
+    ck_assert_str_eq(ckp_path_problem(p), "is over 4096 bytes");
 }
 END_TEST
 
