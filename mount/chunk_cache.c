@@ -12,8 +12,8 @@
  *
  * Invariants (ckcache_check verifies 1-5 and 7; asserts check 6 where it applies):
  *   1. an entry is in the LRU list iff it is in the table and not LOADING;
- *   2. c->bytes is the cost (len, or FAILED_ENTRY_BYTES for a remembered
- *      failure) summed over entries in the table that are not LOADING;
+ *   2. c->bytes is the cost (entry_cost: the entry and its buffer as the heap
+ *      holds them) summed over entries in the table that are not LOADING;
  *   3. c->n_entries counts the entries in the table, each in the bucket of
  *      its key and marked in_table;
  *   4. the LRU list is a well-formed ring through the sentinel c->lru;
@@ -50,7 +50,6 @@
 #include <string.h>
 
 enum { ST_LOADING = 0, ST_READY = 1, ST_FAILED = 2 };
-#define FAILED_ENTRY_BYTES 64      /* what a remembered failure costs */
 #define PREFETCH_QUEUE 256
 #define MAX_SPARE 64               /* buffers kept for reuse, beyond the limit */
 #define MIN_SPARE (32u << 10)      /* smaller buffers are just freed */
@@ -150,10 +149,20 @@ static void lru_push_front(ckcache *c, ckcache_entry *e)
     c->lru.lnext = e;
 }
 
+/* The heap an allocation of n bytes takes: glibc's chunk, the request and
+ * an 8-byte size field rounded up to 16, at least 32 bytes. */
+static size_t heap_bytes(size_t n) { return n + 8 + 15 < 32 ? 32 : (n + 8 + 15) & ~(size_t)15; }
+
+/* What an entry in the table costs against the limit: its struct and its
+ * decoded bytes as the heap holds them (a remembered failure has none).
+ * Chunks may be one byte (format §4.1): counted by their length alone, a
+ * table of them held 130 times the limit in bookkeeping. */
 static size_t entry_cost(const ckcache_entry *e)
 {
-    return e->state == ST_FAILED ? FAILED_ENTRY_BYTES : e->len;
+    return e->state == ST_FAILED ? heap_bytes(sizeof *e) : ckcache_cost(e->len);
 }
+
+size_t ckcache_cost(size_t len) { return heap_bytes(sizeof(ckcache_entry)) + heap_bytes(len); }
 
 static void spare_drop_oldest(ckcache *c)
 {

@@ -9,8 +9,9 @@
  *     is being decoded waits for that decode instead of starting another;
  *   - entries are reference counted, so a caller may send straight from
  *     entry memory (no copy) while other threads evict;
- *   - the bytes held by entries in the table, plus the buffers kept for
- *     reuse, stay under the limit; beyond it there are only the chunks that
+ *   - the bytes held by entries in the table (each entry's bookkeeping as
+ *     well as its decoded bytes: chunks may be one byte), plus the buffers
+ *     kept for reuse, stay under the limit; beyond it there are only the chunks that
  *     callers hold or are decoding (entries evicted while referenced are
  *     freed when their last reference goes), one per prefetch worker and
  *     those of each request in flight;
@@ -46,14 +47,19 @@ typedef struct {
     uint64_t served_out;           /* dropped once every byte was served */
     uint64_t prefetch_queued, prefetch_done, prefetch_dropped;
     uint64_t prefetch_cancelled;   /* queued, then served out before a worker got to it */
-    uint64_t bytes, entries;       /* now held in the table */
+    uint64_t bytes, entries;       /* now held in the table (bytes: what counts against the limit) */
 } ckcache_stats;
 
-/* Create a cache holding at most limitBytes of decoded chunks, with
+/* Create a cache holding at most limitBytes of decoded chunks (counted by
+ * ckcache_cost), with
  * prefetchThreads workers (0: prefetch requests are ignored).
  * @return NULL when out of memory or threads cannot be started. */
 ckcache *ckcache_new(size_t limitBytes, unsigned prefetchThreads, ckcache_fill_fn fill,
                      void *fillArg);
+
+/* What a cached chunk of len bytes counts against the limit: its decoded
+ * bytes and the entry's bookkeeping, as the heap holds them. */
+size_t ckcache_cost(size_t len);
 
 /* Stop the workers (queued prefetches are dropped) and free everything.
  * No entry may still be referenced. */

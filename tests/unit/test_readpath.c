@@ -9,6 +9,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -707,9 +708,11 @@ END_TEST
  * 1 MiB read of one-byte chunks held 2^20 entries, ~170 MiB, and every
  * lookup of the cache's fixed table walked chains of them: minutes per read
  * under the cache's one lock).  The bytes are the original's. */
-START_TEST(read_of_many_chunks_holds_few)
+/* tmpdir/big.bin.ckpt: size random bytes as one RAW extent of one-byte
+ * chunks (format §4.1), the manifest listing it alone.  @return the bytes;
+ * *plane: where they lie in the packed file. */
+static uint8_t *write_one_byte_chunks(uint64_t size, uint64_t *plane)
 {
-    const uint64_t size = 64 << 10;
     uint8_t *data = malloc(size), sha[32] = {0};
     for (uint64_t i = 0; i < size; i++)
         data[i] = (uint8_t)rnd();
@@ -724,6 +727,18 @@ START_TEST(read_of_many_chunks_holds_few)
     ckm_file f = {.path = "big.bin", .size = size, .mode = 0644, .kind = CKP_KIND_BLOB};
     ckm_manifest m = {.files = &f, .n_files = 1};
     ck_assert_int_eq(ckm_write(tmpdir, &m, err, sizeof err), CKP_OK);
+    ckp_reader *r;
+    ck_assert_int_eq(ckp_open(path, &r, err, sizeof err), CKP_OK);
+    *plane = ckp_get_extent(r, 0)->plane_offset[0];
+    ckp_close(r);
+    return data;
+}
+
+START_TEST(read_of_many_chunks_holds_few)
+{
+    const uint64_t size = 64 << 10;
+    uint64_t plane;
+    uint8_t *data = write_one_byte_chunks(size, &plane);
     ckfs_ctx c;
     ctx_open(&c, 0, 0);
     ckfs_ofile *of;
@@ -743,6 +758,64 @@ START_TEST(read_of_many_chunks_holds_few)
         free(flat);
         ckfs_pieces_release(&c, &p, 1);
     }
+    ckfs_file_close(of);
+    ctx_close(&c);
+    free(data);
+}
+END_TEST
+
+/* Bytes malloc has handed out and not had back (glibc's own count; 0 under
+ * ASan, whose malloc it is then). */
+static size_t heap_in_use(void)
+{
+    struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd;
+}
+
+/* The cache's limit counts each entry's bookkeeping (~130 bytes), not only
+ * its decoded bytes: a pack of one-byte chunks (legal, §4.1) whose reads
+ * fail on a damaged chunk leaves each read's chunks cached unserved, and
+ * 100 such reads under cache_size=256K held 100,000 entries counted as
+ * 100 KiB: ~13 MiB of heap.  Now the heap the reads leave behind stays
+ * within the limit, and intact bytes still read back exactly. */
+START_TEST(one_byte_chunks_keep_the_cache_limit)
+{
+    const uint64_t size = 100 * 1000;
+    uint64_t plane;
+    uint8_t *data = write_one_byte_chunks(size, &plane);
+    char path[300];
+    snprintf(path, sizeof path, "%s/big.bin%s", tmpdir, CKP_SUFFIX);
+    for (uint64_t k = 0; k < size / 1000; k++)
+        flip(path, plane + k * 1000 + 999);          /* the last byte of every 1000 */
+    ckfs_ctx c;
+    char err[512];
+    memset(&c, 0, sizeof c);
+    c.o.dst = tmpdir;
+    c.o.cache_size = 256u << 10;
+    c.o.mmap = 1;
+    ck_assert_msg(ckfs_ctx_load(&c, err, sizeof err) == CKFS_OK, "%s", err);
+    ck_assert_int_eq(ckfs_cache_start(&c), CKFS_OK);
+    ckfs_ofile *of;
+    ck_assert_int_eq(ckfs_file_open(&c, 0, &of), 0);
+    size_t base = heap_in_use();
+    for (uint64_t off = 0; off < size; off += 1000) {
+        ckfs_pieces p;
+        ck_assert_int_eq(ckfs_read(&c, of, size, off, 1000, &p), EIO);
+    }
+    ckcache_stats st;
+    ckcache_get_stats(c.cache, &st);
+    size_t held = heap_in_use() - base;
+    ck_assert_msg(st.entries * 64 <= c.o.cache_size, "%llu entries under cache_size=%llu",
+                  (unsigned long long)st.entries, (unsigned long long)c.o.cache_size);
+    /* 64 KiB: what malloc's per-thread caches and the reads' own buffers may keep */
+    ck_assert_msg(held <= c.o.cache_size + (64u << 10), "the reads left %zu bytes of heap (%llu entries)", held,
+                  (unsigned long long)st.entries);
+    ckfs_pieces p;
+    ck_assert_int_eq(ckfs_read(&c, of, size, 1000, 999, &p), 0);
+    char *flat = ckfs_pieces_copy(&p);
+    ck_assert(p.total == 999 && memcmp(flat, data + 1000, 999) == 0);
+    free(flat);
+    ckfs_pieces_release(&c, &p, 1);
     ckfs_file_close(of);
     ctx_close(&c);
     free(data);
@@ -1165,6 +1238,7 @@ int main(void)
     tcase_add_test(t, windows_decode_the_original_bytes);
     tcase_add_test(t, windows_load_only_bounded_chunks);
     tcase_add_test(t, read_of_many_chunks_holds_few);
+    tcase_add_test(t, one_byte_chunks_keep_the_cache_limit);
     tcase_add_test(t, open_files_freed_with_the_context);
     tcase_add_test(t, damaged_chunk_is_eio);
     tcase_add_test(t, bad_packed_files);
