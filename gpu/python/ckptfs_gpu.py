@@ -17,15 +17,20 @@ import os
 
 __all__ = ["CkgError", "Model", "DeviceTensor", "TensorInfo", "load_library", "device_count"]
 
+# dtype code (docs/format.md §4.3) -> safetensors name; other codes show as their number
 _DTYPES = {1: "BOOL", 2: "U8", 3: "I8", 4: "I16", 5: "U16", 6: "F16", 7: "BF16", 8: "I32", 9: "U32",
-           10: "F32", 11: "F64", 12: "I64", 13: "U64", 14: "F8_E5M2", 15: "F8_E4M3", 16: "F8_E8M0"}
+           10: "F32", 11: "F64", 12: "I64", 13: "U64", 14: "F8_E5M2", 15: "F8_E4M3", 16: "F8_E8M0",
+           17: "F4", 18: "F6_E2M3", 19: "F6_E3M2", 20: "C64", 21: "F8_E4M3FNUZ", 22: "F8_E5M2FNUZ"}
 _ENCODINGS = {0: "raw", 1: "zstd", 2: "k15", 3: "bytesplit"}
-# dtype code -> (__cuda_array_interface__ typestr, torch dtype name to view as, or None)
+# dtype code -> (__cuda_array_interface__ typestr, torch dtype name to view as, or None);
+# F4 and F6 (17-19), less than a byte an element, are bytes (|u1, shape (nbytes,))
 _CAI = {1: ("|b1", None), 2: ("|u1", None), 3: ("|i1", None), 4: ("<i2", None), 5: ("<u2", None),
         6: ("<f2", None), 7: ("<i2", "bfloat16"), 8: ("<i4", None), 9: ("<u4", None), 10: ("<f4", None),
         11: ("<f8", None), 12: ("<i8", None), 13: ("<u8", None), 14: ("|u1", "float8_e5m2"),
-        15: ("|u1", "float8_e4m3fn")}
-_ELEM = {1: 1, 2: 1, 3: 1, 4: 2, 5: 2, 6: 2, 7: 2, 8: 4, 9: 4, 10: 4, 11: 8, 12: 8, 13: 8, 14: 1, 15: 1, 16: 1}
+        15: ("|u1", "float8_e4m3fn"), 16: ("|u1", "float8_e8m0fnu"), 20: ("<c8", None),
+        21: ("|u1", "float8_e4m3fnuz"), 22: ("|u1", "float8_e5m2fnuz")}
+_ELEM = {1: 1, 2: 1, 3: 1, 4: 2, 5: 2, 6: 2, 7: 2, 8: 4, 9: 4, 10: 4, 11: 8, 12: 8, 13: 8, 14: 1, 15: 1, 16: 1,
+         20: 8, 21: 1, 22: 1}
 
 NO_VERIFY = 1
 DECODED = 2

@@ -74,8 +74,12 @@ class OutOfVRAMError(ServingError, MemoryError):
 
 # ---- libckread: the format library's host read API --------------------------------
 
-_TORCH_DTYPES = {1: "bool", 2: "uint8", 3: "int8", 4: "int16", 6: "float16", 7: "bfloat16", 8: "int32",
-                 10: "float32", 11: "float64", 12: "int64", 14: "float8_e5m2", 15: "float8_e4m3fn"}
+# dtype code -> torch dtype of the same element size (one this torch lacks: read() refuses the
+# tensor); F4 and F6 (17-19), less than a byte an element, have none
+_TORCH_DTYPES = {1: "bool", 2: "uint8", 3: "int8", 4: "int16", 5: "uint16", 6: "float16", 7: "bfloat16",
+                 8: "int32", 9: "uint32", 10: "float32", 11: "float64", 12: "int64", 13: "uint64",
+                 14: "float8_e5m2", 15: "float8_e4m3fn", 16: "float8_e8m0fnu", 20: "complex64",
+                 21: "float8_e4m3fnuz", 22: "float8_e5m2fnuz"}
 PACKED_ENCODINGS = ("k15", "bytesplit")
 
 

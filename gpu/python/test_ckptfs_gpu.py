@@ -15,6 +15,9 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ckptfs_gpu as cg  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "lib"))
+from format_dtypes import format_dtypes, write_every_dtype  # noqa: E402
+
 
 def bf16(f):
     u = struct.unpack("<I", struct.pack("<f", f))[0]
@@ -46,6 +49,38 @@ def check_gemv_arguments(torch, model, info):
     print("gpu_python: gemv rejects x of the wrong shape or device")
 
 
+def check_dtype_names(ckptfs, work):
+    """Every dtype of docs/format.md §4.3, packed, is listed by its name and
+    code (no GPU needed)."""
+    src, dst = os.path.join(work, "dtypes"), os.path.join(work, "dtypes-packed")
+    os.makedirs(src)
+    tensors = write_every_dtype(os.path.join(src, "all.safetensors"))
+    subprocess.run([ckptfs, "pack", src, dst], check=True, stdout=subprocess.DEVNULL)
+    codes = {n: c for c, n in format_dtypes().items()}
+    with cg.Model(dst) as m:
+        infos = m.tensors()
+    got = {t.name: (t.dtype, t.dtype_code, list(t.shape), t.nbytes) for t in infos}
+    want = {k: (dt, codes[dt], shape, len(data)) for k, (dt, shape, data) in tensors.items()}
+    assert got == want, [(k, got.get(k), want.get(k)) for k in sorted(set(got) | set(want)) if got.get(k) != want.get(k)]
+    # the zero-copy view of a raw tensor describes its bytes: shape times the
+    # element size is nbytes (a DeviceTensor without a device, as above)
+    for info in infos:
+        t = object.__new__(cg.DeviceTensor)
+        t._lib, t._h, t.info, t.packed, t.nbytes = _NoData(), None, info, False, info.nbytes
+        t.shape = info.shape
+        cai = t.__cuda_array_interface__
+        n = 1
+        for d in cai["shape"]:
+            n *= d
+        assert n * int(cai["typestr"][2:]) == info.nbytes, (info.name, cai)
+    print(f"gpu_python: the {len(want)} dtypes of the format listed by name, their array interfaces right")
+
+
+class _NoData:
+    def ckg_tensor_data(self, h):
+        return 0
+
+
 def main():
     lib, ckptfs, work = sys.argv[1:4]
     shutil.rmtree(work, ignore_errors=True)
@@ -68,6 +103,7 @@ def main():
     subprocess.run([ckptfs, "pack", "--format", "k15", src, dst], check=True, stdout=subprocess.DEVNULL)
 
     cg.load_library(lib)
+    check_dtype_names(ckptfs, work)
     with cg.Model(dst) as m:
         infos = {t.name: t for t in m.tensors()}
         assert set(infos) == set(tensors), infos

@@ -29,6 +29,7 @@ import ckptfs_gpu_hf as ckhf  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "lib"))
 from tiny_llama import tiny_llama as _tiny_llama  # noqa: E402
+from format_dtypes import format_dtypes, write_every_dtype  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -261,6 +262,31 @@ def test_error_missing_tensor(work, src):
         ckhf.from_pretrained(p, device="cpu")
     with pytest.raises(ckhf.MissingTensorError, match="no tensor nope"):
         ckhf.load_linear(p, "nope", "cpu")
+
+
+def test_every_dtype_round_trips(work):
+    # a tensor of every dtype of docs/format.md §4.3, packed: its name and
+    # code come back as the spec and the header give them, and its bytes as
+    # written (as bytes, and as a torch tensor where torch has the dtype)
+    d = os.path.join(work, "dtypes")
+    os.makedirs(d)
+    tensors = write_every_dtype(os.path.join(d, "all.safetensors"))
+    codes = {n: c for c, n in format_dtypes().items()}
+    p = ckhf.PackedDir(pack(d, os.path.join(work, "dtypes-packed"), "k15"))
+    assert set(p.tensors) == set(tensors)
+    for name, (dt, shape, data) in tensors.items():
+        t = p.info(name)
+        assert (t.dtype, t.dtype_code, list(t.shape), t.nbytes) == (dt, codes[dt], shape, len(data)), t
+        raw = p.read_rows_into(name, torch.empty(len(data), dtype=torch.uint8))
+        assert bytes(raw.numpy()) == data, name
+        if dt in ("F4", "F6_E2M3", "F6_E3M2"):  # under a byte an element: no torch dtype
+            with pytest.raises(ckhf.ServingError, match=f"dtype {dt}, which torch cannot hold"):
+                p.read(name)
+            continue
+        got = p.read(name)
+        assert list(got.shape) == shape and got.element_size() * 8 == len(data), (name, got.dtype)
+        assert bytes(got.contiguous().view(torch.uint8).numpy()) == data, name
+    p.close()
 
 
 def test_error_wrong_device(packed):
