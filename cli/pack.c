@@ -57,12 +57,14 @@ static int sync_dst_dirs(pack_ctx *c)
 {
     char p[PATH_MAX];
     snprintf(p, sizeof p, "%s", c->dst);
-    int rc = cku_sync_dirs(p, 1);
+    int rc = fsync(c->lock_fd) || cku_sync_dirs(p, 1);
     for (size_t i = 0; rc == 0 && i < c->list.n; i++)
         if (c->list.v[i].is_dir) {
             join_path(p, sizeof p, c->dst, c->list.v[i].rel, "");
-            rc = cku_sync_dirs(p, 0);
+            rc = fsync_at(c->lock_fd, c->list.v[i].rel);
         }
+    if (dst_lost(c)) /* the directories synced above are those of DST's name */
+        return -1;
     if (rc)
         fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(p), strerror(errno));
     return rc;
@@ -118,7 +120,7 @@ int ckpt_pack(const ckpt_pack_opts *o)
     atomic_init(&c.deleted_bytes, 0);
     if (open_dst(&c, &created) || prepare_dst(&c, src_real))
         goto out;
-    remove_temps(c.dst);
+    remove_temps(c.lock_fd);
     c.progress = cku_progress_new("packing", total);
     size_t n_files = 0;
     for (size_t i = 0; i < c.list.n; i++) { /* directories first (a parent sorts before its children) */
@@ -127,31 +129,35 @@ int ckpt_pack(const ckpt_pack_opts *o)
         struct stat ds;
         join_path(path, sizeof path, c.dst, e->rel, "");
         n_files += !e->is_dir;
+        if (!e->is_dir)
+            continue;
         /* one there must be a directory itself: nothing is written through a
          * link in DST (its files would land elsewhere, and the manifest, which
          * readers follow no link to, would leave them out) */
-        if (e->is_dir && mkdir(path, 0700) && (errno != EEXIST || lstat(path, &ds) || !S_ISDIR(ds.st_mode))) {
-            fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(path),
-                    errno != EEXIST ? strerror(errno)
-                                    : S_ISLNK(ds.st_mode) ? "a symbolic link where the pack has a directory "
-                                                            "(links inside a packed directory are not followed); "
-                                                            "remove it"
-                                                          : "not a directory; remove it");
+        if (mkdirat(c.lock_fd, e->rel, 0700) &&
+            (errno != EEXIST || fstatat(c.lock_fd, e->rel, &ds, AT_SYMLINK_NOFOLLOW) || !S_ISDIR(ds.st_mode))) {
+            if (!dst_lost(&c))
+                fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(path),
+                        errno != EEXIST ? strerror(errno)
+                                        : S_ISLNK(ds.st_mode) ? "a symbolic link where the pack has a directory "
+                                                                "(links inside a packed directory are not followed); "
+                                                                "remove it"
+                                                              : "not a directory; remove it");
             goto out;
         }
         /* the source directory's mode whatever the umask (the manifest
          * records it from here, and unpack and the mount give it back),
          * writable by the owner for a rerun */
         mode_t want = (e->st.st_mode & 07777) | 0700;
-        int dfd = e->is_dir ? open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
-        if (e->is_dir && (dfd < 0 || fstat(dfd, &ds) || ((ds.st_mode & 07777) != want && fchmod(dfd, want)))) {
-            fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(path), strerror(errno));
+        int dfd = openat(c.lock_fd, e->rel, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dfd < 0 || fstat(dfd, &ds) || ((ds.st_mode & 07777) != want && fchmod(dfd, want))) {
+            if (!dst_lost(&c))
+                fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(path), strerror(errno));
             if (dfd >= 0)
                 close(dfd);
             goto out;
         }
-        if (dfd >= 0)
-            close(dfd);
+        close(dfd);
     }
     if (sync_dst_dirs(&c) || pack_files(&c, n_files))
         goto out;

@@ -64,11 +64,64 @@ int open_dst(pack_ctx *c, int *created)
     return 0;
 }
 
+/* 1 if DST's name no longer leads to the directory this run locked (it was
+ * removed, or renamed and another put there: `rm -rf DST` and a new pack
+ * into DST while this one ran), after saying so once; else 0.  The run
+ * then stops: its files went only to the directory it locked, none into
+ * the one at DST now, and no further source may be deleted, as its packed
+ * copy would not be where the user looks for it. */
+int dst_lost(pack_ctx *c)
+{
+    struct stat mine, now;
+    int e = errno; /* kept for the caller's message */
+    int same = fstat(c->lock_fd, &mine) == 0 && mine.st_nlink > 0 && stat(c->dst, &now) == 0 &&
+               now.st_dev == mine.st_dev && now.st_ino == mine.st_ino;
+    errno = e;
+    if (same)
+        return 0;
+    if (!atomic_exchange(&c->dst_lost_said, 1))
+        fprintf(stderr,
+                "ckptfs pack: %s: removed or replaced while this pack was writing it (the name no longer leads to\n"
+                "  the directory it started in); stopped: nothing was written into the directory there now, and no\n"
+                "  source was deleted since.  Run the command again to pack into %s as it is now.\n",
+                CKU_ESC(c->o->dst), CKU_ESC(c->o->dst));
+    return 1;
+}
+
+/* rel (NULL or "": the directory itself) below the directory open at dfd,
+ * opened for reading as a directory without following a link. */
+DIR *opendir_at(int dfd, const char *rel)
+{
+    int fd = openat(dfd, rel && *rel ? rel : ".", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (fd >= 0 && !d)
+        close(fd);
+    return d;
+}
+
+/* fsync the directory rel below dfd ("" or NULL: dfd itself).  @return 0,
+ * or -1 with errno. */
+int fsync_at(int dfd, const char *rel)
+{
+    if (!rel || !*rel)
+        return fsync(dfd);
+    int fd = openat(dfd, rel, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd), e = errno;
+    close(fd);
+    errno = e;
+    return rc;
+}
+
 /* After a failure: remove DST if this run created it and nothing is in it
- * but the state, else say that what was packed is kept for a rerun. */
+ * but the state, else say that what was packed is kept for a rerun.  A DST
+ * that is no longer this run's is left alone (another run's, maybe). */
 void leave_dst(pack_ctx *c, int created)
 {
-    DIR *d = opendir(c->dst);
+    if (dst_lost(c))
+        return;
+    DIR *d = opendir_at(c->lock_fd, NULL);
     struct dirent *e;
     int only_state = 1;
     while (d && (e = readdir(d)))
@@ -78,39 +131,42 @@ void leave_dst(pack_ctx *c, int created)
     if (d)
         closedir(d);
     if (created && only_state) {
-        char state[PATH_MAX];
-        snprintf(state, sizeof state, "%s/%s", c->dst, STATE_NAME);
-        unlink(state);
-        rmdir(c->dst);
+        unlinkat(c->lock_fd, STATE_NAME, 0);
+        if (!dst_lost(c))
+            rmdir(c->dst);
     } else if (!only_state) {
         fprintf(stderr, "ckptfs pack: %s: kept what was packed so far; run the same command again to resume\n",
                 c->o->dst);
     }
 }
 
-/* Remove temporaries left by an interrupted run. */
-void remove_temps(const char *dir)
+/* Remove temporaries left by an interrupted run, in the directory open at
+ * dfd and below. */
+void remove_temps(int dfd)
 {
-    DIR *d = opendir(dir);
+    DIR *d = opendir_at(dfd, NULL);
     if (!d)
         return;
     struct dirent *e;
     while ((e = readdir(d))) {
-        char p[PATH_MAX];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        if (e->d_type == DT_DIR && strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-            remove_temps(p);
-        else if (has_suffix(e->d_name, TMP_SUFFIX) || !strcmp(e->d_name, "." CKP_MANIFEST_NAME ".tmp"))
-            unlink(p);
+        if (e->d_type == DT_DIR && strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub >= 0) {
+                remove_temps(sub);
+                close(sub);
+            }
+        } else if (has_suffix(e->d_name, TMP_SUFFIX) || !strcmp(e->d_name, "." CKP_MANIFEST_NAME ".tmp")) {
+            unlinkat(dirfd(d), e->d_name, 0);
+        }
     }
     closedir(d);
 }
 
-int scan_dst(const char *root, const char *rel, mf_build *b)
+/* Add the packed files and directories below DST's rel to b (read through
+ * the directory this run locked). */
+int scan_dst(pack_ctx *c, const char *rel, mf_build *b)
 {
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s%s%s", root, *rel ? "/" : "", rel);
-    DIR *d = opendir(dir);
+    DIR *d = opendir_at(c->lock_fd, rel);
     if (!d)
         return -1;
     struct dirent *e;
@@ -120,9 +176,9 @@ int scan_dst(const char *root, const char *rel, mf_build *b)
             continue;
         char r[PATH_MAX], full[PATH_MAX], err[512];
         snprintf(r, sizeof r, "%s%s%s", rel, *rel ? "/" : "", e->d_name);
-        snprintf(full, sizeof full, "%s/%s", root, r);
+        snprintf(full, sizeof full, "%s/%s", c->dst, r);
         struct stat st;
-        if (lstat(full, &st))
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW))
             continue;
         if (S_ISDIR(st.st_mode)) {
             if (b->m.n_dirs == b->cap_dirs) {
@@ -131,15 +187,15 @@ int scan_dst(const char *root, const char *rel, mf_build *b)
             }
             b->m.dirs[b->m.n_dirs].path = strdup(r);
             b->m.dirs[b->m.n_dirs++].mode = st.st_mode & 07777;
-            rc = scan_dst(root, r, b);
+            rc = scan_dst(c, r, b);
         } else if (S_ISREG(st.st_mode) && has_suffix(e->d_name, CKP_SUFFIX)) {
             ckp_reader *rd;
-            r[strlen(r) - strlen(CKP_SUFFIX)] = 0;
-            if (ckp_open_at(root, r, 0, &rd, err, sizeof err) != CKP_OK) {
+            if (ckp_open_in(c->lock_fd, c->dst, r, &rd, err, sizeof err) != CKP_OK) {
                 fprintf(stderr, "ckptfs pack: %s\n", err);
                 rc = -1;
                 break;
             }
+            r[strlen(r) - strlen(CKP_SUFFIX)] = 0;
             const ckp_info *in = ckp_get_info(rd);
             if (strcmp(in->path, r)) {
                 fprintf(stderr, "ckptfs pack: %s: records path \"%s\", expected \"%s\"\n", CKU_ESC(full),
@@ -179,24 +235,29 @@ int write_manifest(pack_ctx *c)
 {
     mf_build b = {0};
     char err[512];
-    int rc = scan_dst(c->dst, "", &b);
-    if (rc == 0 && ckpt_fail("pack", ckm_write(c->dst, &b.m, err, sizeof err), err) != CKPT_EXIT_OK)
+    int rc = dst_lost(c) ? -1 : scan_dst(c, "", &b);
+    ckp_status s = rc == 0 ? ckm_write_at(c->lock_fd, c->dst, &b.m, err, sizeof err) : CKP_OK;
+    if (s != CKP_OK) {
+        if (!dst_lost(c))
+            ckpt_fail("pack", s, err);
         rc = -1;
+    }
     char man[PATH_MAX];
     struct stat st, ds;
     snprintf(man, sizeof man, "%s/%s", c->dst, CKP_MANIFEST_NAME);
     /* readable by whoever can read DST, whatever the umask */
-    int mfd = rc == 0 ? open(man, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    int mfd = rc == 0 ? openat(c->lock_fd, CKP_MANIFEST_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
     if (rc == 0 && (mfd < 0 || fstat(c->lock_fd, &ds) || fchmod(mfd, (ds.st_mode & 0444) | 0200))) {
         fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(man), strerror(errno));
         rc = -1;
     }
+    c->packed_bytes = b.packed + (mfd >= 0 && fstat(mfd, &st) == 0 ? (uint64_t)st.st_size : 0);
     if (mfd >= 0)
         close(mfd);
-    c->packed_bytes = b.packed + (stat(man, &st) ? 0 : (uint64_t)st.st_size);
     c->n_packed = b.m.n_files;
     for (size_t i = 0; i < b.m.n_files; i++)
         c->orig_bytes += b.m.files[i].size;
     mf_free(&b);
-    return rc;
+    /* finished, but where DST's name leads only if it still leads here */
+    return rc || dst_lost(c) ? -1 : 0;
 }

@@ -35,17 +35,19 @@ void *sha_thread(void *arg)
 /* Writing the packed file tmp failed with message why (errno err): name the
  * destination; on a full disk say what is free there (tmp removed), what the files not yet
  * packed need at most, and how to finish. */
-static void write_failed(pack_ctx *c, const char *tmp, const char *why, int err)
+static void write_failed(pack_ctx *c, const char *tmp, int tfd, const char *why, int err)
 {
     struct statvfs sv;
     int full = err == ENOSPC || err == EDQUOT || strstr(why, strerror(ENOSPC)) || strstr(why, strerror(EDQUOT));
-    if (!full || statvfs(c->dst, &sv)) {
+    if (dst_lost(c))
+        return;
+    if (!full || fstatvfs(c->lock_fd, &sv)) {
         fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(tmp), why);
         return;
     }
     /* what is free once this partial file is removed (its caller does) */
     struct stat pt;
-    uint64_t partial = stat(tmp, &pt) == 0 ? (uint64_t)pt.st_blocks * 512 : 0;
+    uint64_t partial = tfd >= 0 && fstat(tfd, &pt) == 0 ? (uint64_t)pt.st_blocks * 512 : 0;
     char free_s[32], need_s[32];
     cku_human((uint64_t)sv.f_bavail * sv.f_frsize + partial, free_s);
     cku_human(atomic_load(&c->left), need_s);
@@ -57,7 +59,7 @@ static void write_failed(pack_ctx *c, const char *tmp, const char *why, int err)
 }
 
 /* Encode src into the writer: header extent + one extent per tensor, or one blob extent. */
-static int write_extents(pack_ctx *c, ckp_writer *w, const char *tmp, const uint8_t *p, uint64_t size,
+static int write_extents(pack_ctx *c, ckp_writer *w, const char *tmp, int tfd, const uint8_t *p, uint64_t size,
                          st_header *h)
 {
     ckp_status s = CKP_OK;
@@ -77,7 +79,7 @@ static int write_extents(pack_ctx *c, ckp_writer *w, const char *tmp, const uint
     if (s != CKP_OK) {
         char why[640];
         snprintf(why, sizeof why, "%s: %s", ckp_status_name(s), ckp_writer_error(w));
-        write_failed(c, tmp, why, 0);
+        write_failed(c, tmp, tfd, why, 0);
     }
     return s == CKP_OK ? 0 : -1;
 }
@@ -165,13 +167,14 @@ static void *sync_thread(void *arg)
 }
 
 /* Open the packed file just written and compare it with the source. */
-static int read_back(const char *tmp, const char *src_path, const uint8_t *p, uint64_t size,
+static int read_back(pack_ctx *c, const char *tmp_name, const char *src_path, const uint8_t *p, uint64_t size,
                      const uint8_t sha[32], int jobs)
 {
     char err[512];
     ckp_reader *r;
-    if (ckp_open(tmp, &r, err, sizeof err) != CKP_OK) {
-        fprintf(stderr, "ckptfs pack: read-back failed: %s\n", err);
+    if (ckp_open_in(c->lock_fd, c->dst, tmp_name, &r, err, sizeof err) != CKP_OK) {
+        if (!dst_lost(c))
+            fprintf(stderr, "ckptfs pack: read-back failed: %s\n", err);
         return -1;
     }
     int rc = compare_with_source(r, src_path, p, size, sha, jobs);
@@ -179,9 +182,10 @@ static int read_back(const char *tmp, const char *src_path, const uint8_t *p, ui
     return rc;
 }
 
-/* The temporary name of a packed file: ".<base>.ckpt.tmp" beside it, or
- * where that is over NAME_MAX, ".ckptfs-<hash of base>.ckpt.tmp". */
-void tmp_path(char *out, size_t cap, const char *dst, const char *rel)
+/* The temporary name of a packed file, relative to DST: ".<base>.ckpt.tmp"
+ * beside it, or where that is over NAME_MAX, ".ckptfs-<hash of
+ * base>.ckpt.tmp". */
+void tmp_rel(char *out, size_t cap, const char *rel)
 {
     const char *slash = strrchr(rel, '/'), *base = slash ? slash + 1 : rel;
     int dir_len = slash ? (int)(slash - rel) : 0;
@@ -191,7 +195,7 @@ void tmp_path(char *out, size_t cap, const char *dst, const char *rel)
     else
         snprintf(name, sizeof name, ".ckptfs-%016llx" TMP_SUFFIX,
                  (unsigned long long)ckc_hash64(base, strlen(base)));
-    snprintf(out, cap, "%s/%.*s%s%s", dst, dir_len, rel, slash ? "/" : "", name);
+    snprintf(out, cap, "%.*s%s%s", dir_len, rel, slash ? "/" : "", name);
 }
 
 /* The private name a source file has while it is being deleted
@@ -222,10 +226,23 @@ int restore_aside(const char *dir, const char *base)
     return put;
 }
 
+/* 1 if the packed copy of a source (identity packed) is at DST's final_rel
+ * where DST's name leads now: what delete_source requires last. */
+static int packed_copy_there(pack_ctx *c, const char *final_rel, const struct stat *packed)
+{
+    char p[PATH_MAX];
+    struct stat st;
+    join_path(p, sizeof p, c->dst, final_rel, "");
+    return !dst_lost(c) && lstat(p, &st) == 0 && st.st_dev == packed->st_dev && st.st_ino == packed->st_ino;
+}
+
 /* Delete the source file that was read (identity `read`: device, inode,
  * size, mtime; sm: its map, with the read lease taken for this) and no
  * other, unless a process opened it for writing meanwhile (the lease was
- * broken: writes through a shared mapping change neither size nor mtime).  Checking the name and then unlinking it would
+ * broken: writes through a shared mapping change neither size nor mtime),
+ * or its packed copy (identity packed, at DST's final_rel) is not where
+ * DST's name leads now (DST removed or replaced while the run went on).
+ * Checking the name and then unlinking it would
  * leave a window in which a file renamed over the name is deleted instead;
  * so the name is first renamed to a private one beside it (atomic: what is
  * moved is what the name held at that instant, and a file put at the name
@@ -238,7 +255,8 @@ int restore_aside(const char *dir, const char *base)
  * run puts back (restore_aside); and for a name too long for a private
  * one (over NAME_MAX - 17 bytes) the check and the unlink are two system
  * calls on the directory's descriptor, the window of before. */
-static int delete_source(pack_ctx *c, const char *src_path, const struct stat *read, const cks_map *sm)
+static int delete_source(pack_ctx *c, const char *src_path, const struct stat *read, const cks_map *sm,
+                         const char *final_rel, const struct stat *packed)
 {
     char dir[PATH_MAX], aside[NAME_MAX + 1];
     snprintf(dir, sizeof dir, "%s", src_path);
@@ -254,14 +272,19 @@ static int delete_source(pack_ctx *c, const char *src_path, const struct stat *r
     if (dfd < 0 || (*aside && renameat2(dfd, base, dfd, aside, RENAME_NOREPLACE)))
         goto fail;
     cku_fault_point(); /* the kill sweep's step: the source under its private name */
+    int there = 1;
     const char *why = fstatat(dfd, victim, &now, AT_SYMLINK_NOFOLLOW) == 0 && !cks_same_file(&now, read)
                           ? "it was replaced or changed while it was being packed"
                       : !cks_map_lease_kept(sm) ? "a process opened it for writing while it was being packed"
-                                                : NULL;
+                      : !(there = packed_copy_there(c, final_rel, packed)) ? "its packed copy is not in DST as DST is now"
+                                                                             : NULL;
     if (why) {
         if (*aside && renameat2(dfd, aside, dfd, base, RENAME_NOREPLACE))
             fprintf(stderr, "ckptfs pack: %s: not deleted: %s, and another file took its name since; it is kept "
                     "as %s/%s\n", CKU_ESC(src_path), why, CKU_ESC(dir), CKU_ESC(aside));
+        else if (!there)
+            fprintf(stderr, "ckptfs pack: %s: not deleted: its packed copy is no longer at %s/%s\n",
+                    CKU_ESC(src_path), CKU_ESC(c->dst), CKU_ESC(final_rel));
         else
             fprintf(stderr, "ckptfs pack: %s: not deleted: %s (its packed copy holds what was read); run the same "
                     "command again to pack it\n", CKU_ESC(src_path), why);
@@ -286,11 +309,12 @@ fail:
 }
 
 /* Encode the source p[0..size) of e (h: its safetensors header, or NULL
- * for a blob) into the new temporary packed file tmp, its SHA-256 (in sj)
- * computed in a thread meanwhile.  @return the temporary's descriptor, or -1
- * after saying why, with nothing left at tmp. */
-static int write_packed(pack_ctx *c, const src_entry *e, const char *tmp, const uint8_t *p, uint64_t size,
-                        st_header *h, sha_job *sj)
+ * for a blob) into the new temporary packed file tmp_name below DST (tmp:
+ * its path, for messages), its SHA-256 (in sj) computed in a thread
+ * meanwhile.  @return the temporary's descriptor, or -1 after saying why,
+ * with nothing left at tmp. */
+static int write_packed(pack_ctx *c, const src_entry *e, const char *tmp, const char *tmp_name, const uint8_t *p,
+                        uint64_t size, st_header *h, sha_job *sj)
 {
     ckp_writer *w = NULL;
     pthread_t sha_th;
@@ -299,7 +323,10 @@ static int write_packed(pack_ctx *c, const src_entry *e, const char *tmp, const 
     int sha_started = pthread_create(&sha_th, NULL, sha_thread, sj) == 0, ok = 0;
     if (!sha_started)
         sha_thread(sj);
-    int tfd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    /* O_EXCL: a new file of this run's, 0600 until it has the source's mode
+     * (never through a link, never another file's inode); remove_temps took
+     * away an interrupted run's */
+    int tfd = openat(c->lock_fd, tmp_name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     cku_fault_point(); /* a kill test's step: the temporary exists, the source is being read */
     if (tfd >= 0 && fchmod(tfd, (e->st.st_mode & 0777) | 0400)) { /* the source's mode, whatever the umask */
         fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(tmp), strerror(errno));
@@ -308,17 +335,19 @@ static int write_packed(pack_ctx *c, const src_entry *e, const char *tmp, const 
     ckp_writer_opts wo = {.path = e->rel, .kind = h ? CKP_KIND_SAFETENSORS : CKP_KIND_BLOB,
                           .mode = e->st.st_mode & 07777, .mtime_ns = mtime_ns(&e->st), .jobs = c->jobs_each};
     if (tfd < 0 || ckp_writer_new(tfd, &wo, &w) != CKP_OK) {
-        fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(tmp), tfd < 0 ? strerror(errno) : "cannot start writer");
+        int err = errno;
+        if (tfd >= 0 || !dst_lost(c))
+            fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(tmp), tfd >= 0 ? "cannot start writer" : strerror(err));
         goto out;
     }
-    if (write_extents(c, w, tmp, p, size, h))
+    if (write_extents(c, w, tmp, tfd, p, size, h))
         goto out;
     if (sha_started)
         pthread_join(sha_th, NULL);
     sha_started = 0;
     if (ckp_writer_finish(w, sj->sha) != CKP_OK) {
         int err = errno;
-        write_failed(c, tmp, *ckp_writer_error(w) ? ckp_writer_error(w) : strerror(err), err);
+        write_failed(c, tmp, tfd, *ckp_writer_error(w) ? ckp_writer_error(w) : strerror(err), err);
         goto out;
     }
     ok = 1;
@@ -327,18 +356,19 @@ out:
         pthread_join(sha_th, NULL);
     ckp_writer_free(w);
     if (!ok && tfd >= 0) {
-        unlink(tmp);
+        unlinkat(c->lock_fd, tmp_name, 0);
         close(tfd);
         tfd = -1;
     }
     return tfd;
 }
 
-/* fsync the temporary packed file tmp (descriptor tfd) while it is read back
- * and compared with the source (sm, of e, with SHA-256 sha), which must not
- * have changed meanwhile.  @return 0, or -1 after saying why. */
+/* fsync the temporary packed file tmp_name (descriptor tfd; tmp: its path)
+ * while it is read back and compared with the source (sm, of e, with SHA-256
+ * sha), which must not have changed meanwhile.  @return 0, or -1 after
+ * saying why. */
 static int sync_and_read_back(pack_ctx *c, int tfd, const cks_map *sm, const src_entry *e, const char *tmp,
-                              const char *src_path, const uint8_t sha[32])
+                              const char *tmp_name, const char *src_path, const uint8_t sha[32])
 {
     sync_job sy = {.fd = tfd};
     pthread_t sync_th;
@@ -347,7 +377,7 @@ static int sync_and_read_back(pack_ctx *c, int tfd, const cks_map *sm, const src
         sync_thread(&sy);
     struct stat now;
     int changed = fstat(sm->fd, &now) || !cks_same_file(&now, &e->st) || cks_map_truncated(sm);
-    int bad = changed || read_back(tmp, src_path, sm->p, sm->size, sha, c->jobs_each);
+    int bad = changed || read_back(c, tmp_name, src_path, sm->p, sm->size, sha, c->jobs_each);
     if (sync_started)
         pthread_join(sync_th, NULL);
     uint64_t at;
@@ -358,20 +388,27 @@ static int sync_and_read_back(pack_ctx *c, int tfd, const cks_map *sm, const src
     else if (changed)
         fprintf(stderr, "ckptfs pack: %s: source changed while it was being packed\n", CKU_ESC(src_path));
     if (sy.err)
-        write_failed(c, tmp, strerror(sy.err), sy.err);
+        write_failed(c, tmp, tfd, strerror(sy.err), sy.err);
     return bad || sy.err ? -1 : 0;
 }
 
-/* Rename tmp to final and fsync their directory.  @return 0, or -1 after
- * saying why. */
-static int put_in_place(const char *tmp, const char *final)
+/* Rename DST's tmp_name to final_rel (e's packed file) and fsync their
+ * directory, if DST's name still leads to this run's DST.  @return 0, or -1
+ * after saying why. */
+static int put_in_place(pack_ctx *c, const char *tmp_name, const char *final_rel)
 {
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", final);
-    *strrchr(dir, '/') = 0;
+    char final[PATH_MAX], dir[PATH_MAX];
+    join_path(final, sizeof final, c->dst, final_rel, "");
+    snprintf(dir, sizeof dir, "%s", final_rel);
+    char *slash = strrchr(dir, '/');
+    *(slash ? slash : dir) = 0;
+    if (dst_lost(c))
+        return -1;
     cku_fault_point();
-    if (rename(tmp, final) || cku_fsync_dir(dir)) {
-        fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(final), strerror(errno));
+    int rc = renameat(c->lock_fd, tmp_name, c->lock_fd, final_rel);
+    if (rc || (cku_fault_point(), fsync_at(c->lock_fd, dir))) {
+        if (!dst_lost(c))
+            fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(final), strerror(errno));
         return -1;
     }
     return 0;
@@ -395,15 +432,17 @@ static int lease_for_delete(cks_map *sm, const char *src_path)
  * equal, renamed into place, then (--delete-source) the source deleted. */
 static int pack_file(pack_ctx *c, const src_entry *e)
 {
-    char src_path[PATH_MAX], final[PATH_MAX], tmp[PATH_MAX];
+    char src_path[PATH_MAX], final_rel[PATH_MAX], tmp_name[PATH_MAX], tmp[PATH_MAX];
     join_path(src_path, sizeof src_path, c->src_root, e->rel, "");
-    join_path(final, sizeof final, c->dst, e->rel, CKP_SUFFIX);
-    tmp_path(tmp, sizeof tmp, c->dst, e->rel);
+    snprintf(final_rel, sizeof final_rel, "%s%s", e->rel, CKP_SUFFIX);
+    tmp_rel(tmp_name, sizeof tmp_name, e->rel);
+    join_path(tmp, sizeof tmp, c->dst, tmp_name, "");
     int tfd = -1, rc = -1;
     cks_map sm;
     st_header *h = NULL;
     sha_job sj = {0};
     char why[512];
+    struct stat packed;
     if (cks_map_open(src_path, &sm, why, sizeof why)) {
         fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(src_path), why);
         goto out;
@@ -417,15 +456,16 @@ static int pack_file(pack_ctx *c, const src_entry *e)
         goto out;
     if (has_suffix(e->rel, ".safetensors") && !(h = check_safetensors(src_path, sm.p, sm.size)))
         goto out;
-    if ((tfd = write_packed(c, e, tmp, sm.p, sm.size, h, &sj)) < 0 ||
-        sync_and_read_back(c, tfd, &sm, e, tmp, src_path, sj.sha) || put_in_place(tmp, final))
+    if ((tfd = write_packed(c, e, tmp, tmp_name, sm.p, sm.size, h, &sj)) < 0 ||
+        sync_and_read_back(c, tfd, &sm, e, tmp, tmp_name, src_path, sj.sha) || fstat(tfd, &packed) ||
+        put_in_place(c, tmp_name, final_rel))
         goto out;
     rc = 0;
     if (c->o->delete_source)
-        rc = delete_source(c, src_path, &e->st, &sm);
+        rc = delete_source(c, src_path, &e->st, &sm, final_rel, &packed);
 out:
     if (rc && tfd >= 0)
-        unlink(tmp);
+        unlinkat(c->lock_fd, tmp_name, 0);
     if (tfd >= 0)
         close(tfd);
     st_free(h);
@@ -436,16 +476,19 @@ out:
 /* Is the packed file for e already complete and made from this source? */
 static int already_packed(pack_ctx *c, const src_entry *e)
 {
-    char final[PATH_MAX], err[512];
-    join_path(final, sizeof final, c->dst, e->rel, CKP_SUFFIX);
+    char final_rel[PATH_MAX], err[512];
+    snprintf(final_rel, sizeof final_rel, "%s%s", e->rel, CKP_SUFFIX);
     ckp_reader *r;
-    /* ckp_open_at: a link in DST (to a valid pack elsewhere) is not "already
-     * packed", else the source was deleted and DST held only the link */
-    if (access(final, F_OK) || ckp_open_at(c->dst, e->rel, 0, &r, err, sizeof err) != CKP_OK)
+    struct stat packed;
+    /* no link followed below DST: a link in DST (to a valid pack elsewhere)
+     * is not "already packed", else the source was deleted and DST held
+     * only the link */
+    if (fstatat(c->lock_fd, final_rel, &packed, AT_SYMLINK_NOFOLLOW) ||
+        ckp_open_in(c->lock_fd, c->dst, final_rel, &r, err, sizeof err) != CKP_OK)
         return 0;
     const ckp_info *in = ckp_get_info(r);
     int same = in->original_size == (uint64_t)e->st.st_size && in->mtime_ns == mtime_ns(&e->st) &&
-               !strcmp(in->path, e->rel);
+               !strcmp(in->path, e->rel) && fstat(ckp_fd(r), &packed) == 0;
     if (!same || !c->o->delete_source) {
         ckp_close(r);
         return same;
@@ -468,7 +511,7 @@ static int already_packed(pack_ctx *c, const src_entry *e)
                 !cks_map_truncated(&sm);
     }
     ckp_close(r);
-    int deleted = equal && delete_source(c, src_path, &e->st, &sm) == 0;
+    int deleted = equal && delete_source(c, src_path, &e->st, &sm, final_rel, &packed) == 0;
     cks_map_close(&sm);
     return deleted ? 2 : 0;
 }

@@ -13,6 +13,7 @@
 #include "safetensors.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <limits.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -41,7 +42,12 @@ typedef struct {
     int single_file;          /* SRC was one file */
     char dst[PATH_MAX];       /* resolved: absolute, no symbolic links */
     int src_missing;          /* SRC is gone (a rerun after a finished single-file --delete-source) */
-    int lock_fd;              /* DST opened and flock'ed for the run, or -1 */
+    int lock_fd;              /* DST opened and flock'ed for the run, or -1: every
+                               * file of DST is made, renamed and removed through
+                               * it (the *at calls), so a run whose DST was
+                               * removed or replaced writes nothing into the
+                               * directory at that name now (dst_lost) */
+    atomic_int dst_lost_said; /* dst_lost said so once */
     src_list list;
     cku_progress *progress;
     int jobs_each;            /* encoder / read-back threads per file in flight */
@@ -96,7 +102,7 @@ int check_names(const pack_ctx *c);
 
 /* pack_file.c */
 void *sha_thread(void *arg);
-void tmp_path(char *out, size_t cap, const char *dst, const char *rel);
+void tmp_rel(char *out, size_t cap, const char *rel);
 int restore_aside(const char *dir, const char *base);
 int pack_files(pack_ctx *c, size_t n_files);
 
@@ -105,9 +111,12 @@ int prepare_dst(pack_ctx *c, const char *src_real);
 
 /* pack_dst.c */
 int open_dst(pack_ctx *c, int *created);
+int dst_lost(pack_ctx *c);
+DIR *opendir_at(int dfd, const char *rel);
+int fsync_at(int dfd, const char *rel);
 void leave_dst(pack_ctx *c, int created);
-void remove_temps(const char *dir);
-int scan_dst(const char *root, const char *rel, mf_build *b);
+void remove_temps(int dfd);
+int scan_dst(pack_ctx *c, const char *rel, mf_build *b);
 void mf_free(mf_build *b);
 int write_manifest(pack_ctx *c);
 

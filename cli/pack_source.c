@@ -341,7 +341,7 @@ int check_names(const pack_ctx *c)
         const char *base = strrchr(e->rel, '/') ? strrchr(e->rel, '/') + 1 : e->rel;
         char packed[PATH_MAX], tmp[PATH_MAX];
         snprintf(packed, sizeof packed, "%s%s", e->rel, CKP_SUFFIX);
-        tmp_path(tmp, sizeof tmp, "", e->rel);
+        tmp_rel(tmp, sizeof tmp, e->rel);
         const char *why = NULL;
         if (!ckp_path_ok(e->rel))
             why = "this path cannot be stored in a pack";
@@ -349,7 +349,7 @@ int check_names(const pack_ctx *c)
             why = "name too long: the packed file's name (with " CKP_SUFFIX ") would be over 255 bytes";
         else if (base == e->rel && reserved_name(e->rel))
             why = "this name is reserved for ckptfs";
-        else if (!e->is_dir && (list_has_dir(c, packed) || list_has_dir(c, tmp + 1)))
+        else if (!e->is_dir && (list_has_dir(c, packed) || list_has_dir(c, tmp)))
             why = "its packed name is also the name of a directory in the source";
         if (why) {
             char esc[PATH_MAX];

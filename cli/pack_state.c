@@ -34,9 +34,7 @@ static const char *enc_name(uint32_t enc) { return enc == CKC_ENC_K15 ? "k15" : 
 
 static cJSON *read_state(pack_ctx *c)
 {
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", c->dst, STATE_NAME);
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = openat(c->lock_fd, STATE_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     struct stat st;
     char *buf = NULL;
     cJSON *o = NULL;
@@ -54,8 +52,8 @@ static cJSON *read_state(pack_ctx *c)
 static int held_by_dst(pack_ctx *c, const char *rel)
 {
     char p[PATH_MAX];
-    join_path(p, sizeof p, c->dst, rel, CKP_SUFFIX);
-    return access(p, F_OK) == 0;
+    snprintf(p, sizeof p, "%s%s", rel, CKP_SUFFIX);
+    return faccessat(c->lock_fd, p, F_OK, 0) == 0;
 }
 
 static cJSON *file_item(const char *rel, uint64_t size, int64_t mtime)
@@ -124,9 +122,9 @@ static int walk_recorded(pack_ctx *c, const cJSON *rec, cJSON *out, char *why, s
 /* Write DST/ckptfs.state for this run; old: the state found (or NULL). */
 static int write_state(pack_ctx *c, const char *src_real, const cJSON *old)
 {
-    char path[PATH_MAX], tmp[PATH_MAX], why[64];
+    char path[PATH_MAX], why[64];
+    const char *tmp = "." STATE_NAME ".tmp";
     snprintf(path, sizeof path, "%s/%s", c->dst, STATE_NAME);
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", c->dst, STATE_NAME);
     cJSON *o = cJSON_CreateObject(), *files = cJSON_CreateArray();
     cJSON_AddStringToObject(o, "source", src_real);
     cJSON_AddStringToObject(o, "format", enc_name(c->o->encoding));
@@ -136,11 +134,13 @@ static int write_state(pack_ctx *c, const char *src_real, const cJSON *old)
     cJSON_AddItemToObject(o, "files", files);
     char *txt = cJSON_Print(o);
     cJSON_Delete(o);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600), rc = -1;
+    unlinkat(c->lock_fd, tmp, 0); /* O_EXCL: never written through a link */
+    int fd = openat(c->lock_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600), rc = -1;
     if (txt && fd >= 0 && !cku_pwrite_full(fd, txt, strlen(txt), 0) && (cku_fault_point(), !fsync(fd)) &&
-        (cku_fault_point(), !rename(tmp, path)) && !cku_fsync_dir(c->dst))
+        (cku_fault_point(), !renameat(c->lock_fd, tmp, c->lock_fd, STATE_NAME)) &&
+        (cku_fault_point(), !fsync(c->lock_fd)))
         rc = 0;
-    if (rc)
+    if (rc && !dst_lost(c))
         fprintf(stderr, "ckptfs pack: %s: %s\n", path, strerror(errno));
     if (fd >= 0)
         close(fd);
@@ -165,24 +165,25 @@ static int state_matches(pack_ctx *c, const cJSON *st, const char *src_real, cha
     return walk_recorded(c, cJSON_GetObjectItemCaseSensitive(st, "files"), NULL, why + n + 5, cap - n - 5);
 }
 
-/* 1 if p (lstat st) is a packed file, even a damaged one or of a newer
- * version: a .ckpt that is not (a PyTorch Lightning checkpoint is named
- * so) was put there by someone else. */
-static int is_packed_file(const char *p, const struct stat *st)
+/* 1 if name in the directory open at dfd (lstat st) is a packed file, even
+ * a damaged one or of a newer version: a .ckpt that is not (a PyTorch
+ * Lightning checkpoint is named so) was put there by someone else. */
+static int is_packed_file(int dfd, const char *name, const struct stat *st)
 {
     ckp_reader *r;
     char err[512];
-    ckp_status s = S_ISREG(st->st_mode) ? ckp_open(p, &r, err, sizeof err) : CKP_ERR_FORMAT;
+    ckp_status s = S_ISREG(st->st_mode) ? ckp_open_in(dfd, ".", name, &r, err, sizeof err) : CKP_ERR_FORMAT;
     if (s == CKP_OK)
         ckp_close(r);
     return s == CKP_OK || s == CKP_ERR_VERSION || s == CKP_ERR_CORRUPT || s == CKP_ERR_CHUNK;
 }
 
-/* Remove what a packed directory holds (for --force): packed files, the
- * manifest, the state, temporaries, and directories left empty. */
-static int clear_dst(const char *dir, int top)
+/* Remove what a packed directory holds (for --force), in the directory
+ * open at dfd: packed files, the manifest, the state, temporaries, and
+ * directories left empty. */
+static int clear_dst(int dfd, int top)
 {
-    DIR *d = opendir(dir);
+    DIR *d = opendir_at(dfd, NULL);
     if (!d)
         return -1;
     struct dirent *e;
@@ -190,20 +191,21 @@ static int clear_dst(const char *dir, int top)
     while ((e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
             continue;
-        char p[PATH_MAX];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
         struct stat st;
-        if (lstat(p, &st))
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW))
             continue;
         if (S_ISDIR(st.st_mode)) {
-            if (clear_dst(p, 0) == 0)
-                rmdir(p);
+            int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub >= 0 && clear_dst(sub, 0) == 0)
+                unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR);
             else
                 rc = -1; /* what it kept is not ours: say so */
-        } else if ((has_suffix(e->d_name, CKP_SUFFIX) && is_packed_file(p, &st)) ||
+            if (sub >= 0)
+                close(sub);
+        } else if ((has_suffix(e->d_name, CKP_SUFFIX) && is_packed_file(dirfd(d), e->d_name, &st)) ||
                    has_suffix(e->d_name, TMP_SUFFIX) ||
                    (top && (!strcmp(e->d_name, CKP_MANIFEST_NAME) || !strcmp(e->d_name, STATE_NAME)))) {
-            if (unlink(p))
+            if (unlinkat(dirfd(d), e->d_name, 0))
                 rc = -1;
         } else {
             rc = -1;
@@ -215,9 +217,9 @@ static int clear_dst(const char *dir, int top)
 
 /* Empty, or holding only the temporary of a first write_state that was
  * interrupted (a kill right after DST was created must not block the rerun). */
-static int dir_is_empty(const char *dir)
+static int dir_is_empty(int dfd)
 {
-    DIR *d = opendir(dir);
+    DIR *d = opendir_at(dfd, NULL);
     if (!d)
         return 0;
     struct dirent *e;
@@ -240,7 +242,7 @@ static int force_loses_nothing(pack_ctx *c, const cJSON *st)
     if (cJSON_IsFalse(del))
         return 0;
     mf_build b = {0};
-    int rc = scan_dst(c->dst, "", &b);
+    int rc = scan_dst(c, "", &b);
     for (size_t i = 0; rc == 0 && i < b.m.n_files; i++) {
         const ckm_file *f = &b.m.files[i];
         src_entry key = {.rel = f->path};
@@ -275,7 +277,7 @@ static int force_loses_nothing(pack_ctx *c, const cJSON *st)
  * (with --force) cleared. */
 int prepare_dst(pack_ctx *c, const char *src_real)
 {
-    if (dir_is_empty(c->dst) && !c->src_missing)
+    if (dir_is_empty(c->lock_fd) && !c->src_missing)
         return write_state(c, src_real, NULL);
     cJSON *st = read_state(c);
     char why[PATH_MAX + 256];
@@ -288,9 +290,7 @@ int prepare_dst(pack_ctx *c, const char *src_real)
         fprintf(stderr, "ckptfs pack: %s: %s\n", c->o->src, strerror(ENOENT));
         goto out;
     }
-    char man[PATH_MAX];
-    snprintf(man, sizeof man, "%s/%s", c->dst, CKP_MANIFEST_NAME);
-    int is_pack = m == 0 || access(man, F_OK) == 0;
+    int is_pack = m == 0 || faccessat(c->lock_fd, CKP_MANIFEST_NAME, F_OK, 0) == 0;
     if (!is_pack) { /* --force or not: never clear what ckptfs did not write */
         fprintf(stderr,
                 "ckptfs pack: %s: exists, is not empty and is not a packed directory; pack into a new or empty\n"
@@ -305,7 +305,7 @@ int prepare_dst(pack_ctx *c, const char *src_real)
     }
     if (force_loses_nothing(c, st))
         goto out;
-    if (clear_dst(c->dst, 1)) {
+    if (clear_dst(c->lock_fd, 1)) {
         fprintf(stderr,
                 "ckptfs pack: %s: refusing to overwrite: it holds files that ckptfs did not write (kept; the\n"
                 "  packed files of the earlier pack were removed); move them away, or pack into a new directory\n",

@@ -133,6 +133,12 @@ ckp_status ckp_open_ex(const char *path, unsigned flags, ckp_reader **out, char 
  * also open nothing but a regular file. */
 ckp_status ckp_open_at(const char *dir, const char *rel, unsigned flags, ckp_reader **out, char *err,
                        size_t errCapacity);
+/* ckp_open of DIR/REL exactly (no suffix added), DIR being the directory
+ * open at dirfd (which stays open) and named dir in messages; no link below
+ * it is followed, as ckp_open_at.  How `ckptfs pack` reads the packed files
+ * of the directory it writes, wherever that directory's name now leads. */
+ckp_status ckp_open_in(int dirfd, const char *dir, const char *rel, ckp_reader **out, char *err,
+                       size_t errCapacity);
 /* 1 if reads of r go through a mapping (ckp_open_ex with CKP_OPEN_MMAP). */
 int ckp_is_mapped(const ckp_reader *r);
 /* Hint that chunks c0..c1-1 of extent e will be read soon: start reading

@@ -381,7 +381,7 @@ const char *ckp_check(const ckp_reader *r)
     return NULL;
 }
 
-static ckp_status open_reader(const char *root, const char *rel, const char *path, unsigned flags,
+static ckp_status open_reader(int rootfd, const char *root, const char *rel, const char *path, unsigned flags,
                               ckp_reader **out, char *err, size_t cap);
 
 ckp_status ckp_open(const char *path, ckp_reader **out, char *err, size_t cap)
@@ -391,7 +391,7 @@ ckp_status ckp_open(const char *path, ckp_reader **out, char *err, size_t cap)
 
 ckp_status ckp_open_ex(const char *path, unsigned flags, ckp_reader **out, char *err, size_t cap)
 {
-    return open_reader(NULL, path, path, flags, out, err, cap);
+    return open_reader(-1, NULL, path, path, flags, out, err, cap);
 }
 
 ckp_status ckp_open_at(const char *dir, const char *rel, unsigned flags, ckp_reader **out, char *err, size_t cap)
@@ -402,15 +402,27 @@ ckp_status ckp_open_at(const char *dir, const char *rel, unsigned flags, ckp_rea
         free(name);
         return rerr(err, cap, rel, CKP_ERR_NOMEM, "out of memory");
     }
-    ckp_status s = open_reader(dir, name, path, flags, out, err, cap);
+    ckp_status s = open_reader(-1, dir, name, path, flags, out, err, cap);
     free(name);
     free(path);
     return s;
 }
 
+ckp_status ckp_open_in(int dirfd, const char *dir, const char *rel, ckp_reader **out, char *err, size_t cap)
+{
+    char *path = NULL;
+    *out = NULL;
+    if (asprintf(&path, "%s/%s", dir, rel) < 0)
+        return rerr(err, cap, rel, CKP_ERR_NOMEM, "out of memory");
+    ckp_status s = open_reader(dirfd, NULL, rel, path, 0, out, err, cap);
+    free(path);
+    return s;
+}
+
 /* Open root/rel (path: the two joined, for messages; root NULL: rel is the
- * path) with cku_open_regular, then read and validate it. */
-static ckp_status open_reader(const char *root, const char *rel, const char *path, unsigned flags,
+ * path, or with rootfd >= 0 below the directory open there) with
+ * cku_open_regular, then read and validate it. */
+static ckp_status open_reader(int rootfd, const char *root, const char *rel, const char *path, unsigned flags,
                               ckp_reader **out, char *err, size_t cap)
 {
     *out = NULL;
@@ -423,7 +435,8 @@ static ckp_status open_reader(const char *root, const char *rel, const char *pat
     struct stat st;
     ckp_status s;
     char why[512];
-    r->fd = cku_open_regular(root, rel, &st, why, sizeof why);
+    r->fd = rootfd >= 0 ? cku_open_regular_at(rootfd, rel, &st, why, sizeof why)
+                        : cku_open_regular(root, rel, &st, why, sizeof why);
     if (r->fd < 0) {
         s = rerr(err, cap, path, errno == ENOMEM ? CKP_ERR_NOMEM : cku_open_refused(errno) ? CKP_ERR_FORMAT : CKP_ERR_IO,
                  "%s", why);

@@ -405,6 +405,16 @@ static cJSON *file_json(const ckm_file *f)
 
 ckp_status ckm_write(const char *dst, ckm_manifest *m, char *err, size_t cap)
 {
+    int dfd = open(dst, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return merr(err, cap, CKP_ERR_IO, "%s: %s", dst, strerror(errno));
+    ckp_status st = ckm_write_at(dfd, dst, m, err, cap);
+    close(dfd);
+    return st;
+}
+
+ckp_status ckm_write_at(int dfd, const char *dst, ckm_manifest *m, char *err, size_t cap)
+{
     if (m->n_files)
         qsort(m->files, m->n_files, sizeof *m->files, cmp_file);
     if (m->n_dirs)
@@ -427,20 +437,22 @@ ckp_status ckm_write(const char *dst, ckm_manifest *m, char *err, size_t cap)
         return merr(err, cap, CKP_ERR_NOMEM, "%s: out of memory", dst);
     size_t jl = strlen(json);
     char head[64], tmp[4096], final[4096];
+    const char *tmp_name = "." CKP_MANIFEST_NAME ".tmp", *final_name = CKP_MANIFEST_NAME;
     snprintf(head, sizeof head, "%s%016llx\n", MANIFEST_MAGIC, (unsigned long long)ckc_hash64(json, jl));
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dst, CKP_MANIFEST_NAME);
-    snprintf(final, sizeof final, "%s/%s", dst, CKP_MANIFEST_NAME);
+    snprintf(tmp, sizeof tmp, "%s/%s", dst, tmp_name);
+    snprintf(final, sizeof final, "%s/%s", dst, final_name);
     ckp_status st = CKP_OK;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    unlinkat(dfd, tmp_name, 0); /* O_EXCL below: never written through a link or into another file's inode */
+    int fd = openat(dfd, tmp_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0 || cku_pwrite_full(fd, head, strlen(head), 0) ||
         cku_pwrite_full(fd, json, jl, strlen(head)) || (cku_fault_point(), fsync(fd)))
         st = merr(err, cap, CKP_ERR_IO, "%s: %s", tmp, strerror(errno));
-    else if ((cku_fault_point(), rename(tmp, final)) || cku_fsync_dir(dst))
+    else if ((cku_fault_point(), renameat(dfd, tmp_name, dfd, final_name)) || (cku_fault_point(), fsync(dfd)))
         st = merr(err, cap, CKP_ERR_IO, "%s: %s", final, strerror(errno));
     if (fd >= 0)
         close(fd);
-    if (st != CKP_OK)
-        unlink(tmp);
+    if (st != CKP_OK && fd >= 0)
+        unlinkat(dfd, tmp_name, 0);
     free(json);
     return st;
 }

@@ -79,6 +79,9 @@ ckp_status ckm_load(const char *dst_dir, ckm_manifest **out, char *err, size_t e
  * fsync, rename, fsync of the directory).  @return CKP_OK, CKP_ERR_IO (the
  * file named in err with errno's text) or CKP_ERR_NOMEM. */
 ckp_status ckm_write(const char *dst_dir, ckm_manifest *m, char *err, size_t errCapacity);
+/* ckm_write into the directory open at dfd (named dst_dir in messages),
+ * wherever its name now leads. */
+ckp_status ckm_write_at(int dfd, const char *dst_dir, ckm_manifest *m, char *err, size_t errCapacity);
 
 void ckm_free(ckm_manifest *m);
 

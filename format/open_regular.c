@@ -90,22 +90,16 @@ static int open_component(int dfd, const char *name, const char *rel, const char
     return fd;
 }
 
-/* Walk rel below root one component at a time, following no link.
- * @return the regular file's descriptor (still O_NONBLOCK), or -1 with errno
- * and err. */
-static int walk(const char *root, const char *rel, struct stat *st, char *err, size_t cap)
+/* Walk rel below the directory open at rootfd one component at a time,
+ * following no link.  @return the regular file's descriptor (still
+ * O_NONBLOCK), or -1 with errno and err. */
+static int walk_from(int rootfd, const char *rel, struct stat *st, char *err, size_t cap)
 {
-    int dfd = -1, fd = -1, e = 0;
+    int dfd = rootfd, fd = -1, e = 0;
     char *buf = strdup(rel);
     if (!buf) {
         e = ENOMEM;
         cku_errf(err, cap, -1, "out of memory");
-        goto out;
-    }
-    /* the directory the user named: links on the way to it are theirs */
-    if ((dfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-        e = errno;
-        cku_errf(err, cap, -1, "%s: %s", root, strerror(e));
         goto out;
     }
     for (char *name = buf, *slash; fd < 0; name = slash ? slash + 1 : name) { /* NULL + 1 is undefined */
@@ -118,16 +112,54 @@ static int walk(const char *root, const char *rel, struct stat *st, char *err, s
             e = errno;
             goto out;
         }
-        close(dfd);
-        dfd = slash ? next : -1;
+        if (dfd != rootfd)
+            close(dfd);
+        dfd = slash ? next : rootfd;
         fd = slash ? -1 : next;
     }
 out:
-    if (dfd >= 0)
+    if (dfd != rootfd)
         close(dfd);
     free(buf);
     errno = e;
     return fd;
+}
+
+/* walk_from the directory the user named: links on the way to it are theirs. */
+static int walk(const char *root, const char *rel, struct stat *st, char *err, size_t cap)
+{
+    int rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (rootfd < 0) {
+        int e = errno;
+        cku_errf(err, cap, -1, "%s: %s", root, strerror(e));
+        errno = e;
+        return -1;
+    }
+    int fd = walk_from(rootfd, rel, st, err, cap), e = errno;
+    close(rootfd);
+    errno = e;
+    return fd;
+}
+
+/* The descriptor fd made blocking again (closed on failure). */
+static int unblock(int fd, char *err, size_t cap)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK)) {
+        int e = errno;
+        cku_errf(err, cap, -1, "%s", strerror(e));
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+int cku_open_regular_at(int rootfd, const char *rel, struct stat *st, char *err, size_t cap)
+{
+    struct stat tmp;
+    int fd = walk_from(rootfd, rel, st ? st : &tmp, err, cap);
+    return fd < 0 ? -1 : unblock(fd, err, cap);
 }
 
 int cku_open_regular(const char *root, const char *rel, struct stat *st, char *err, size_t cap)
@@ -139,17 +171,7 @@ int cku_open_regular(const char *root, const char *rel, struct stat *st, char *e
      * file is opened */
     int fd = root ? walk(root, rel, st, err, cap)
                   : open_component(AT_FDCWD, rel, rel, rel + strlen(rel), 1, S_IFREG, 1, st, err, cap);
-    if (fd < 0)
-        return -1;
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK)) {
-        int e = errno;
-        cku_errf(err, cap, -1, "%s", strerror(e));
-        close(fd);
-        errno = e;
-        return -1;
-    }
-    return fd;
+    return fd < 0 ? -1 : unblock(fd, err, cap);
 }
 
 int cku_open_refused(int e) { return e == ELOOP || e == EINVAL || e == EISDIR || e == ENOTDIR; }

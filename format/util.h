@@ -28,6 +28,10 @@ int cku_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
  * path). */
 struct stat;
 int cku_open_regular(const char *root, const char *rel, struct stat *st, char *err, size_t errCapacity);
+/* cku_open_regular below the directory open at rootfd (which stays open): a
+ * writer anchored to the directory it made reads its files there, wherever
+ * that directory's name now leads. */
+int cku_open_regular_at(int rootfd, const char *rel, struct stat *st, char *err, size_t errCapacity);
 /* 1 if errno e from cku_open_regular means "there, but not a regular file
  * reached without links" rather than an I/O or permission error. */
 int cku_open_refused(int e);

@@ -17,7 +17,8 @@ and 11), each checked against the original bytes (SHA-256):
      while the source is under its private name (.ckptfs-deleting.NAME) puts
      it back on the rerun, or fails naming both if NAME is there again; one
      another process has open for writing, or opens for writing while it is
-     packed, is kept;
+     packed, is kept; DST removed or replaced while it is packed: the run
+     fails and writes nothing into the new DST;
   7  an interrupted `unpack` can be rerun, one to an OUT that exists or is
      inside the packed directory is refused; a failed pack says DST was kept;
   8  modes: a 0600 file stays 0600 packed and unpacked, DST no more open
@@ -528,6 +529,77 @@ def item6_window():
               kills >= 6 and not bad, str(bad[:3]))
 
 
+def snapshot(d):
+    """Every directory and file below d (files with their SHA-256)."""
+    out = {}
+    for root, ds, fs in os.walk(d):
+        for x in ds:
+            out[os.path.relpath(os.path.join(root, x), d) + "/"] = None
+        for f in fs:
+            p = os.path.join(root, f)
+            out[os.path.relpath(p, d)] = sha(p)
+    return out
+
+
+def dst_replaced():
+    """DST removed (`rm -rf DST`) or moved away during a `pack
+    --delete-source`, and another source packed into a new DST at the same
+    path: the first run went on by path, writing its packed files, state and
+    manifest into the second run's DST (and removing what it took for its
+    leftovers), and deleting its sources once their packed copies were
+    there.  Now each run is anchored to the directory it locked: stopped at
+    each step, the first run fails naming DST, the new DST is left exactly
+    as the second run made it, and no source still in SRC when DST was
+    removed is deleted after (a source already under its private name
+    .ckptfs-deleting.NAME was being deleted then: the check that its packed
+    copy is there came before)."""
+    bad, steps = [], 0
+    for how in ("rm -rf", "mv"):
+        for n in range(1, 80):
+            src, dst, other = fresh("s6d"), fresh("d6d"), fresh("o6d")
+            make_src(src, {"a.bin": 30000, "sub/b.bin": 20000, "z.bin": 1000})
+            make_src(other, {"x.bin": 3000, "y/w.bin": 2000})
+            seen = {}
+
+            def replace():
+                seen["src"] = tree(src)
+                seen["finished"] = os.path.exists(os.path.join(dst, "ckptfs.manifest"))
+                if how == "mv":
+                    os.rename(dst, fresh("d6d-moved"))
+                else:
+                    shutil.rmtree(dst)
+                seen["second"] = run("pack", other, dst)
+                seen["dst"] = snapshot(dst)
+            res = stopped(["pack", "--delete-source", "--jobs", "1", src, dst], n, replace)
+            if res is None:
+                break
+            steps += 1
+            rc, err = res
+            now = tree(src)
+            why = []
+            if seen["second"].returncode:
+                why.append("the second pack failed: " + seen["second"].stderr.strip()[-200:])
+            if snapshot(dst) != seen["dst"]:
+                d = set(snapshot(dst).items()) ^ set(seen["dst"].items())
+                why.append("the new DST changed: %s" % sorted(k for k, _ in d))
+            v = run("verify", dst)
+            if v.returncode:
+                why.append("the new DST does not verify: " + v.stderr.strip()[-200:])
+            gone = [rel for rel, h in seen["src"].items() if now.get(rel) != h and
+                    not os.path.basename(rel).startswith(".ckptfs-deleting.")]
+            if gone:
+                why.append("sources deleted after DST was removed: %s" % gone)
+            if rc == 0 and not seen["finished"]:
+                why.append("exit 0 with its pack gone")
+            if rc != 0 and not ("%s: removed or replaced while this pack was writing it" % dst in err):
+                why.append("exit %d: %s" % (rc, err.strip()[-300:]))
+            if why:
+                bad.append((how, n, why))
+    check("6: DST removed or moved away and a new pack made there, at each of %d steps of a pack --delete-source: "
+          "that run fails naming DST, writes nothing into the new DST, deletes no further source" % steps,
+          steps >= 40 and not bad, str(bad[:4]))
+
+
 def open_for_writing():
     """A source another process has open for writing is not deleted: bytes
     written through a shared writable mapping whose pages are already dirty
@@ -793,8 +865,8 @@ def item11():
 
 try:
     for t in (item3, item3_edited_and_forced, force_keeps_foreign, item4, item5, item6, source_read_error,
-              replaced_by_special, aside_and_name_both, item6_window, open_for_writing, item7, item8, setuid_bits,
-              item11, overlap_by_bind_mount):
+              replaced_by_special, aside_and_name_both, item6_window, dst_replaced, open_for_writing, item7, item8,
+              setuid_bits, item11, overlap_by_bind_mount):
         t()
 finally:
     shutil.rmtree(T, ignore_errors=True)
