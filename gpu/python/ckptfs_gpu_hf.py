@@ -30,7 +30,9 @@ rows are output features) through the loader's row-range upload.
 
 The libraries are found through $CKPTFS_READ_LIB / $CKPTFS_GPU_LIB, the lib
 arguments, or next to this file / the usual build folders.  Errors derive
-from ServingError and say what was asked and what is missing.
+from ServingError and say what was asked and what is missing; a tensor of
+another shape than the model gives it is refused (ShapeMismatchError), as
+transformers refuses it.
 """
 import contextlib
 import ctypes as C
@@ -40,7 +42,7 @@ import tempfile
 
 import ckptfs_gpu as _cg  # the GPU binding beside this file: its library finder and tensor description
 
-__all__ = ["ServingError", "NotAModelError", "MissingTensorError", "DeviceError", "OutOfVRAMError",
+__all__ = ["ServingError", "NotAModelError", "MissingTensorError", "ShapeMismatchError", "DeviceError", "OutOfVRAMError",
            "PackedDir", "PackedWeight", "PackedLinear", "PackedEmbedding", "from_pretrained", "load_tokenizer", "load_linear", "row_slice",
            "load_read_library", "check_fits"]
 
@@ -58,6 +60,10 @@ class MissingTensorError(ServingError, KeyError):
 
     def __str__(self):  # KeyError would quote the message
         return self.args[0]
+
+
+class ShapeMismatchError(ServingError, ValueError):
+    """A tensor of the packed directory has another shape than the model gives it."""
 
 
 class DeviceError(ServingError, ValueError):
@@ -540,21 +546,29 @@ def from_pretrained(packed_dir, device="cpu", *, config_from=None, dtype=None, p
     scratch = _Scratch(dev)
     arch = ",".join(getattr(config, "architectures", None) or [type(model).__name__])
 
-    def need(name):
+    def need(name, shape):
+        """name, a tensor of the packed directory of the shape the model
+        gives it (as transformers refuses a checkpoint's tensor of another
+        shape: a [1] norm weight would broadcast)."""
         if name not in packed.tensors:
             raise MissingTensorError(f"{packed.path}: the model ({arch}) needs tensor {name}, which no safetensors "
                                      f"file of the packed directory holds")
+        got = packed.tensors[name].shape
+        if tuple(got) != tuple(shape):
+            raise ShapeMismatchError(f"{packed.path}: tensor {name} has shape {list(got)}, the model ({arch}) needs "
+                                     f"{list(shape)}")
         return name
 
     for mname, wname in linears.items():
-        mod, t = model.get_submodule(mname), packed.tensors[wname]
+        mod, t = model.get_submodule(mname), packed.tensors[need(wname, model.get_submodule(mname).weight.shape)]
         if isinstance(mod, torch.nn.Embedding):
             kw = {"padding_idx": mod.padding_idx}
             cls = PackedEmbedding
         else:
             bias = None
             if mod.bias is not None:
-                bias = torch.nn.Parameter(packed.read(need(f"{mname}.bias")).to(dev), requires_grad=False)
+                bias = torch.nn.Parameter(packed.read(need(f"{mname}.bias", mod.bias.shape)).to(dev),
+                                          requires_grad=False)
             kw, cls = {"bias": bias}, PackedLinear
         pm = _load_packed(cls, packed, wname, (0, t.shape[0]), t.shape[1], dev, scratch, gm, **kw)
         if pm is not None:   # else it stays an ordinary module, loaded below
@@ -563,9 +577,8 @@ def from_pretrained(packed_dir, device="cpu", *, config_from=None, dtype=None, p
     for group in _tie_groups(model):
         if model.get_parameter(group[0]).device.type != "meta":
             continue                          # a PackedLinear's bias, loaded above
-        src = next((n for n in group if n in packed.tensors), None)
-        if src is None:
-            need(group[0])
+        src = next((n for n in group if n in packed.tensors), group[0])
+        need(src, model.get_parameter(group[0]).shape)
         p = torch.nn.Parameter(_to_device(packed, src, dev, gm), requires_grad=False)
         for n in group:
             _set(model, n, p)
@@ -574,7 +587,7 @@ def from_pretrained(packed_dir, device="cpu", *, config_from=None, dtype=None, p
         mod = model.get_submodule(owner) if owner else model
         if isinstance(mod, PackedWeight):
             continue
-        nb = _to_device(packed, n, dev, gm) if n in packed.tensors else b.to(dev)
+        nb = _to_device(packed, need(n, b.shape), dev, gm) if n in packed.tensors else b.to(dev)
         mod._buffers[leaf] = nb
     model.ckptfs_packed_dir = packed          # keeps the CPU path's reader alive
     model.ckptfs_gpu_model = gm

@@ -289,6 +289,31 @@ def test_every_dtype_round_trips(work):
     p.close()
 
 
+def test_error_shape_mismatch(work, src):
+    # a tensor of another shape than the model gives it is refused, as
+    # transformers refuses it ("size mismatch"): a [1] norm weight broadcast
+    # silently, and a linear's swapped dims gave outputs of the wrong size
+    from safetensors.torch import load_file, save_file
+    with open(os.path.join(src, "model.safetensors.index.json")) as f:
+        shard_of = json.load(f)["weight_map"]
+    cases = {"model.norm.weight": lambda t: t[:1].clone(),
+             "model.layers.1.mlp.down_proj.weight": lambda t: t.t().contiguous(),
+             "model.layers.0.self_attn.q_proj.weight": lambda t: t[:-1].clone()}
+    for i, (name, change) in enumerate(cases.items()):
+        d = os.path.join(work, f"shape-{i}")
+        shutil.copytree(src, d)
+        shard = os.path.join(d, shard_of[name])
+        sd = load_file(shard)
+        want = list(sd[name].shape)
+        sd[name] = change(sd[name])
+        save_file(sd, shard, metadata={"format": "pt"})
+        p = pack(d, d + "-packed", "k15")
+        with pytest.raises(ckhf.ShapeMismatchError,
+                           match=rf"tensor {name} has shape \[{', '.join(map(str, sd[name].shape))}\], "
+                                 rf"the model \(LlamaForCausalLM\) needs \[{', '.join(map(str, want))}\]"):
+            ckhf.from_pretrained(p, device="cpu")
+
+
 def test_error_wrong_device(packed):
     for dev, msg in [("tpu", "not a device name"), ("meta", "'cpu' or 'cuda"), ("cuda:0", None)]:
         if dev == "cuda:0" and torch.cuda.is_available():
