@@ -179,6 +179,12 @@ class PackedDir(_cg._Handle):
     def read_rows_into(self, name, out, rows=None):
         """Decode rows [begin, end) of a tensor into out (a contiguous CPU torch tensor)."""
         t = self.info(name)
+        if out.device.type != "cpu" or not out.is_contiguous():
+            # the bytes go to out's memory in order from its first element: a
+            # strided view would get them in the wrong elements, a device
+            # pointer would be written by the CPU
+            raise ValueError(f"{self.path}: read {name}: out must be a contiguous CPU tensor, not "
+                             f"{'a non-contiguous' if out.device.type == 'cpu' else 'a ' + out.device.type} one")
         r0, r1 = rows if rows is not None else (0, t.shape[0] if t.shape else 1)
         err = C.create_string_buffer(1024)
         cap = out.numel() * out.element_size()

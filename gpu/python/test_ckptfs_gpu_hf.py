@@ -314,6 +314,21 @@ def test_error_shape_mismatch(work, src):
             ckhf.from_pretrained(p, device="cpu")
 
 
+def test_read_rows_into_refuses_a_strided_out(packed):
+    # the C side writes the bytes in order from out's first element: into a
+    # transposed view they landed in the wrong elements, with no error
+    p = ckhf.PackedDir(packed)
+    name = next(n for n, t in p.tensors.items() if t.packed and t.shape[0] != t.shape[1])
+    r, c = p.info(name).shape
+    with pytest.raises(ValueError, match=f"read {name}: out must be a contiguous CPU tensor, not a non-contiguous"):
+        p.read_rows_into(name, torch.empty(c, r, dtype=torch.bfloat16).t())
+    with pytest.raises(ValueError, match="not a meta one"):
+        p.read_rows_into(name, torch.empty(r, c, dtype=torch.bfloat16, device="meta"))
+    out = p.read_rows_into(name, torch.empty(r, c, dtype=torch.bfloat16))
+    assert torch.equal(bits(out), bits(p.read(name)))
+    p.close()
+
+
 def test_error_wrong_device(packed):
     for dev, msg in [("tpu", "not a device name"), ("meta", "'cpu' or 'cuda"), ("cuda:0", None)]:
         if dev == "cuda:0" and torch.cuda.is_available():
