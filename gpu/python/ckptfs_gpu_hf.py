@@ -221,6 +221,13 @@ class PackedDir(_cg._Handle):
 
 # ---- files: config and tokenizer ------------------------------------------------------
 
+# Files of weights, which the skeleton does not read: older repositories keep
+# pytorch_model*.bin (gigabytes) beside the safetensors shards, and each was
+# read whole into memory and written to the temporary folder
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".gguf", ".onnx", ".npz",
+                    ".ot")
+
+
 @contextlib.contextmanager
 def _meta_files(packed, config_from):
     """A directory holding the model's non-tensor files: config_from itself,
@@ -237,7 +244,7 @@ def _meta_files(packed, config_from):
     tmp = tempfile.mkdtemp(prefix="ckptfs-hf.")
     try:
         for rel in packed.files:
-            if rel.endswith(".safetensors") or "/" in rel:
+            if rel.endswith(_WEIGHT_SUFFIXES) or "/" in rel:
                 continue
             with open(os.path.join(tmp, rel), "wb") as f:
                 f.write(packed.read_file(rel))

@@ -329,6 +329,30 @@ def test_read_rows_into_refuses_a_strided_out(packed):
     p.close()
 
 
+def test_weights_beside_the_shards_not_read(work, src, original):
+    # older repositories keep pytorch_model.bin beside the safetensors
+    # shards: from_pretrained needs only config and tokenizer files, and read
+    # every other top-level file whole (a damaged .bin it never needed
+    # failed the load; a real one is gigabytes in memory and in /tmp)
+    d = os.path.join(work, "with-bin")
+    shutil.copytree(src, d)
+    for name in ("pytorch_model.bin", "training_args.bin"):
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(os.urandom(300 << 10))
+    p = pack(d, d + "-packed", "k15")
+    with open(os.path.join(p, "pytorch_model.bin.ckpt"), "r+b") as f:
+        f.seek(150 << 10)
+        b = f.read(1)
+        f.seek(150 << 10)
+        f.write(bytes([b[0] ^ 1]))
+    with pytest.raises(ckhf.ServingError, match="pytorch_model.bin"):
+        ckhf.PackedDir(p).read_file("pytorch_model.bin")          # damaged indeed
+    m = ckhf.from_pretrained(p, device="cpu")
+    ids = torch.tensor([[1, 17, 300, 42]])
+    with torch.no_grad():
+        assert torch.equal(m(ids).logits, original(ids).logits)
+
+
 def test_error_wrong_device(packed):
     for dev, msg in [("tpu", "not a device name"), ("meta", "'cpu' or 'cuda"), ("cuda:0", None)]:
         if dev == "cuda:0" and torch.cuda.is_available():
