@@ -66,6 +66,8 @@ void ckr_close(ckr_model *m);
 size_t ckr_count(const ckr_model *m);
 /* @return info of tensor i (< count), valid until close; NULL if out of range. */
 const ckr_tensor_info *ckr_info(const ckr_model *m, size_t i);
+/* The first tensor named name (tensors are listed file by file, files in
+ * path order; several files may hold a tensor of one name). */
 ckr_status ckr_find(const ckr_model *m, const char *name, size_t *index);
 
 /* The bytes of rows [row_begin, row_end) of a tensor (rows: its first

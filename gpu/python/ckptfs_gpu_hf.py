@@ -42,7 +42,7 @@ import tempfile
 
 import ckptfs_gpu as _cg  # the GPU binding beside this file: its library finder and tensor description
 
-__all__ = ["ServingError", "NotAModelError", "MissingTensorError", "ShapeMismatchError", "DeviceError", "OutOfVRAMError",
+__all__ = ["ServingError", "NotAModelError", "MissingTensorError", "AmbiguousTensorError", "ShapeMismatchError", "DeviceError", "OutOfVRAMError",
            "PackedDir", "PackedWeight", "PackedLinear", "PackedEmbedding", "from_pretrained", "load_tokenizer", "load_linear", "row_slice",
            "load_read_library", "check_fits"]
 
@@ -60,6 +60,10 @@ class MissingTensorError(ServingError, KeyError):
 
     def __str__(self):  # KeyError would quote the message
         return self.args[0]
+
+
+class AmbiguousTensorError(ServingError, KeyError):
+    """Several safetensors files of the packed directory hold a tensor of the name asked for."""
 
 
 class ShapeMismatchError(ServingError, ValueError):
@@ -152,9 +156,13 @@ class PackedDir(_cg._Handle):
                                f"{err.value.decode(errors='replace')} ({self._status(st)})")
         self._h = h
         n = self._lib.ckr_count(h)
-        self.tensors = {}
+        self.tensors = {}     # name -> its first tensor (files in path order), as ckr_find finds
+        self.ambiguous = {}   # name -> the files holding a tensor of that name, where several do
         for i in range(n):
             t = TensorInfo(i, self._lib.ckr_info(h, i).contents)
+            if t.name in self.tensors:
+                self.ambiguous.setdefault(t.name, [self.tensors[t.name].file]).append(t.file)
+                continue
             self.tensors[t.name] = t
         self.files = {self._lib.ckr_file_path(h, i).decode(): int(self._lib.ckr_file_size(h, i))
                       for i in range(self._lib.ckr_file_count(h))}
@@ -169,6 +177,10 @@ class PackedDir(_cg._Handle):
         self.close()
 
     def info(self, name):
+        if name in self.ambiguous:
+            files = self.ambiguous[name]
+            raise AmbiguousTensorError(f"{self.path}: tensor {name} is in {len(files)} safetensors files "
+                                       f"({', '.join(files)}): which one is meant is ambiguous")
         t = self.tensors.get(name)
         if t is None:
             raise MissingTensorError(f"{self.path}: no tensor {name} in the packed directory "
@@ -566,7 +578,7 @@ def from_pretrained(packed_dir, device="cpu", *, config_from=None, dtype=None, p
         if name not in packed.tensors:
             raise MissingTensorError(f"{packed.path}: the model ({arch}) needs tensor {name}, which no safetensors "
                                      f"file of the packed directory holds")
-        got = packed.tensors[name].shape
+        got = packed.info(name).shape
         if tuple(got) != tuple(shape):
             raise ShapeMismatchError(f"{packed.path}: tensor {name} has shape {list(got)}, the model ({arch}) needs "
                                      f"{list(shape)}")

@@ -353,6 +353,27 @@ def test_weights_beside_the_shards_not_read(work, src, original):
         assert torch.equal(m(ids).logits, original(ids).logits)
 
 
+def test_error_ambiguous_tensor(work, src):
+    # two files holding a tensor of one name: a lookup by that name is
+    # refused naming both, instead of PackedDir taking the last file's while
+    # libckread's ckr_find (the GPU loader's lookup) took the first's
+    from safetensors.torch import save_file
+    d = os.path.join(work, "two-norms")
+    shutil.copytree(src, d)
+    with open(os.path.join(d, "model.safetensors.index.json")) as f:
+        shard = json.load(f)["weight_map"]["model.norm.weight"]
+    save_file({"model.norm.weight": torch.full((64,), 3.0, dtype=torch.bfloat16)},
+              os.path.join(d, "extra.safetensors"), metadata={"format": "pt"})
+    p = ckhf.PackedDir(pack(d, d + "-packed", "k15"))
+    assert p.tensors["model.norm.weight"].file == "extra.safetensors"   # the first, as ckr_find
+    msg = rf"tensor model\.norm\.weight is in 2 safetensors files \(extra\.safetensors, {shard}\)"
+    with pytest.raises(ckhf.AmbiguousTensorError, match=msg):
+        p.read("model.norm.weight")
+    with pytest.raises(ckhf.AmbiguousTensorError, match=msg):
+        ckhf.from_pretrained(p.path, device="cpu")
+    p.close()
+
+
 def test_error_wrong_device(packed):
     for dev, msg in [("tpu", "not a device name"), ("meta", "'cpu' or 'cuda"), ("cuda:0", None)]:
         if dev == "cuda:0" and torch.cuda.is_available():
