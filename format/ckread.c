@@ -85,7 +85,7 @@ static ckp_status open_packed(const ckr_model *m, const char *rel, ckp_reader **
         ckp_close(*r);
         *r = NULL;
         return cku_errf(err, cap, CKP_ERR_CORRUPT, "%s/%s%s: does not match its manifest entry",
-                        m->dir, rel, CKP_SUFFIX);
+                        CKU_ESC(m->dir), CKU_ESC(rel), CKP_SUFFIX);
     }
     return CKP_OK;
 }
@@ -165,24 +165,24 @@ static ckp_status read_header(ckr_model *m, const ckp_reader *r, const char *rel
     *out = NULL;
     const ckp_info *fi = ckp_get_info(r);
     if (fi->n_extents == 0)
-        return cku_errf(err, cap, CKP_ERR_FORMAT, "%s: empty safetensors file", rel);
+        return cku_errf(err, cap, CKP_ERR_FORMAT, "%s: empty safetensors file", CKU_ESC(rel));
     uint8_t len8[8], *hdr = NULL;
     uint64_t n = 0;
     size_t got = 0;
     char sterr[256];
     ckp_status st = ckp_pread(r, len8, sizeof len8, 0, &got, m->scratch);
     if (st == CKP_OK && (st = st_header_len(len8, got, fi->original_size, &n, sterr, sizeof sterr)) != CKP_OK)
-        return cku_errf(err, cap, st, "%s: %s", rel, sterr);
+        return cku_errf(err, cap, st, "%s: %s", CKU_ESC(rel), sterr);
     if (st == CKP_OK && !(hdr = malloc(8 + n)))
-        return cku_errf(err, cap, CKP_ERR_NOMEM, "%s: out of memory", rel);
+        return cku_errf(err, cap, CKP_ERR_NOMEM, "%s: out of memory", CKU_ESC(rel));
     if (st == CKP_OK)
         st = ckp_pread(r, hdr, 8 + n, 0, &got, m->scratch);
     /* st_header_len: 8 + n bytes lie within the file, so a read that succeeds is whole */
     assert(st != CKP_OK || got == 8 + n);
     if (st != CKP_OK)
-        cku_errf(err, cap, st, "%s: cannot read the safetensors header: %s", rel, ckp_status_name(st));
+        cku_errf(err, cap, st, "%s: cannot read the safetensors header: %s", CKU_ESC(rel), ckp_status_name(st));
     else if ((st = st_parse(hdr, got, fi->original_size, out, sterr, sizeof sterr)) != CKP_OK)
-        cku_errf(err, cap, st, "%s: %s", rel, sterr);
+        cku_errf(err, cap, st, "%s: %s", CKU_ESC(rel), sterr);
     free(hdr);
     return st;
 }
@@ -207,12 +207,12 @@ static ckp_status open_model(ckr_model *m, const char *dir, char *err, size_t ca
 {
     pthread_mutex_init(&m->lock, NULL);
     if (!(m->dir = strdup(dir)) || !(m->scratch = ckp_scratch_new()))
-        return cku_errf(err, cap, CKP_ERR_NOMEM, "%s: out of memory", dir);
+        return cku_errf(err, cap, CKP_ERR_NOMEM, "%s: out of memory", CKU_ESC(dir));
     ckp_status st = ckm_load(dir, &m->man, err, cap);
     if (st != CKP_OK)
         return st;
     if (!(m->readers = calloc(m->man->n_files ? m->man->n_files : 1, sizeof *m->readers)))
-        return cku_errf(err, cap, CKP_ERR_NOMEM, "%s: out of memory", dir);
+        return cku_errf(err, cap, CKP_ERR_NOMEM, "%s: out of memory", CKU_ESC(dir));
     for (size_t i = 0; i < m->man->n_files && st == CKP_OK; i++)
         if (m->man->files[i].kind == CKP_KIND_SAFETENSORS)
             st = add_file(m, m->man->files[i].path, err, cap);
@@ -295,7 +295,7 @@ static ckp_status read_locked(ckr_model *m, const ckp_reader *r, void *dst, uint
     pthread_mutex_unlock(&m->lock);
     assert(ps != CKP_OK || got == len); /* a read within the file is short only on failure */
     if (ps != CKP_OK)
-        cku_errf(err, cap, ps, "%s: bytes [%llu, %llu): %s", ckp_file_name(r), (unsigned long long)off,
+        cku_errf(err, cap, ps, "%s: bytes [%llu, %llu): %s", CKU_ESC(ckp_file_name(r)), (unsigned long long)off,
                  (unsigned long long)(off + len), ckp_status_name(ps));
     return ps;
 }
@@ -307,7 +307,7 @@ ckr_status ckr_row_range(const ckr_tensor_info *ti, uint64_t row_begin, uint64_t
         return cku_errf(err, errCapacity, CKR_ERR_ARG, "no tensor info or result");
     uint64_t rows = ti->ndim ? ti->shape[0] : 1;
     if (row_begin > row_end || row_end > rows)
-        return cku_errf(err, errCapacity, CKR_ERR_ARG, "%s: rows [%llu, %llu) outside [0, %llu)", ti->name,
+        return cku_errf(err, errCapacity, CKR_ERR_ARG, "%s: rows [%llu, %llu) outside [0, %llu)", CKU_ESC(ti->name),
                         (unsigned long long)row_begin, (unsigned long long)row_end, (unsigned long long)rows);
     /* Row r starts at byte r * nbytes / rows: a whole byte unless a row of a
      * sub-byte dtype (F4, F6) ends inside one (an F4 [2, 3] tensor has rows
@@ -315,7 +315,8 @@ ckr_status ckr_row_range(const ckr_tensor_info *ti, uint64_t row_begin, uint64_t
     unsigned __int128 b0 = (unsigned __int128)row_begin * ti->nbytes, b1 = (unsigned __int128)row_end * ti->nbytes;
     if (rows && (b0 % rows || b1 % rows))
         return cku_errf(err, errCapacity, CKR_ERR_ARG,
-                        "%s: rows [%llu, %llu) do not start and end on a byte (%llu bytes in %llu rows)", ti->name,
+                        "%s: rows [%llu, %llu) do not start and end on a byte (%llu bytes in %llu rows)",
+                        CKU_ESC(ti->name),
                         (unsigned long long)row_begin, (unsigned long long)row_end,
                         (unsigned long long)ti->nbytes, (unsigned long long)rows);
     *first = rows ? (uint64_t)(b0 / rows) : 0;
@@ -334,7 +335,7 @@ ckr_status ckr_read_rows(ckr_model *m, size_t i, uint64_t row_begin, uint64_t ro
     if (st != CKR_OK)
         return st;
     if (len > cap || (len && !dst))
-        return cku_errf(err, errCapacity, CKR_ERR_ARG, "%s: %llu bytes do not fit in %zu", ti->name,
+        return cku_errf(err, errCapacity, CKR_ERR_ARG, "%s: %llu bytes do not fit in %zu", CKU_ESC(ti->name),
                         (unsigned long long)len, cap);
     if (len == 0)
         return CKR_OK;
@@ -360,10 +361,11 @@ ckr_status ckr_file_read(ckr_model *m, const char *path, void *dst, size_t cap, 
         if (strcmp(m->man->files[i].path, path) == 0)
             f = &m->man->files[i];
     if (!f)
-        return cku_errf(err, errCapacity, CKR_ERR_NOTFOUND, "%s: no file %s in the manifest", m->dir, path);
+        return cku_errf(err, errCapacity, CKR_ERR_NOTFOUND, "%s: no file %s in the manifest", CKU_ESC(m->dir),
+                        CKU_ESC(path));
     *size = f->size;
     if (f->size > cap || (f->size && !dst))
-        return cku_errf(err, errCapacity, CKR_ERR_ARG, "%s: %llu bytes do not fit in %zu", path,
+        return cku_errf(err, errCapacity, CKR_ERR_ARG, "%s: %llu bytes do not fit in %zu", CKU_ESC(path),
                         (unsigned long long)f->size, cap);
     ckp_reader *r = NULL;
     ckp_status st = open_packed(m, path, &r, err, errCapacity);

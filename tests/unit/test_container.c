@@ -687,6 +687,72 @@ START_TEST(ckread_rows_of_sub_byte_dtypes)
 }
 END_TEST
 
+/* No message of ckread holds a name from the pack raw (README: names are
+ * printed escaped in every message): a tensor or file name with an escape
+ * sequence or a newline reached the caller's err, which the Python binding
+ * puts in its exceptions, as they were. */
+static void assert_escaped(ckr_status got, ckr_status want, const char *err)
+{
+    ck_assert_msg(got == want, "%s: %s", ckr_status_name(got), err);
+    ck_assert_msg(!strchr(err, '\x1b') && !strchr(err, '\n'), "a raw name in \"%s\"", err);
+    ck_assert_msg(strstr(err, "\\x1b"), "no escaped name in \"%s\"", err);
+}
+
+START_TEST(ckread_messages_escape_names)
+{
+    const char *rel = "m\x1b[31m.safetensors";
+    char json[] = "{\"e\\u001b[2J\\nx\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}";
+    size_t n = strlen(json), size = 8 + n + 4;
+    uint8_t *orig = malloc(size), sha[32] = {0}, got[8];
+    for (int i = 0; i < 8; i++)
+        orig[i] = (uint8_t)((uint64_t)n >> (8 * i));
+    memcpy(orig + 8, json, n);
+    memcpy(orig + 8 + n, "\xa1\xb2\xc3\xd4", 4);
+    char path[512], err[1024];
+    snprintf(path, sizeof path, "%s/%s%s", tmpdir, rel, CKP_SUFFIX);
+    ckp_writer_opts o = {.path = rel, .kind = CKP_KIND_SAFETENSORS, .mode = 0644};
+    const test_extent x[] = {{CKC_ENC_RAW, 8 + n, "", 0}, {CKC_ENC_RAW, 4, "e\x1b[2J\nx", 2}};
+    write_packed(path, &o, orig, x, 2, sha);
+    ckm_file f = {.path = (char *)rel, .size = size, .mode = 0644, .kind = CKP_KIND_SAFETENSORS};
+    ckm_manifest m = {.files = &f, .n_files = 1};
+    ck_assert_int_eq(ckm_write(tmpdir, &m, err, sizeof err), CKP_OK);
+    ckr_model *md;
+    size_t t;
+    ck_assert_msg(ckr_open(tmpdir, &md, err, sizeof err) == CKR_OK, "%s", err);
+    ck_assert_int_eq(ckr_find(md, "e\x1b[2J\nx", &t), CKR_OK);
+    assert_escaped(ckr_read_rows(md, t, 0, 9, got, sizeof got, err, sizeof err), CKR_ERR_ARG, err); /* rows */
+    assert_escaped(ckr_read_rows(md, t, 0, 4, got, 2, err, sizeof err), CKR_ERR_ARG, err);          /* capacity */
+    uint64_t fsize;
+    assert_escaped(ckr_file_read(md, rel, got, 2, &fsize, err, sizeof err), CKR_ERR_ARG, err);
+    assert_escaped(ckr_file_read(md, "no\x1b", got, 2, &fsize, err, sizeof err), CKR_ERR_NOTFOUND, err);
+    /* a damaged chunk: the message names the packed file */
+    size_t plen = 0;
+    uint8_t *packed = NULL;
+    {
+        int fd = open(path, O_RDONLY);
+        struct stat st;
+        ck_assert(fd >= 0 && fstat(fd, &st) == 0);
+        plen = (size_t)st.st_size;
+        packed = malloc(plen);
+        ck_assert_int_eq(cku_pread_full(fd, packed, plen, 0), 0);
+        close(fd);
+    }
+    uint8_t *at = memmem(packed, plen, "\xa1\xb2\xc3\xd4", 4);
+    ck_assert_ptr_nonnull(at);
+    flip(path, (uint64_t)(at - packed));
+    assert_escaped(ckr_read_rows(md, t, 0, 4, got, sizeof got, err, sizeof err), CKR_ERR_CORRUPT, err);
+    ckr_close(md);
+    /* a packed file that does not match its manifest entry */
+    f.size = size + 1;
+    ck_assert_int_eq(ckm_write(tmpdir, &m, err, sizeof err), CKP_OK);
+    ckr_status st = ckr_open(tmpdir, &md, err, sizeof err);
+    ck_assert_ptr_null(md);
+    assert_escaped(st, CKR_ERR_CORRUPT, err);
+    free(packed);
+    free(orig);
+}
+END_TEST
+
 START_TEST(golden_files_decode)
 {
     static const char *fmt[] = {"k15", "bytesplit"};
@@ -744,6 +810,7 @@ int main(void)
     tcase_add_test(t, sha256_pipe);
     tcase_add_test(t, ckread_header_bounded_by_its_length);
     tcase_add_test(t, ckread_rows_of_sub_byte_dtypes);
+    tcase_add_test(t, ckread_messages_escape_names);
     tcase_add_loop_test(t, golden_files_decode, 0, 2);
     suite_add_tcase(s, t);
     return run_suite(s);
