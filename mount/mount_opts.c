@@ -32,7 +32,7 @@ const char *ckfs_mount_usage(void)
            "OPTIONS (comma-separated):\n"
            "  cache_size=BYTES   decoded chunks kept in memory (K/M/G suffixes; default 256M)\n"
            "  threads=N          most FUSE worker threads (default 16)\n"
-           "  prefetch=BYTES     decode ahead of sequential readers (default 4M; 0 = off)\n"
+           "  prefetch=BYTES     decode ahead of sequential readers (default 1M; 0 = off)\n"
            "  prefetch_threads=N decode-ahead workers (default min(2, CPUs - 1), at least 1)\n"
            "  read_ahead_kb=N    kernel readahead of the mount (default 1024; 0 = kernel's)\n"
            "  allow_other        let other users read (adds default_permissions)\n"

@@ -12,7 +12,7 @@
 
 #define CKFS_DEFAULT_CACHE (256ull << 20)
 #define CKFS_DEFAULT_THREADS 16
-#define CKFS_DEFAULT_PREFETCH (4ull << 20)
+#define CKFS_DEFAULT_PREFETCH (1ull << 20)
 #define CKFS_DEFAULT_PREFETCH_THREADS 2   /* at most; and at most one less than the CPUs */
 #define CKFS_DEFAULT_READ_AHEAD_KB 1024
 #define CKFS_MAX_REQUEST (1u << 20)      /* largest read request we ask for */

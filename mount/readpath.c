@@ -36,7 +36,8 @@
 #include <cjson/cJSON.h>
 
 #define MAX_PREFETCH_CHUNKS 64     /* chunks queued per read request */
-#define HINT_WINDOWS 4             /* disk readahead: this many prefetch windows ahead */
+#define SEQ_SLACK (4ull << 20)     /* a read this near the last ones continues their run */
+#define HINT_MAX (16ull << 20)     /* disk readahead: at most this far past a read */
 #define DIRECT_WINDOWS 64          /* drop_packed: O_DIRECT windows (~0.7 MiB each) */
 #define DIRECT_THREADS 4           /* drop_packed: threads reading them (several reads at once) */
 
@@ -389,23 +390,29 @@ static void hint_range(const ckp_reader *r, uint64_t from, uint64_t to)
     }
 }
 
-/* Reads near the end of the previous ones (the kernel's readahead sends
- * several at once, in any order) continue a sequential run; from its third
- * read on, the chunks past the run are queued for decode-ahead: a quarter of
- * the bytes the run has read so far, at most the prefetch window, and the
- * disk is hinted for half of them, at most HINT_WINDOWS windows.  A long
- * sequential read gets the whole window; a tensor-parallel reader taking a
- * 2 MiB slice of each tensor gets little past each slice, where every byte
- * decoded is one nobody reads (a fixed window queued 4 MiB past each).  A
- * run that began in the extent (tensor) the read ends in goes no further
- * than that extent: loaders take tensors in name order, which is not the
- * file's (windows read ahead for the next tensor in the file were a third
- * of all, and went unused, under safetensors' load_file). */
-void ckfs_ahead_next(ckfs_ahead *a, uint64_t window, uint64_t off, uint64_t end, uint64_t fsize,
+/* Reads near the end of the previous ones (within SEQ_SLACK: the kernel's
+ * readahead sends several at once, in any order) continue a sequential run;
+ * from its third read on, the chunks past the run are queued for
+ * decode-ahead: a quarter of the bytes the run has read so far, at most
+ * depth bytes past the read (the prefetch option: by default one of the
+ * largest requests the kernel sends, so the next request finds its chunks
+ * decoded), and the disk is hinted for half of them, at most HINT_MAX.  A
+ * tensor-parallel reader taking a 2 MiB slice of each tensor gets little
+ * past each slice, where every byte decoded is one nobody reads: the
+ * kernel's own readahead of a mapping already overshoots each slice by a
+ * few MiB, and decode-ahead deeper than one request past it (4 MiB until
+ * 2 December) was half of all decodes for one such reader, and a quarter of
+ * the daemon's CPU, while a streaming reader got no faster from it than
+ * from one request.  A run that began in the extent (tensor) the read ends
+ * in goes no further than that extent: loaders take tensors in name order,
+ * which is not the file's (windows read ahead for the next tensor in the
+ * file were a third of all, and went unused, under safetensors'
+ * load_file). */
+void ckfs_ahead_next(ckfs_ahead *a, uint64_t depth, uint64_t off, uint64_t end, uint64_t fsize,
                      uint64_t xstart, uint64_t xend, ckfs_ahead_plan *p)
 {
     *p = (ckfs_ahead_plan){0};
-    if (off + window >= a->next_off && off <= a->next_off + window) {
+    if (off + SEQ_SLACK >= a->next_off && off <= a->next_off + SEQ_SLACK) {
         a->seq++;
         if (off < a->run_start)
             a->run_start = off;
@@ -419,8 +426,8 @@ void ckfs_ahead_next(ckfs_ahead *a, uint64_t window, uint64_t off, uint64_t end,
     if (a->seq < 2)
         return;
     uint64_t run = a->next_off - a->run_start;
-    uint64_t ahead = run / 4 < window ? run / 4 : window;
-    uint64_t hint = run / 2 < HINT_WINDOWS * window ? run / 2 : HINT_WINDOWS * window;
+    uint64_t ahead = run / 4 < depth ? run / 4 : depth;
+    uint64_t hint = run / 2 < HINT_MAX ? run / 2 : HINT_MAX;
     /* a run that began in this tensor stops at its end: a loader taking
      * tensors by name jumps elsewhere next (layers.1 -> layers.10) */
     uint64_t stop = a->run_start >= xstart && xend < fsize ? xend : fsize;

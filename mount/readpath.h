@@ -104,9 +104,9 @@ typedef struct {
 
 /* Update a (zeroed at open) for a read of [off, end) in a file of fsize
  * bytes whose byte end-1 lies in the extent [xstart, xend), and say what to
- * do ahead of it with a prefetch window of window bytes.  Pure: the caller
- * holds the lock of a's open file. */
-void ckfs_ahead_next(ckfs_ahead *a, uint64_t window, uint64_t off, uint64_t end, uint64_t fsize,
+ * do ahead of it, decoding at most depth bytes past it (the prefetch
+ * option).  Pure: the caller holds the lock of a's open file. */
+void ckfs_ahead_next(ckfs_ahead *a, uint64_t depth, uint64_t off, uint64_t end, uint64_t fsize,
                      uint64_t xstart, uint64_t xend, ckfs_ahead_plan *p);
 
 /* An open file. */
