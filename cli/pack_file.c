@@ -337,7 +337,9 @@ static int write_packed(pack_ctx *c, const src_entry *e, const char *tmp, const 
     if (tfd < 0 || ckp_writer_new(tfd, &wo, &w) != CKP_OK) {
         int err = errno;
         if (tfd >= 0 || !dst_lost(c))
-            fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(tmp), tfd >= 0 ? "cannot start writer" : strerror(err));
+            fprintf(stderr, "ckptfs pack: %s: %s%s\n", CKU_ESC(tmp), tfd >= 0 ? "cannot start writer" : strerror(err),
+                    tfd < 0 && err == EEXIST ? " (another file of this pack has this temporary name: is DST's file "
+                                               "system case-insensitive?)" : "");
         goto out;
     }
     if (write_extents(c, w, tmp, tfd, p, size, h))
@@ -392,20 +394,67 @@ static int sync_and_read_back(pack_ctx *c, int tfd, const cks_map *sm, const src
     return bad || sy.err ? -1 : 0;
 }
 
+/* 0 if e's packed file may take DST's final_rel (final: its path): nothing
+ * there, a link, or a packed file of e's own path (an earlier run's, of a
+ * source changed since, or damaged: replaced as before).  Else -1 after
+ * naming both: a packed file of another source there (where DST's file
+ * system does not tell the two names apart, A.bin and a.bin: the rename
+ * would replace the other's packed copy, maybe its only copy once
+ * --delete-source deleted it), or a file that ckptfs did not write. */
+static int final_name_free(pack_ctx *c, const char *final_rel, const char *final, const src_entry *e)
+{
+    struct stat st;
+    if (fstatat(c->lock_fd, final_rel, &st, AT_SYMLINK_NOFOLLOW))
+        return 0; /* nothing there (the rename says any other error) */
+    if (!S_ISREG(st.st_mode))
+        return 0;
+    ckp_reader *r;
+    char err[512], src_esc[PATH_MAX];
+    ckp_status s = ckp_open_in(c->lock_fd, c->dst, final_rel, &r, err, sizeof err);
+    if (s == CKP_OK) {
+        const char *had = ckp_get_info(r)->path;
+        int same = !strcmp(had, e->rel);
+        if (!same)
+            fprintf(stderr,
+                    "ckptfs pack: %s: holds the packed copy of %s/%s, not of %s/%s (where a file system does not "
+                    "tell case apart, the two packed names are one); not replaced.  Pack into a directory that tells "
+                    "the names apart, or rename one of the sources\n",
+                    CKU_ESC(final), CKU_ESC(c->src_root), CKU_ESC(had), CKU_ESC(c->src_root),
+                    cku_escape(e->rel, src_esc, sizeof src_esc));
+        ckp_close(r);
+        return same ? 0 : -1;
+    }
+    if (s == CKP_ERR_FORMAT) {
+        fprintf(stderr, "ckptfs pack: %s: is not a packed file (ckptfs did not write it); not replaced: move it "
+                "away to pack %s/%s\n", CKU_ESC(final), CKU_ESC(c->src_root), cku_escape(e->rel, src_esc, sizeof src_esc));
+        return -1;
+    }
+    return 0;
+}
+
 /* Rename DST's tmp_name to final_rel (e's packed file) and fsync their
- * directory, if DST's name still leads to this run's DST.  @return 0, or -1
- * after saying why. */
-static int put_in_place(pack_ctx *c, const char *tmp_name, const char *final_rel)
+ * directory, if DST's name still leads to this run's DST and the final name
+ * is free for e (final_name_free).  @return 0, or -1 after saying why. */
+static int put_in_place(pack_ctx *c, const char *tmp_name, const char *final_rel, const src_entry *e)
 {
     char final[PATH_MAX], dir[PATH_MAX];
     join_path(final, sizeof final, c->dst, final_rel, "");
     snprintf(dir, sizeof dir, "%s", final_rel);
     char *slash = strrchr(dir, '/');
     *(slash ? slash : dir) = 0;
-    if (dst_lost(c))
+    if (dst_lost(c) || final_name_free(c, final_rel, final, e))
         return -1;
     cku_fault_point();
-    int rc = renameat(c->lock_fd, tmp_name, c->lock_fd, final_rel);
+    /* nothing there: RENAME_NOREPLACE, so that a file another thread put
+     * there since (one name for two sources) is checked, not replaced */
+    int rc = renameat2(c->lock_fd, tmp_name, c->lock_fd, final_rel, RENAME_NOREPLACE);
+    if (rc && errno == EEXIST) {
+        if (final_name_free(c, final_rel, final, e))
+            return -1;
+        rc = renameat(c->lock_fd, tmp_name, c->lock_fd, final_rel);
+    } else if (rc && errno == EINVAL) { /* a file system without RENAME_NOREPLACE */
+        rc = renameat(c->lock_fd, tmp_name, c->lock_fd, final_rel);
+    }
     if (rc || (cku_fault_point(), fsync_at(c->lock_fd, dir))) {
         if (!dst_lost(c))
             fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(final), strerror(errno));
@@ -458,7 +507,7 @@ static int pack_file(pack_ctx *c, const src_entry *e)
         goto out;
     if ((tfd = write_packed(c, e, tmp, tmp_name, sm.p, sm.size, h, &sj)) < 0 ||
         sync_and_read_back(c, tfd, &sm, e, tmp, tmp_name, src_path, sj.sha) || fstat(tfd, &packed) ||
-        put_in_place(c, tmp_name, final_rel))
+        put_in_place(c, tmp_name, final_rel, e))
         goto out;
     rc = 0;
     if (c->o->delete_source)

@@ -18,7 +18,8 @@ and 11), each checked against the original bytes (SHA-256):
      it back on the rerun, or fails naming both if NAME is there again; one
      another process has open for writing, or opens for writing while it is
      packed, is kept; DST removed or replaced while it is packed: the run
-     fails and writes nothing into the new DST;
+     fails and writes nothing into the new DST; a packed file of another
+     source at a file's packed name (a case-insensitive DST) is not replaced;
   7  an interrupted `unpack` can be rerun, one to an OUT that exists or is
      inside the packed directory is refused; a failed pack says DST was kept;
   8  modes: a 0600 file stays 0600 packed and unpacked, DST no more open
@@ -600,6 +601,54 @@ def dst_replaced():
           steps >= 40 and not bad, str(bad[:4]))
 
 
+def one_packed_name_for_two():
+    """Two sources whose packed files have one name in DST: on a
+    case-insensitive file system A.bin.ckpt and a.bin.ckpt are one file, so
+    the rename that made a.bin's packed file final replaced A.bin's, whose
+    source --delete-source had deleted: the only copy of A.bin lost.  Before
+    that rename, a packed file already at the name must record the same
+    source path, else the run is refused naming both and a.bin is kept; so
+    is a file there that is not a packed file.  This kernel cannot make a
+    case-insensitive directory (no casefold in ext4 or tmpfs here), so the
+    test does what such a file system shows the run: at each step where
+    a.bin's temporary exists and its packed name is free, a.bin.ckpt is made
+    to name A.bin's packed file (a hard link: the same inode under the
+    second name), or a file of random bytes."""
+    bad, steps = [], 0
+    for kind in ("A.bin's packed file", "a file of random bytes"):
+        for n in range(1, 40):
+            src, dst = fresh("s6c"), fresh("d6c")
+            make_src(src, {"A.bin": 20000, "a.bin": 30000})
+            want_a = sha(os.path.join(src, "a.bin"))
+            planted = {}
+
+            def plant():
+                names = os.listdir(dst)
+                if ".a.bin.ckpt.tmp" in names and "a.bin.ckpt" not in names:
+                    p = os.path.join(dst, "a.bin.ckpt")
+                    if kind.startswith("A.bin"):
+                        os.link(os.path.join(dst, "A.bin.ckpt"), p)
+                    else:
+                        with open(p, "wb") as f:
+                            f.write(os.urandom(5000))
+                    planted["sha"] = sha(p)
+            res = stopped(["pack", "--delete-source", "--jobs", "1", src, dst], n, plant)
+            if res is None:
+                break
+            if not planted:
+                continue
+            steps += 1
+            rc, err = res
+            ap, pp = os.path.join(src, "a.bin"), os.path.join(dst, "a.bin.ckpt")
+            said = ("a.bin.ckpt: holds the packed copy of %s/A.bin, not of %s/a.bin" % (src, src) if kind.startswith("A.bin")
+                    else "a.bin.ckpt: is not a packed file")
+            if not (rc == 1 and said in err and os.path.exists(ap) and sha(ap) == want_a and sha(pp) == planted["sha"]):
+                bad.append((kind, n, rc, err.strip()[-200:]))
+    check("6: at each of %d steps, a packed file of another source (A.bin), or a file ckptfs did not write, at "
+          "a.bin's packed name: refused naming both, a.bin and that file kept" % steps, steps >= 4 and not bad,
+          str(bad[:3]))
+
+
 def open_for_writing():
     """A source another process has open for writing is not deleted: bytes
     written through a shared writable mapping whose pages are already dirty
@@ -865,8 +914,8 @@ def item11():
 
 try:
     for t in (item3, item3_edited_and_forced, force_keeps_foreign, item4, item5, item6, source_read_error,
-              replaced_by_special, aside_and_name_both, item6_window, dst_replaced, open_for_writing, item7, item8,
-              setuid_bits, item11, overlap_by_bind_mount):
+              replaced_by_special, aside_and_name_both, item6_window, dst_replaced, one_packed_name_for_two,
+              open_for_writing, item7, item8, setuid_bits, item11, overlap_by_bind_mount):
         t()
 finally:
     shutil.rmtree(T, ignore_errors=True)
