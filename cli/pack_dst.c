@@ -26,6 +26,32 @@ static mode_t dst_mode(const pack_ctx *c)
     return (m & 0777) | 0700;
 }
 
+/* A DST that was there before this pack (empty, or an earlier pack that
+ * --force cleared) made no more open than a new one would be: the bits of
+ * group and others that SRC lacks are taken away, with a note.  Files keep
+ * their sources' modes, which a source directory closed to others (0700)
+ * protects: a 0644 file of it in a 0755 DST was readable by every user
+ * (and through an allow_other mount, and in unpack's OUT, which takes
+ * DST's mode).  @return 0, or -1 after saying why. */
+int narrow_dst_mode(pack_ctx *c)
+{
+    struct stat st;
+    if (fstat(c->lock_fd, &st)) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(c->o->dst), strerror(errno));
+        return -1;
+    }
+    mode_t now = st.st_mode & 07777, want = now & (07700 | dst_mode(c));
+    if (want == now)
+        return 0;
+    if (fchmod(c->lock_fd, want)) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(c->o->dst), strerror(errno));
+        return -1;
+    }
+    fprintf(stderr, "ckptfs pack: %s: mode %04o narrowed to %04o: a packed directory is no more open than its "
+            "source\n", CKU_ESC(c->o->dst), (unsigned)now, (unsigned)want);
+    return 0;
+}
+
 /* Create DST if needed (*created = 1) and lock it for this run: a second
  * pack into the same DST fails here instead of mixing its files in. */
 int open_dst(pack_ctx *c, int *created)

@@ -112,6 +112,7 @@ int prepare_dst(pack_ctx *c, const char *src_real);
 /* pack_dst.c */
 int open_dst(pack_ctx *c, int *created);
 int dst_lost(pack_ctx *c);
+int narrow_dst_mode(pack_ctx *c);
 DIR *opendir_at(int dfd, const char *rel);
 int fsync_at(int dfd, const char *rel);
 void leave_dst(pack_ctx *c, int created);

@@ -278,7 +278,7 @@ static int force_loses_nothing(pack_ctx *c, const cJSON *st)
 int prepare_dst(pack_ctx *c, const char *src_real)
 {
     if (dir_is_empty(c->lock_fd) && !c->src_missing)
-        return write_state(c, src_real, NULL);
+        return narrow_dst_mode(c) || write_state(c, src_real, NULL);
     cJSON *st = read_state(c);
     char why[PATH_MAX + 256];
     int m = st ? state_matches(c, st, src_real, why, sizeof why) : -1, rc = -1;
@@ -312,7 +312,7 @@ int prepare_dst(pack_ctx *c, const char *src_real)
                 c->dst);
         goto out;
     }
-    rc = write_state(c, src_real, NULL);
+    rc = narrow_dst_mode(c) || write_state(c, src_real, NULL) ? -1 : 0;
 out:
     cJSON_Delete(st);
     return rc;

@@ -773,6 +773,24 @@ def item8():
     dst1 = fresh("d8f")
     run("pack", os.path.join(src, "secret.bin"), dst1)
     check("8: DST of a single 0600 file is 0700", mode(dst1) == 0o700, oct(mode(dst1)))
+    # a DST that is there already (empty) was left as open as it was: the
+    # 0644 file of the 0700 SRC was readable by every user in a 0755 DST
+    # (and in unpack's OUT, which takes DST's mode); so after --force
+    for force in (False, True):
+        dst2, out = fresh("d8e"), fresh("o8e")
+        if force:
+            s0 = fresh("s8e")
+            make_src(s0, {"x.bin": 100})
+            run("pack", s0, dst2)
+        else:
+            os.makedirs(dst2)
+        os.chmod(dst2, 0o2777)
+        r = run("pack", *(["--force"] if force else []), src, dst2)
+        u = run("unpack", dst2, out)
+        check("8: an existing%s 2777 DST, SRC 0700: narrowed to 2700 with a note, so is OUT (0700)" %
+              (" packed" if force else " empty"),
+              r.returncode == 0 and os.stat(dst2).st_mode & 0o7777 == 0o2700 and "narrowed to 2700" in r.stderr and
+              u.returncode == 0 and mode(out) == 0o700, r.stderr.strip() + oct(os.stat(dst2).st_mode & 0o7777))
     # under umask 077 the directories kept the umask's 0700 (recorded so, and
     # given back so by unpack and the mount) and the manifest was 0600 in a
     # 0755 DST: the pack depended on the umask of whoever made it
