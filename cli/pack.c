@@ -109,6 +109,8 @@ int ckpt_pack(const ckpt_pack_opts *o)
         fprintf(stderr, "ckptfs pack: %s and %s overlap\n", o->src, o->dst);
         goto out;
     }
+    if (served_by_dst(&c)) /* SRC read through a mount of DST: packing would pull DST from under it */
+        goto out;
     if (c.list.n) /* an emptied SRC (rerun after --delete-source) has no list: qsort(NULL) is UB */
         qsort(c.list.v, c.list.n, sizeof *c.list.v, cmp_entry);
     uint64_t total;

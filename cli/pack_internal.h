@@ -98,6 +98,7 @@ int validate_all(pack_ctx *c, uint64_t *total);
 int resolve_path(const char *path, char *out);
 int setup_source(pack_ctx *c, char *src_real);
 int overlap(const pack_ctx *c, const char *src_real);
+int served_by_dst(const pack_ctx *c);
 int check_names(const pack_ctx *c);
 
 /* pack_file.c */

@@ -13,6 +13,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/statfs.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 static int list_add(src_list *l, const char *rel, int is_dir, const struct stat *st)
@@ -309,6 +311,90 @@ int overlap(const pack_ctx *c, const char *src_real)
             return 1;
     int fd = open(dst_real, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     return fd >= 0 && holds_dir(fd, &src, 0);
+}
+
+#define FUSE_MAGIC 0x65735546 /* statfs f_type of every FUSE file system */
+
+/* The root of the mount holding path p (whose stat is st), into root: the
+ * last directory up p's path on st's device. */
+static void mount_root(const char *p, const struct stat *st, char *root, size_t cap)
+{
+    char up[PATH_MAX];
+    struct stat ust;
+    snprintf(root, cap, "%s", p);
+    snprintf(up, sizeof up, "%s", p);
+    for (char *slash; (slash = strrchr(up, '/'));) {
+        slash[slash == up] = 0; /* "/x": its parent is "/" */
+        if (stat(up, &ust) || ust.st_dev != st->st_dev)
+            return;
+        snprintf(root, cap, "%s", up);
+        if (!strcmp(up, "/"))
+            return;
+    }
+}
+
+/* 1 if path p (stat st) is on a ckptfs mount of the packed directory dst
+ * (stat dst_st), naming its mount point in mnt; the mount's root says which
+ * packed directory it serves (the xattr user.ckptfs.stats, "source"). */
+static int on_mount_of(const char *p, const struct stat *st, const struct stat *dst_st, char *mnt, size_t cap)
+{
+    struct statfs sf;
+    char real[PATH_MAX]; /* a link in SRC to a file of the mount: the mount's own path */
+    if (statfs(p, &sf) || sf.f_type != FUSE_MAGIC || !realpath(p, real))
+        return 0;
+    mount_root(real, st, mnt, cap);
+    ssize_t n = getxattr(mnt, "user.ckptfs.stats", NULL, 0);
+    char *buf = n > 0 ? malloc((size_t)n + 4096) : NULL;
+    if (buf && (n = getxattr(mnt, "user.ckptfs.stats", buf, (size_t)n + 4095)) > 0)
+        buf[n] = 0;
+    cJSON *o = buf && n > 0 ? cJSON_Parse(buf) : NULL;
+    const char *src = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "source"));
+    struct stat ss;
+    int same = src && stat(src, &ss) == 0 && same_inode(&ss, dst_st);
+    cJSON_Delete(o);
+    free(buf);
+    return same;
+}
+
+/* 1 if SRC, or a file or directory of it, is read through a ckptfs mount of
+ * DST (an existing packed directory), after saying so: the daemon reads
+ * DST's packed files to serve it, and the pack would replace them (with
+ * --force, remove every one of them first).  `ckptfs pack --force MNT DST`
+ * to re-encode a mounted pack in place lost the whole pack, the only copy
+ * after a --delete-source: its files cleared, then every read of the mount
+ * EIO.  Each device of the walk is looked at once. */
+int served_by_dst(const pack_ctx *c)
+{
+    struct stat dst_st, st;
+    dev_t seen[16];
+    size_t n_seen = 0;
+    char mnt[PATH_MAX], p[PATH_MAX];
+    if (c->src_missing || stat(c->dst, &dst_st) || !S_ISDIR(dst_st.st_mode))
+        return 0;
+    for (size_t i = 0; i <= c->list.n; i++) {
+        if (i == c->list.n) /* SRC itself (a directory's entries come first: an empty one has none) */
+            snprintf(p, sizeof p, "%s", c->src_root);
+        else
+            join_path(p, sizeof p, c->src_root, c->list.v[i].rel, "");
+        if (i < c->list.n ? (st = c->list.v[i].st, 0) : stat(p, &st))
+            continue;
+        size_t k = 0;
+        while (k < n_seen && seen[k] != st.st_dev)
+            k++;
+        if (k < n_seen)
+            continue;
+        if (n_seen < sizeof seen / sizeof *seen)
+            seen[n_seen++] = st.st_dev;
+        if (on_mount_of(p, &st, &dst_st, mnt, sizeof mnt)) {
+            fprintf(stderr,
+                    "ckptfs pack: %s is read through %s, a ckptfs mount of %s: packing into %s would replace the "
+                    "packed files that mount reads (--force removes them all first, and they may be the only "
+                    "copy); nothing was written.  Pack into a new directory, then replace %s with it\n",
+                    CKU_ESC(p), CKU_ESC(mnt), CKU_ESC(c->o->dst), CKU_ESC(c->o->dst), CKU_ESC(c->o->dst));
+            return 1;
+        }
+    }
+    return 0;
 }
 
 /* Names DST keeps for itself at its top. */

@@ -400,6 +400,34 @@ def source_read_error():
               not os.path.exists(dst), r.stderr.strip())
 
 
+def repack_through_mount():
+    """`ckptfs pack --force MNT DST`, MNT a ckptfs mount of DST (to re-encode
+    a pack in place): --force cleared DST's packed files, which the mount
+    was reading, so every read of it failed (EIO) and the pack was gone,
+    the only copy of the model after a `pack --delete-source`.  Refused
+    before anything is written, SRC being the mount, a file of it, or a
+    directory holding it."""
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        print("skip: 6: pack through a mount of DST (needs root and /dev/fuse)")
+        return
+    src, dst, outer = fresh("s6m"), fresh("d6m"), fresh("o6m")
+    want = make_src(src, {"a.bin": 300000, "sub/b.bin": 200000})
+    run("pack", "--delete-source", src, dst)
+    before = snapshot(dst)
+    mnt, links = os.path.join(outer, "mnt"), fresh("l6m")
+    os.makedirs(links)
+    os.symlink(os.path.join(mnt, "sub", "b.bin"), os.path.join(links, "b.bin"))
+    with mounted(dst, mnt):
+        for what, arg in (("the mount", mnt), ("a file of the mount", os.path.join(mnt, "a.bin")),
+                          ("a directory holding the mount", outer),
+                          ("a directory with a link to a file of the mount", links)):
+            r = run("pack", "--force", "--format", "bytesplit", arg, dst)
+            check("6: pack --force of %s into the packed directory it serves: refused naming the mount, DST "
+                  "unchanged, the mount still serves the originals" % what,
+                  r.returncode == 1 and "is read through %s, a ckptfs mount of %s" % (mnt, dst) in r.stderr and
+                  snapshot(dst) == before and tree(mnt) == want, r.stderr.strip()[-300:])
+
+
 def replaced_by_special():
     """A source replaced by a FIFO (or a directory) after the walk looked at
     it: pack opened it as it was, and waited on the FIFO for a writer
@@ -932,8 +960,8 @@ def item11():
 
 try:
     for t in (item3, item3_edited_and_forced, force_keeps_foreign, item4, item5, item6, source_read_error,
-              replaced_by_special, aside_and_name_both, item6_window, dst_replaced, one_packed_name_for_two,
-              open_for_writing, item7, item8, setuid_bits, item11, overlap_by_bind_mount):
+              repack_through_mount, replaced_by_special, aside_and_name_both, item6_window, dst_replaced,
+              one_packed_name_for_two, open_for_writing, item7, item8, setuid_bits, item11, overlap_by_bind_mount):
         t()
 finally:
     shutil.rmtree(T, ignore_errors=True)
