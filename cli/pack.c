@@ -122,6 +122,7 @@ int ckpt_pack(const ckpt_pack_opts *o)
     atomic_init(&c.deleted_bytes, 0);
     if (open_dst(&c, &created) || prepare_dst(&c, src_real))
         goto out;
+    c.writing = 1;
     remove_temps(c.lock_fd);
     c.progress = cku_progress_new("packing", total);
     size_t n_files = 0;

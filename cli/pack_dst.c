@@ -160,7 +160,7 @@ void leave_dst(pack_ctx *c, int created)
         unlinkat(c->lock_fd, STATE_NAME, 0);
         if (!dst_lost(c))
             rmdir(c->dst);
-    } else if (!only_state) {
+    } else if (!only_state && c->writing) { /* a refused DST is not a pack to resume */
         fprintf(stderr, "ckptfs pack: %s: kept what was packed so far; run the same command again to resume\n",
                 c->o->dst);
     }

@@ -48,6 +48,8 @@ typedef struct {
                                * removed or replaced writes nothing into the
                                * directory at that name now (dst_lost) */
     atomic_int dst_lost_said; /* dst_lost said so once */
+    int writing;              /* DST was made ready (prepare_dst): a failure from here on
+                               * leaves what was packed for a rerun */
     src_list list;
     cku_progress *progress;
     int jobs_each;            /* encoder / read-back threads per file in flight */

@@ -158,9 +158,18 @@ static int state_matches(pack_ctx *c, const cJSON *st, const char *src_real, cha
              cJSON_IsString(f) ? CKU_ESC(f->valuestring) : "?");
     if (!cJSON_IsString(f) || strcmp(f->valuestring, enc_name(c->o->encoding)))
         return 0;
-    if (cJSON_IsString(s) && !strcmp(s->valuestring, src_real) && !c->src_missing)
+    int same_path = cJSON_IsString(s) && !strcmp(s->valuestring, src_real);
+    if (same_path && !c->src_missing)
         return 1;
     size_t n = strlen(why);
+    /* a source moved elsewhere is there (an emptied one too: a rerun of an
+     * interrupted --delete-source on it resumes); one that is not is no
+     * source (a typo in SRC resumed the pack and exited 0, 'packed 4
+     * files', and the state named the typo) */
+    if (!same_path && c->src_missing) {
+        snprintf(why + n, cap - n, " and %s does not exist", CKU_ESC(src_real));
+        return 0;
+    }
     snprintf(why + n, cap - n, " and ");
     return walk_recorded(c, cJSON_GetObjectItemCaseSensitive(st, "files"), NULL, why + n + 5, cap - n - 5);
 }

@@ -242,6 +242,23 @@ def item4():
     r2 = run("pack", os.path.join(d2, "k.bin"), dst2)
     check("4: rerunning a finished single-file pack succeeds", r1.returncode == 0 and r2.returncode == 0,
           r1.stderr + r2.stderr)
+    # a SRC that does not exist is not a moved source: a typo in SRC resumed
+    # the finished pack, exited 0 ('packed 1 files') and recorded the typo
+    # as its source; and a refused run said to run it again to resume
+    state = os.path.join(dst2, "ckptfs.state")
+    with open(state) as f:
+        before = f.read()
+    r = run("pack", os.path.join(T, "no-such-model"), dst2)
+    with open(state) as f:
+        kept = f.read() == before
+    check("4: pack of a SRC that does not exist into a finished pack: refused saying so, its state unchanged",
+          r.returncode == 1 and kept and "no-such-model: No such file or directory" in r.stderr, r.stderr.strip())
+    other = fresh("s4o")
+    make_src(other, {"o.bin": 100})
+    r = run("pack", other, dst2)
+    check("4: pack of another SRC into a finished pack: refused without 'run the same command again to resume'",
+          r.returncode == 1 and "already exists" in r.stderr and "run the same command again" not in r.stderr,
+          r.stderr.strip())
 
 
 def refused_before_anything(files, what, needle):
