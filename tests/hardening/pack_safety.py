@@ -730,21 +730,38 @@ def open_for_writing():
 
     def writer(ap):
         st = os.stat(ap)
+        # all through the descriptor: the name may be the private one for a
+        # moment while the pack decides not to delete it (a path-based utime
+        # failed then, and the check compared a digest of the step before)
         with open(ap, "r+b") as f:  # waits for the (stopped) pack to give up its lease
             f.write(b"WRITTEN IN PLACE")
-        os.utime(ap, ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime set back, as rsync -t would
-        written["sha"] = sha(ap)
+            f.flush()
+            os.utime(f.fileno(), ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime set back, as rsync -t would
+            f.seek(0)
+            written["sha"] = hashlib.sha256(f.read()).hexdigest()
 
     def write_in_place(src, dst):
-        t = threading.Thread(target=writer, args=(os.path.join(src, "a.bin"),))
+        ap = os.path.join(src, "a.bin")
+        st = os.stat(ap)
+        ino = "%02x:%02x:%d " % (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+        written.clear()
+        t = threading.Thread(target=writer, args=(ap,))
         t.start()
-        time.sleep(0.2)  # its open is under way when the pack goes on
+        # its open is under way when the pack goes on: the pack's lease is
+        # breaking (/proc/locks; a fixed 0.2 s was too short on a loaded
+        # machine), or the pack held none
+        for _ in range(500):
+            with open("/proc/locks") as f:
+                locks = [x for x in f if ino in x and "LEASE" in x]
+            if not locks or any("BREAKING" in x for x in locks) or not t.is_alive():
+                break
+            time.sleep(0.01)
         return t.join
 
     def survived(src, dst):
         out = fresh("o6p")
         run("unpack", dst, out)
-        return any(os.path.exists(p) and sha(p) == written["sha"]
+        return any(os.path.exists(p) and sha(p) == written.get("sha")
                    for p in (os.path.join(src, "a.bin"), os.path.join(out, "a.bin")))
     steps, lost = steps_after_final("6p", write_in_place, survived, need_source=True)
     check("6: a source opened for writing (mtime set back) at each of the %d steps after its packed copy is final "
