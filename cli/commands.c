@@ -311,9 +311,18 @@ static int make_staging(const char *out, const char *stage)
         remove_tree(stage);
         close(fd);
     }
-    if (mkdir(stage, 0700) || (fd = open(stage, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+    int made = mkdir(stage, 0700) == 0;
+    if (!made && errno == ENOENT) { /* name what the user typed, not the staging directory */
+        fprintf(stderr, "ckptfs unpack: %s: the directory it would go in does not exist; create it first\n",
+                CKU_ESC(out));
+        return -1;
+    }
+    fd = -1;
+    if (!made || (fd = open(stage, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
         flock(fd, LOCK_EX | LOCK_NB)) {
         fprintf(stderr, "ckptfs unpack: %s: %s\n", stage, strerror(errno));
+        if (fd >= 0)
+            close(fd);
         return -1;
     }
     return fd;

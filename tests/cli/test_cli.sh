@@ -148,6 +148,11 @@ check "verify --against a changed source: exit 4 (differs)" test $? -eq 4
 check "verify --against a changed source: names it, does not call the pack damaged" \
   sh -c "grep -q 'changed/config.json: size differs' '$T/err' && grep -q '1 of 8 files differ from the source' '$T/err' && ! grep -q damaged '$T/err'"
 
+"$CK" unpack "$T/p-one" "$T/no-such-dir/out" 2> "$T/err"
+check "unpack into a directory that does not exist: exit 1 naming OUT, not the staging directory" \
+  sh -c "test $? -eq 1 && grep -q 'no-such-dir/out: the directory it would go in does not exist' '$T/err' &&
+         ! grep -q ckptfs-partial '$T/err'"
+
 # an existing DST is not overwritten unless asked; the same command again is
 # a resume with nothing left to do
 "$CK" pack "$T/src/nested" "$T/p-k15" 2> "$T/err"
