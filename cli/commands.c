@@ -889,9 +889,18 @@ int ckpt_stat(const char *dst, int json)
     ckm_manifest *m;
     if (stat_mount(dst, json))
         return 0;
+    /* as verify and unpack: a pack being written is not a damaged one (its
+     * first run has no manifest yet; a rerun replaces files the old one
+     * lists, which read as 'does not match its manifest entry') */
+    int lock = read_lock("stat", dst);
+    if (lock == -2)
+        return CKPT_EXIT_FAIL;
     ckp_status ls = ckm_load(dst, &m, err, sizeof err);
-    if (ls != CKP_OK)
+    if (ls != CKP_OK) {
+        if (lock >= 0)
+            close(lock);
         return ckpt_fail("stat", ls, err);
+    }
     stats t;
     memset(&t, 0, sizeof t);
     file_stats *fs = calloc(m->n_files ? m->n_files : 1, sizeof *fs);
@@ -916,5 +925,7 @@ int ckpt_stat(const char *dst, int json)
         print_text(dst, &t, fs, msize);
     free(fs);
     ckm_free(m);
+    if (lock >= 0)
+        close(lock);
     return rc;
 }

@@ -962,6 +962,7 @@ def item11():
         second["r"] = run("pack", src, dst)
         second["o"] = run("pack", "--force", other, dst)
         second["v"] = run("verify", dst)
+        second["s"] = run("stat", dst)
         second["u"] = run("unpack", dst, os.path.join(b, "out"))
     res = stopped(["pack", src, dst], 1, race)
     r2, v, u = second.get("r"), second.get("v"), second.get("u")
@@ -973,6 +974,9 @@ def item11():
           r2 is not None and r2.returncode != 0 and "another ckptfs command" in r2.stderr, r2 and r2.stderr)
     check("11: verify during a pack says the pack is being written",
           v is not None and v.returncode == 1 and busy in v.stderr, v and v.stderr)
+    st = second.get("s")
+    check("11: stat during a pack says the pack is being written (not 'not a packed directory')",
+          st is not None and st.returncode == 1 and busy in st.stderr, st and st.stderr)
     check("11: unpack during a pack says so and writes nothing",
           u is not None and u.returncode == 1 and busy in u.stderr and not os.path.exists(os.path.join(b, "out")),
           u and u.stderr)
