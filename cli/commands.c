@@ -233,25 +233,46 @@ out:
     return rc;
 }
 
+/* rm -r of what the directory open at dfd holds, through descriptors: no
+ * symbolic link is followed, even one put in place of a directory while
+ * it runs (a path-based walk that looked with lstat and then opened by name
+ * could be sent into another directory, and empty it). */
+static void remove_below(int dfd)
+{
+    int fd = dup(dfd);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub >= 0) {
+            remove_below(sub);
+            close(sub);
+            unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR);
+        } else {
+            unlinkat(dirfd(d), e->d_name, 0);
+        }
+    }
+    closedir(d);
+}
+
 /* rm -r p, never following a symbolic link. */
 static void remove_tree(const char *p)
 {
-    struct stat st;
-    DIR *d = lstat(p, &st) == 0 && S_ISDIR(st.st_mode) ? opendir(p) : NULL;
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-                continue;
-            char c[PATH_MAX];
-            snprintf(c, sizeof c, "%s/%s", p, e->d_name);
-            remove_tree(c);
-        }
-        closedir(d);
-        rmdir(p);
-    } else {
+    int fd = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
         unlink(p);
+        return;
     }
+    remove_below(fd);
+    close(fd);
+    rmdir(p);
 }
 
 /* Files unpacked or verified at once: each uses two threads (decode, and
@@ -301,6 +322,12 @@ static int make_staging(const char *out, const char *stage)
         return -1;
     }
     int fd = open(stage, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0 && (fstat(fd, &st) || st.st_uid != geteuid())) { /* not an unpack of ours: not ours to remove */
+        fprintf(stderr, "ckptfs unpack: %s: there already and not made by you; remove it yourself, or unpack "
+                "elsewhere\n", CKU_ESC(stage));
+        close(fd);
+        return -1;
+    }
     if (fd >= 0) {
         if (flock(fd, LOCK_EX | LOCK_NB)) {
             fprintf(stderr, "ckptfs unpack: %s: another ckptfs unpack is writing it\n", stage);

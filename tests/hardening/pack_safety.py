@@ -786,6 +786,19 @@ def item7():
             check("7: unpack killed at step %d, then rerun" % n, False, r.stderr.strip())
             return
     check("7: unpack killed at each of its %d steps can be rerun, giving the originals" % kills, kills >= 4)
+    # an OUT.ckptfs-partial left by someone else (in /tmp, say: another user
+    # can make one there first) is not removed as an interrupted unpack's:
+    # unpack emptied it and went on
+    if os.geteuid() == 0:
+        out = fresh("out7o")
+        stage = out + ".ckptfs-partial"
+        make_src(stage, {"theirs.bin": 100})
+        os.chown(stage, 1234, 1234)
+        r = run("unpack", dst, out)
+        check("7: an OUT.ckptfs-partial of another user: refused naming it, kept",
+              r.returncode == 1 and "not made by you" in r.stderr and os.path.exists(os.path.join(stage, "theirs.bin"))
+              and not os.path.exists(out), r.stderr.strip())
+        shutil.rmtree(stage)
     # OUT that exists (a file, a link to a directory, a dangling link) is
     # refused and left alone; OUT inside the packed directory is refused too
     # (it was unpacked there, where a later pack into DST takes its files
