@@ -189,14 +189,17 @@ class PackedDir(_cg._Handle):
         return t
 
     def read_rows_into(self, name, out, rows=None):
-        """Decode rows [begin, end) of a tensor into out (a contiguous CPU torch tensor)."""
+        """Decode rows [begin, end) of a tensor into out: a contiguous CPU torch
+        tensor, or any object with data_ptr(), numel() and element_size() of
+        a contiguous buffer in this process (no torch needed)."""
         t = self.info(name)
-        if out.device.type != "cpu" or not out.is_contiguous():
+        dev = getattr(getattr(out, "device", None), "type", "cpu")
+        if dev != "cpu" or not getattr(out, "is_contiguous", lambda: True)():
             # the bytes go to out's memory in order from its first element: a
             # strided view would get them in the wrong elements, a device
             # pointer would be written by the CPU
             raise ValueError(f"{self.path}: read {name}: out must be a contiguous CPU tensor, not "
-                             f"{'a non-contiguous' if out.device.type == 'cpu' else 'a ' + out.device.type} one")
+                             f"{'a non-contiguous' if dev == 'cpu' else 'a ' + dev} one")
         r0, r1 = rows if rows is not None else (0, t.shape[0] if t.shape else 1)
         err = C.create_string_buffer(1024)
         cap = out.numel() * out.element_size()

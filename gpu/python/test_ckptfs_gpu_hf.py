@@ -11,6 +11,7 @@ and /dev/fuse allow), and the errors of bad use.
 
 Run by ctest (python_serving) with $CKPTFS (the CLI) and $CKPTFS_READ_LIB.
 """
+import ctypes as C
 import json
 import os
 import shutil
@@ -326,6 +327,21 @@ def test_read_rows_into_refuses_a_strided_out(packed):
         p.read_rows_into(name, torch.empty(r, c, dtype=torch.bfloat16, device="meta"))
     out = p.read_rows_into(name, torch.empty(r, c, dtype=torch.bfloat16))
     assert torch.equal(bits(out), bits(p.read(name)))
+
+    class Buf:  # no torch needed: any contiguous buffer (tests/packaging's use)
+        def __init__(self, n):
+            self.b, self.n = C.create_string_buffer(n), n
+
+        def data_ptr(self):
+            return C.addressof(self.b)
+
+        def numel(self):
+            return self.n
+
+        def element_size(self):
+            return 1
+    raw = p.read_rows_into(name, Buf(r * c * 2))
+    assert raw.b.raw == bytes(out.contiguous().view(torch.uint8).numpy())
     p.close()
 
 
