@@ -66,13 +66,17 @@ unsigned ckfs_default_prefetch_threads(void)
     return n - 1 < CKFS_DEFAULT_PREFETCH_THREADS ? (unsigned)(n - 1) : CKFS_DEFAULT_PREFETCH_THREADS;
 }
 
+/* A number of the options starts with a digit: strtoul and strtoull take
+ * leading spaces and a sign, and negate a '-' one (" -1" is ULONG_MAX). */
+static int starts_digit(const char *s) { return *s >= '0' && *s <= '9'; }
+
 /* Parse a byte count with an optional K/M/G/T suffix (powers of 1024). */
 static int parse_size(const char *s, uint64_t *out)
 {
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *s == '-')
+    if (errno || end == s || !starts_digit(s))
         return -1;
     unsigned shift = 0;
     switch (*end) {
@@ -96,7 +100,7 @@ static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
     char *end;
     errno = 0;
     unsigned long v = strtoul(s, &end, 10);
-    if (errno || end == s || *end || *s == '-' || v < lo || v > hi)
+    if (errno || end == s || *end || !starts_digit(s) || v < lo || v > hi)
         return -1;
     *out = (unsigned)v;
     return 0;
@@ -108,7 +112,7 @@ static int parse_id(const char *s, int group, long *out)
     char *end;
     errno = 0;
     unsigned long v = strtoul(s, &end, 10);
-    if (*s && !*end && !errno && *s != '-' && v < 0xffffffffUL) {
+    if (starts_digit(s) && !*end && !errno && v < 0xffffffffUL) {
         *out = (long)v;
         return 0;
     }
@@ -126,7 +130,7 @@ static int parse_mask(const char *s, int *out)
     char *end;
     errno = 0;
     unsigned long v = strtoul(s, &end, 8);
-    if (errno || end == s || *end || *s == '-' || v > 0777)
+    if (errno || end == s || *end || !starts_digit(s) || v > 0777)
         return -1;
     *out = (int)v;
     return 0;

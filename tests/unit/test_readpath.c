@@ -1195,6 +1195,16 @@ START_TEST(mount_options)
     ck_assert_int_eq(parse(&o, err, "-o", "cache_size=12Q", "P", "M"), CKFS_ERR_USAGE);
     ck_assert_msg(strstr(err, "'cache_size=12Q': a number of bytes, optionally with a K, M, G or T suffix") != NULL,
                   "%s", err);
+    /* a number starts with a digit: strtoull read " -1" as 2^64 - 1 (a cache without a limit) */
+    const char *signed_values[] = {"cache_size= -1", "cache_size=-1", "cache_size=+64M", "prefetch= 1",
+                                   "threads= 4", "threads=+4", "read_ahead_kb= -0", "dmask= 22", "umask=+022"};
+    for (size_t i = 0; i < sizeof signed_values / sizeof *signed_values; i++) {
+        ck_assert_msg(parse(&o, err, "-o", signed_values[i], "P", "M") == CKFS_ERR_USAGE, "%s: accepted, cache_size %llu",
+                      signed_values[i], (unsigned long long)o.cache_size);
+        ck_assert_msg(strstr(err, signed_values[i]) != NULL, "%s", err);
+    }
+    ck_assert_int_eq(parse(&o, err, "-o", "uid= 0", "P", "M"), CKFS_ERR_USAGE); /* not root: no user " 0" */
+    ck_assert_int_eq(parse(&o, err, "-o", "uid=0,gid=0,umask=022", "P", "M"), CKFS_OK);
     ck_assert_int_eq(parse(&o, err, "-o", "colour=blue", "P", "M"), CKFS_ERR_USAGE);
     ck_assert_msg(strstr(err, "colour=blue") != NULL, "%s", err);
     ck_assert_int_eq(parse(&o, err, "-o", "rw", "P", "M"), CKFS_ERR_USAGE);
