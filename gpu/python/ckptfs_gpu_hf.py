@@ -529,7 +529,8 @@ def _tie_groups(model):
 
 def _plan(packed, model, device, pack_embeddings=False):
     """({module name: weight name} of the Linear (and, if asked, Embedding)
-    modules to pack, needed device bytes)."""
+    modules to pack: those whose weight is a packed BF16 tensor and which
+    the model holds in bfloat16; needed device bytes)."""
     import torch.nn as nn
     kinds = (nn.Linear, nn.Embedding) if pack_embeddings else (nn.Linear,)
     tied = {n for g in _tie_groups(model) if len(g) > 1 for n in g}
@@ -537,7 +538,7 @@ def _plan(packed, model, device, pack_embeddings=False):
     for mname, mod in model.named_modules():
         wname = f"{mname}.weight" if mname else "weight"
         if type(mod) in kinds and wname not in tied and wname in packed.tensors and \
-                packed.tensors[wname].packed:
+                packed.tensors[wname].packed and mod.weight.dtype == _torch().bfloat16:
             mods[mname] = wname
             t = packed.tensors[wname]
             needed += t.packed_bytes + t.packed_bytes // 16   # planes + escape index and padding, about
@@ -553,6 +554,9 @@ def from_pretrained(packed_dir, device="cpu", *, config_from=None, dtype=None, p
     packed (see the module's doc).  config_from: a directory to read
     config.json (and the rest) from instead of the format library, e.g. the
     mount of packed_dir.  dtype: of the built model (default bfloat16).
+    Every tensor gets the dtype the model gives it, as transformers casts
+    (a float32 checkpoint makes a bfloat16 model by default; with
+    dtype=torch.float32 no weight stays packed, all are BF16 widened).
     pack_embeddings: keep untied embedding tables packed too
     (PackedEmbedding: each call decodes the table into the shared scratch,
     which an untied LM head of the same shape sizes already), instead of
@@ -595,8 +599,8 @@ def from_pretrained(packed_dir, device="cpu", *, config_from=None, dtype=None, p
         else:
             bias = None
             if mod.bias is not None:
-                bias = torch.nn.Parameter(packed.read(need(f"{mname}.bias", mod.bias.shape)).to(dev),
-                                          requires_grad=False)
+                b = packed.read(need(f"{mname}.bias", mod.bias.shape))
+                bias = torch.nn.Parameter(b.to(dev, mod.bias.dtype), requires_grad=False)
             kw, cls = {"bias": bias}, PackedLinear
         pm = _load_packed(cls, packed, wname, (0, t.shape[0]), t.shape[1], dev, scratch, gm, **kw)
         if pm is not None:   # else it stays an ordinary module, loaded below
@@ -606,8 +610,9 @@ def from_pretrained(packed_dir, device="cpu", *, config_from=None, dtype=None, p
         if model.get_parameter(group[0]).device.type != "meta":
             continue                          # a PackedLinear's bias, loaded above
         src = next((n for n in group if n in packed.tensors), group[0])
-        need(src, model.get_parameter(group[0]).shape)
-        p = torch.nn.Parameter(_to_device(packed, src, dev, gm), requires_grad=False)
+        want = model.get_parameter(group[0])  # on meta: the shape and dtype the model gives it
+        need(src, want.shape)
+        p = torch.nn.Parameter(_to_device(packed, src, dev, gm).to(want.dtype), requires_grad=False)
         for n in group:
             _set(model, n, p)
     for n, b in list(model.named_buffers()):
@@ -615,7 +620,7 @@ def from_pretrained(packed_dir, device="cpu", *, config_from=None, dtype=None, p
         mod = model.get_submodule(owner) if owner else model
         if isinstance(mod, PackedWeight):
             continue
-        nb = _to_device(packed, need(n, b.shape), dev, gm) if n in packed.tensors else b.to(dev)
+        nb = _to_device(packed, need(n, b.shape), dev, gm).to(b.dtype) if n in packed.tensors else b.to(dev)
         mod._buffers[leaf] = nb
     model.ckptfs_packed_dir = packed          # keeps the CPU path's reader alive
     model.ckptfs_gpu_model = gm

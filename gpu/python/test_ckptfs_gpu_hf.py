@@ -390,6 +390,30 @@ def test_error_ambiguous_tensor(work, src):
     p.close()
 
 
+def test_dtype_is_the_models(work, src, packed):
+    # every tensor gets the model's dtype, as transformers casts: a float32
+    # checkpoint gave a float32 model whatever dtype= said (logits off by
+    # 3e-3 from transformers' bfloat16 model), and dtype=torch.float32 over
+    # BF16 weights a bfloat16 one
+    from transformers import LlamaForCausalLM
+    ids = torch.tensor([[1, 17, 300, 42]])
+    d = os.path.join(work, f"f32-{os.path.basename(packed)}")
+    tiny_llama().to(torch.float32).save_pretrained(d, safe_serialization=True)
+    p = pack(d, d + "-packed", packed.rsplit("-", 1)[1])
+    m = ckhf.from_pretrained(p, device="cpu")
+    assert {q.dtype for q in m.parameters()} == {torch.bfloat16}
+    with torch.no_grad():
+        assert torch.equal(m(ids).logits, hf_load(d)(ids).logits)
+    m = ckhf.from_pretrained(packed, device="cpu", dtype=torch.float32)
+    assert {q.dtype for q in m.parameters()} == {torch.float32}
+    try:
+        ref = LlamaForCausalLM.from_pretrained(src, dtype=torch.float32).eval()
+    except TypeError:       # transformers < 4.56 knows only torch_dtype
+        ref = LlamaForCausalLM.from_pretrained(src, torch_dtype=torch.float32).eval()
+    with torch.no_grad():
+        assert torch.equal(m(ids).logits, ref(ids).logits)
+
+
 def test_error_wrong_device(packed):
     for dev, msg in [("tpu", "not a device name"), ("meta", "'cpu' or 'cuda"), ("cuda:0", None)]:
         if dev == "cuda:0" and torch.cuda.is_available():
