@@ -469,6 +469,10 @@ def load_linear(packed_dir, name, device="cpu", rows=None, rank=None, world_size
         raise ValueError(f"{name}: rows {rows} outside [0, {t.shape[0]})")
     bias = None
     if bias_name:
+        b = packed.info(bias_name)
+        if tuple(b.shape) != (t.shape[0],):   # one per output row, as nn.Linear's
+            raise ShapeMismatchError(f"{packed.path}: bias {bias_name} has shape {list(b.shape)}, the weight {name} "
+                                     f"needs [{t.shape[0]}]")
         bias = _torch().nn.Parameter(packed.read(bias_name, rows=rows).to(dev), requires_grad=False)
     gm = None
     if dev.type == "cuda":

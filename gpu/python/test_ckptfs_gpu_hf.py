@@ -414,6 +414,16 @@ def test_dtype_is_the_models(work, src, packed):
         assert torch.equal(m(ids).logits, ref(ids).logits)
 
 
+def test_load_linear_bias_of_another_shape(packed):
+    # a bias is one value per output row of the whole weight: a longer one
+    # was cut to the rows asked for, silently (the first 32 of a [64] norm
+    # weight as k_proj's bias)
+    w = "model.layers.0.self_attn.k_proj.weight"
+    with pytest.raises(ckhf.ShapeMismatchError, match=rf"bias model\.norm\.weight has shape \[64\], the weight {w} "
+                                                      r"needs \[32\]"):
+        ckhf.load_linear(packed, w, "cpu", bias_name="model.norm.weight")
+
+
 def test_error_wrong_device(packed):
     for dev, msg in [("tpu", "not a device name"), ("meta", "'cpu' or 'cuda"), ("cuda:0", None)]:
         if dev == "cuda:0" and torch.cuda.is_available():
