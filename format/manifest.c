@@ -319,9 +319,15 @@ static cJSON *parse_root(const char *json, size_t n, size_t at0, const char *nam
                    nul ? "a NUL byte" : why, at0 + at);
         return NULL;
     }
-    cJSON *root = cJSON_ParseWithLength(json, n);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(json, n, &end, 0);
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
-    if (!cJSON_IsObject(root))
+    /* one JSON text: cJSON stops after the first value and ignores the rest */
+    size_t rest = root && end ? (size_t)(end - json) + strspn(end, " \t\r\n") : n;
+    if (root && rest < n)
+        *st = merr(err, cap, CKP_ERR_CORRUPT, "%s: invalid manifest JSON: bytes after the JSON object at byte %zu",
+                   name, at0 + rest);
+    else if (!cJSON_IsObject(root))
         *st = merr(err, cap, CKP_ERR_CORRUPT, "%s: invalid manifest JSON: %s", name,
                    root ? "not an object" : "a syntax error");
     else if (!cJSON_IsNumber(fmt))

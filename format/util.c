@@ -335,6 +335,43 @@ static const char *lex_uint(const unsigned char *s, size_t n, size_t *i)
     return bad ? "a number that is not an integer from 0 to 2^53 written in plain digits" : NULL;
 }
 
+static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+
+/* The number starting at json[*i], in RFC 8259's grammar (cJSON's strtod
+ * also takes "01", "1." and "-.5"): *i moves past it. */
+static const char *lex_number(const unsigned char *s, size_t n, size_t *i)
+{
+    size_t k = *i, d;
+    k += k < n && s[k] == '-';
+    if (k < n && s[k] == '0')
+        k++;
+    else if (k < n && s[k] >= '1' && s[k] <= '9')
+        while (k < n && is_digit(s[k]))
+            k++;
+    else
+        goto bad;
+    if (k < n && s[k] == '.') {
+        for (d = ++k; k < n && is_digit(s[k]);)
+            k++;
+        if (k == d)
+            goto bad;
+    }
+    if (k < n && (s[k] == 'e' || s[k] == 'E')) {
+        k++;
+        k += k < n && (s[k] == '+' || s[k] == '-');
+        for (d = k; k < n && is_digit(s[k]);)
+            k++;
+        if (k == d)
+            goto bad;
+    }
+    if (k < n && s[k] && strchr("0123456789+-.eE", s[k])) /* "01", "1.2.3": the token goes on */
+        goto bad;
+    *i = k;
+    return NULL;
+bad:
+    return "a number that JSON does not allow (RFC 8259: no leading zero, digits on both sides of '.')";
+}
+
 const char *cku_json_lex(const char *json, size_t n, int uints_only, size_t *at)
 {
     const unsigned char *s = (const unsigned char *)json;
@@ -346,8 +383,8 @@ const char *cku_json_lex(const char *json, size_t n, int uints_only, size_t *at)
     while (!why && i < n) {
         if (s[i] == '"')
             why = lex_string(s, n, &i);
-        else if (uints_only && (s[i] == '-' || (s[i] >= '0' && s[i] <= '9')))
-            why = lex_uint(s, n, &i);
+        else if (s[i] == '-' || is_digit(s[i]))
+            why = uints_only ? lex_uint(s, n, &i) : lex_number(s, n, &i);
         else if (s[i] < 0x20 && s[i] != '\t' && s[i] != '\n' && s[i] != '\r')
             why = "a control character outside a string";
         else if (s[i] >= 0x80 && !utf8_seq(s + i, n - i, &cp))

@@ -81,10 +81,12 @@ const char *cku_escape(const char *s, char *out, size_t cap);
 
 /* The checks of RFC 8259 that cJSON does not make, on JSON text json[0..n):
  * UTF-8 throughout, no byte order mark, whitespace only space, tab, LF and
- * CR, no raw control character in a string, and no \u0000 escape (a C
- * string would stop there).  With uints_only, also every number an integer
- * from 0 to 2^53 in plain digits (no sign, fraction, exponent or leading
- * zero).  @return NULL, or what is wrong ("a ... ") with its byte offset in *at. */
+ * CR, no raw control character in a string, no \u0000 escape (a C
+ * string would stop there), and every number in RFC 8259's grammar (cJSON
+ * takes "01", "1." and "-.5").  With uints_only, every number an integer
+ * from 0 to 2^53 in plain digits instead (no sign, fraction, exponent or
+ * leading zero).  cJSON also ignores what follows the first value: callers
+ * check that.  @return NULL, or what is wrong ("a ... ") with its byte offset in *at. */
 const char *cku_json_lex(const char *json, size_t n, int uints_only, size_t *at);
 
 static inline uint64_t cku_le64(const uint8_t *p)

@@ -231,6 +231,10 @@ def cases():
          [blob(mode=0o600, mtime_ns=5)], manifest_edit=lambda d: set_file(d, mode=0o640, mtime_ns="17"))
     case("mtime-negative", "§7 mtime_ns grammar", A, [blob(mtime_ns=-1000)])
     case("mtime-19-digits", "§7 mtime_ns grammar", A, [blob(mtime_ns=-9223372036854775807)])
+    case("manifest-number-forms", "§7 size, mode, format: numbers whose value is a whole number", A,
+         [blob()], manifest_edit=lambda d: json_text(dict(d, note="X")).replace(b'"mode": 420', b'"mode": 4.2e2')
+         .replace(b'"size": 5000', b'"size": 5000.0').replace(b'"format": 1', b'"format": 1E+0')
+         .replace(b'"X"', b"[-0, 1e-2, -1.5E-3, 0.0]"))
 
     # ---- rejected: one broken rule each ---------------------------------------------
     def rej(name, rule, expect, f=None, **kw):
@@ -391,10 +395,26 @@ def cases():
     rej("manifest-dup", "R55 unique names", "duplicate",
         manifest_edit=lambda d: dict(d, files=d["files"] * 2))
     rej("manifest-json", "R56 valid JSON", "invalid manifest JSON", manifest_edit=lambda d: b'{"format": 1, "files": [}')
+    # RFC 8259 (§7, R56): one JSON text and nothing after it but whitespace; numbers in its grammar
+    rej("manifest-trailing-bytes", "R56 nothing after the JSON", "bytes after the JSON",
+        manifest_edit=lambda d: json_text(d) + b"\n x")
+    rej("manifest-two-documents", "R56 one JSON document", "bytes after the JSON",
+        manifest_edit=lambda d: json_text(d) + json_text(dict(d, files=[])))
+    rej("manifest-number-leading-zero", "R56 JSON number grammar", "a number that JSON does not allow",
+        manifest_edit=lambda d: json_text(d).replace(b'"mode": 420', b'"mode": 0420'))
+    rej("manifest-number-bare-point", "R56 JSON number grammar", "a number that JSON does not allow",
+        manifest_edit=lambda d: json_text(d).replace(b'"mode": 420', b'"mode": 420.'))
+    rej("manifest-number-unknown-key", "R56 JSON number grammar, at every level", "a number that JSON does not allow",
+        manifest_edit=lambda d: json_text(dict(d, note="X")).replace(b'"X"', b"[1, -.5]"))
     return [x for x in c if x]
 
 
 # ---- helpers for the edits above --------------------------------------------------------
+
+def json_text(d):
+    """The manifest's JSON as ckpack writes it (bytes, indent 1), for edits of the text."""
+    return json.dumps(d, indent=1).encode()
+
 
 def raw_json(d):
     """The manifest with its names as raw bytes (not UTF-8 if they are not)."""

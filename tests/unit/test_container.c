@@ -455,12 +455,23 @@ START_TEST(json_lex)
         {"{\"a\": 1e3}", "plain digits", 6, 1},
         {"{\"a\": 01}", "plain digits", 6, 1},
         {"{\"a\": 9007199254740993}", "plain digits", 6, 1},
+        {"{\"a\": 01}", "does not allow", 6, 0},
+        {"{\"a\": [1, -01]}", "does not allow", 10, 0},
+        {"{\"a\": 1.}", "does not allow", 6, 0},
+        {"{\"a\": -.5}", "does not allow", 6, 0},
+        {"{\"a\": 1.e3}", "does not allow", 6, 0},
+        {"{\"a\": 1e}", "does not allow", 6, 0},
+        {"{\"a\": 1e+}", "does not allow", 6, 0},
+        {"{\"a\": -}", "does not allow", 6, 0},
+        {"{\"a\": 1.2.3}", "does not allow", 6, 0},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const char *why = cku_json_lex(bad[i].json, strlen(bad[i].json), bad[i].uints, &at);
         ck_assert_msg(why && strstr(why, bad[i].why) && at == bad[i].at, "case %zu: %s at %zu", i, why, at);
     }
-    ck_assert_ptr_null(cku_json_lex("{\"a\": 2.5e3}", 12, 0, &at)); /* numbers are free without uints_only */
+    /* without uints_only, any number of RFC 8259's grammar */
+    const char nums[] = "[0, -0, 2.5e3, -1.5E-3, 0.0, 1E+2, 10, -12.75e0, 9007199254740993]";
+    ck_assert_ptr_null(cku_json_lex(nums, strlen(nums), 0, &at));
 }
 END_TEST
 
