@@ -582,6 +582,46 @@ static void *verify_worker(void *arg)
     return NULL;
 }
 
+static int cmp_file_path(const void *key, const void *f) { return strcmp(key, ((const ckm_file *)f)->path); }
+static int cmp_dir_path(const void *key, const void *d) { return strcmp(key, ((const ckm_dir *)d)->path); }
+
+/* With --against a directory: what SRC holds below rel that the pack does
+ * not (a file added since the pack, or one it never took), each named on
+ * stderr; a directory the pack lacks is named once, not its files.  Such a
+ * file is lost to `verify --against SRC P && rm -r SRC`, which verify's
+ * "every byte against the source ok" invited.  @return how many. */
+static size_t not_in_pack(const char *src, const char *rel, const ckm_manifest *m)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s%s%s", src, *rel ? "/" : "", rel);
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0; /* SRC itself was stat'ed; a subdirectory gone meanwhile is not the pack's business */
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char r[PATH_MAX], full[PATH_MAX];
+        if ((size_t)snprintf(r, sizeof r, "%s%s%s", rel, *rel ? "/" : "", e->d_name) >= sizeof r)
+            continue;
+        snprintf(full, sizeof full, "%s/%s", src, r);
+        struct stat st, lst;
+        int is_dir = stat(full, &st) == 0 && S_ISDIR(st.st_mode) && lstat(full, &lst) == 0 && !S_ISLNK(lst.st_mode);
+        if (is_dir && (m->n_dirs && bsearch(r, m->dirs, m->n_dirs, sizeof *m->dirs, cmp_dir_path))) {
+            n += not_in_pack(src, r, m);
+            continue;
+        }
+        if (!is_dir && m->n_files && bsearch(r, m->files, m->n_files, sizeof *m->files, cmp_file_path))
+            continue;
+        fprintf(stderr, "ckptfs verify: %s: %s the source but not in the pack\n", CKU_ESC(full),
+                is_dir ? "a directory in" : "in");
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
 static int verify_locked(const char *dst, const char *against, int jobs)
 {
     char err[768];
@@ -619,7 +659,8 @@ static int verify_locked(const char *dst, const char *against, int jobs)
     size_t damaged = atomic_load(&v.damaged), differ = atomic_load(&v.differ), newer = atomic_load(&v.newer);
     double secs = cku_progress_seconds(v.pr);
     cku_progress_done(v.pr);
-    size_t bad = damaged + differ + newer;
+    size_t extra = against && !against_file ? not_in_pack(against, "", m) : 0;
+    size_t bad = damaged + differ + newer + extra;
     if (newer)
         fprintf(stderr,
                 "ckptfs verify: %s: %zu of %zu files use a format version this ckptfs cannot read (see above; "
@@ -630,12 +671,15 @@ static int verify_locked(const char *dst, const char *against, int jobs)
     if (differ)
         fprintf(stderr, "ckptfs verify: %s: %zu of %zu files differ from the source %s\n", dst, differ, m->n_files,
                 against);
+    if (extra)
+        fprintf(stderr, "ckptfs verify: %s: %zu files or directories of the source %s are not in the pack\n", dst,
+                extra, against);
     char h[16], rate[24];
     if (!bad)
         printf("%s: %zu files, %s: all checksums%s ok (%.1f s, %s)\n", dst, m->n_files, cku_human(bytes, h),
                against ? " and every byte against the source" : "", secs, cku_human_rate(bytes, secs, rate));
     ckm_free(m);
-    return damaged ? CKPT_EXIT_DAMAGED : newer ? CKPT_EXIT_FAIL : differ ? CKPT_EXIT_DIFFERS : CKPT_EXIT_OK;
+    return damaged ? CKPT_EXIT_DAMAGED : newer ? CKPT_EXIT_FAIL : differ || extra ? CKPT_EXIT_DIFFERS : CKPT_EXIT_OK;
 }
 
 int ckpt_unpack(const char *dst, const char *out, int jobs) { return locked("unpack", dst, unpack_locked, out, jobs); }

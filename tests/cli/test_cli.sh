@@ -152,6 +152,14 @@ check "verify --against a changed source: names it, does not call the pack damag
 check "unpack into a directory that does not exist: exit 1 naming OUT, not the staging directory" \
   sh -c "test $? -eq 1 && grep -q 'no-such-dir/out: the directory it would go in does not exist' '$T/err' &&
          ! grep -q ckptfs-partial '$T/err'"
+cp -a "$T/src" "$T/added" && printf 'new' > "$T/added/new.bin" && mkdir -p "$T/added/newdir/deeper" &&
+  printf 'x' > "$T/added/newdir/deeper/x.bin"
+"$CK" verify --against "$T/added" "$T/p-k15" 2> "$T/err"
+check "verify --against a source holding files the pack lacks: exit 4, names them (a directory once)" \
+  sh -c "test $? -eq 4 && grep -q 'added/new.bin: in the source but not in the pack' '$T/err' &&
+         grep -q 'added/newdir: a directory in the source but not in the pack' '$T/err' && ! grep -q deeper '$T/err' &&
+         grep -q '2 files or directories of the source .* are not in the pack' '$T/err'"
+rm -rf "$T/added"
 
 # an existing DST is not overwritten unless asked; the same command again is
 # a resume with nothing left to do
