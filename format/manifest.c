@@ -305,6 +305,42 @@ static size_t check_first_line(char *buf, size_t size, const char *name, char *e
     return hdr;
 }
 
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A member name that some object in j (at any depth) holds twice, or NULL.
+ * cJSON keeps both members and its lookups find the first, while other
+ * parsers keep the last: one manifest, two meanings (format §7, R56).
+ * *nomem is set if the check could not be made. */
+static const char *repeated_member(const cJSON *j, int *nomem)
+{
+    size_t n = 0, k = 0;
+    for (const cJSON *c = j->child; c; c = c->next)
+        n++;
+    if (cJSON_IsObject(j) && n > 1) {
+        const char **names = malloc(n * sizeof *names), *dup = NULL;
+        if (!names)
+            return *nomem = 1, NULL;
+        for (const cJSON *c = j->child; c; c = c->next)
+            names[k++] = c->string;
+        qsort(names, n, sizeof *names, cmp_name);
+        for (k = 1; k < n && !dup; k++)
+            if (!strcmp(names[k - 1], names[k]))
+                dup = names[k];
+        free(names);
+        if (dup)
+            return dup;
+    }
+    for (const cJSON *c = j->child; c; c = c->next) { /* depth: cJSON's nesting limit */
+        const char *dup = repeated_member(c, nomem);
+        if (dup || *nomem)
+            return dup;
+    }
+    return NULL;
+}
+
 /* The JSON text json[0..n) parsed (R56: UTF-8, RFC 8259; a \u0000 would cut
  * a path short) into an object whose "format" this reader knows (R53).
  * at0: the text's offset in the file, for messages.  @return the root, or
@@ -319,7 +355,8 @@ static cJSON *parse_root(const char *json, size_t n, size_t at0, const char *nam
                    nul ? "a NUL byte" : why, at0 + at);
         return NULL;
     }
-    const char *end = NULL;
+    const char *end = NULL, *dup = NULL;
+    int nomem = 0;
     cJSON *root = cJSON_ParseWithLengthOpts(json, n, &end, 0);
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
     /* one JSON text: cJSON stops after the first value and ignores the rest */
@@ -330,6 +367,10 @@ static cJSON *parse_root(const char *json, size_t n, size_t at0, const char *nam
     else if (!cJSON_IsObject(root))
         *st = merr(err, cap, CKP_ERR_CORRUPT, "%s: invalid manifest JSON: %s", name,
                    root ? "not an object" : "a syntax error");
+    else if ((dup = repeated_member(root, &nomem)) || nomem)
+        *st = nomem ? merr(err, cap, CKP_ERR_NOMEM, "%s: out of memory", name)
+                    : merr(err, cap, CKP_ERR_CORRUPT, "%s: invalid manifest JSON: an object has the member \"%s\" twice",
+                           name, cku_escape(dup, (char[CKU_ESC_NAME]){0}, CKU_ESC_NAME));
     else if (!cJSON_IsNumber(fmt))
         *st = merr(err, cap, CKP_ERR_CORRUPT, "%s: invalid manifest JSON: \"format\" is %s", name,
                    fmt ? "not a number" : "missing");

@@ -404,6 +404,13 @@ def cases():
         manifest_edit=lambda d: json_text(d).replace(b'"mode": 420', b'"mode": 0420'))
     rej("manifest-number-bare-point", "R56 JSON number grammar", "a number that JSON does not allow",
         manifest_edit=lambda d: json_text(d).replace(b'"mode": 420', b'"mode": 420.'))
+    # §7, R56: no member name twice in an object (cJSON reads the first, Python's json the last)
+    rej("manifest-repeated-path", "R56 no repeated member", 'has the member "path" twice',
+        manifest_edit=lambda d: json_text(d).replace(b'"path": "config.json"', b'"path": "config.json", "path": "x.json"'))
+    rej("manifest-repeated-files", "R56 no repeated member", 'has the member "files" twice',
+        manifest_edit=lambda d: json_text(d).replace(b'"dirs": []', b'"dirs": [], "files": []'))
+    rej("manifest-repeated-unknown", "R56 no repeated member, at every level", 'has the member "k" twice',
+        manifest_edit=lambda d: json_text(dict(d, note="X")).replace(b'"X"', b'[{"k": 1, "k": 1}]'))
     rej("manifest-number-unknown-key", "R56 JSON number grammar, at every level", "a number that JSON does not allow",
         manifest_edit=lambda d: json_text(dict(d, note="X")).replace(b'"X"', b"[1, -.5]"))
     return [x for x in c if x]
