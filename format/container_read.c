@@ -163,9 +163,10 @@ static ckp_status parse_extent(ckp_reader *r, const uint8_t *rec, uint32_t i, ui
                         "its orig_size %llu", i, (unsigned long long)x->plane_size[0],
                         (unsigned long long)x->orig_size);
     }
-    /* Names may point at the same bytes of the table, but their copies must
-     * fit in r->strings, which holds names of at most strtab_size bytes in all. */
-    const char *names_cap = r->strings + strlen(r->info.path) + 1 + strtab_size + r->info.n_extents + 1;
+    /* Names may point at the same bytes of the table, but their lengths add
+     * up to at most strtab_size (R19): after the path, r->strings has room
+     * for that and one NUL per extent. */
+    const char *names_cap = r->strings + strlen(r->info.path) + 1 + strtab_size + r->info.n_extents;
     if ((size_t)(names_cap - *names_end) < (size_t)nlen + 1)
         return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u: names take more room than the string table holds", i);
     memcpy(*names_end, strtab + noff, nlen);

@@ -218,6 +218,8 @@ def cases():
     case("mode-high-bits", "§3.2 TOC mode bits above 07777 ignored", A, [blob(mode=0o100644)])
     case("names-share-bytes", "§3.2 strings may share bytes", A,
          [File("w.bin", [Extent(RAW, T[:10], name=b"x"), Extent(RAW, T[10:20], name=b"x")])])
+    case("names-fill-table", "§3.2 names adding up to strtab_size", A,
+         [File("w.bin", [Extent(RAW, T[:10]), Extent(RAW, T[10:20])], edit=names_at((0, 3), (3, 2)))])
     case("utf8-names", "§2 UTF-8 names", A,
          [File("modèle/données.bin".encode(), [Extent(RAW, T[:100])])], dirs=[("modèle", 0o755)])
     case("longest-names", "§2 a 255-byte directory, a 250-byte file name (255 with .ckpt)", A,
@@ -325,6 +327,9 @@ def cases():
     rej("index-amplified", "R28 indexes fit in the file", "chunk index",
         File("b.bin", [Extent(RAW, T, chunk_size=1), Extent(RAW, T, chunk_size=1, share=0),
                        Extent(RAW, T, chunk_size=1, share=0)]))
+    # §3.2, R19: the names' lengths add up to at most strtab_size (the path "w.bin" is the table)
+    rej("names-one-over-table", "R19 names fit in the string table", "names",
+        File("w.bin", [Extent(RAW, T[:10]), Extent(RAW, T[10:20])], edit=names_at((0, 3), (0, 3))))
     rej("names-amplified", "R19 names fit in the string table", "names",
         File("b.bin", [Extent(RAW, T[i:i + 1], name=b"n" * 40) for i in range(4)], edit=names_overlap))
     # per chunk (R40-R43): the file opens, the damaged chunk is an error
@@ -568,6 +573,14 @@ def amplify(ctx):
     r["chunk_size"] = 1
     r["n_chunks"] = r["orig_size"]
     r["index_offset"] = 64
+
+
+def names_at(*refs):
+    """Extent i's name is the (name_off, name_len) refs[i] of the string table."""
+    def f(ctx):
+        for r, (off, n) in zip(ctx["recs"], refs):
+            r["name_off"], r["name_len"] = off, n
+    return f
 
 
 def names_overlap(ctx):
