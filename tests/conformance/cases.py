@@ -233,6 +233,10 @@ def cases():
          [blob(mode=0o600, mtime_ns=5)], manifest_edit=lambda d: set_file(d, mode=0o640, mtime_ns="17"))
     case("mtime-negative", "§7 mtime_ns grammar", A, [blob(mtime_ns=-1000)])
     case("mtime-19-digits", "§7 mtime_ns grammar", A, [blob(mtime_ns=-9223372036854775807)])
+    case("manifest-nested-1000", "§7 nesting 1000 deep (the root object is the first level)", A,
+         [blob()], manifest_edit=lambda d: json_text(dict(d, note="X")).replace(b'"X"', b"[" * 999 + b"]" * 999))
+    case("manifest-surrogate-pair", "§7 a surrogate pair escape is one character", A,
+         [blob()], manifest_edit=lambda d: json_text(dict(d, note="X")).replace(b'"X"', b'"\\ud83d\\ude00"'))
     case("manifest-number-forms", "§7 size, mode, format: numbers whose value is a whole number", A,
          [blob()], manifest_edit=lambda d: json_text(dict(d, note="X")).replace(b'"mode": 420', b'"mode": 4.2e2')
          .replace(b'"size": 5000', b'"size": 5000.0').replace(b'"format": 1', b'"format": 1E+0')
@@ -268,9 +272,9 @@ def cases():
     rej("path-nul", "R13 NUL in path", "safe relative path", blob(edit=path_is(b"con\0fig.json")))
     rej("path-dotdot", "R13 path", "safe relative path", blob(edit=path_is(b"../config.json")))
     rej("path-absolute", "R13 path", "safe relative path", blob(edit=path_is(b"/config.json")))
-    rej("path-not-utf8", "R13 path is UTF-8", "not UTF-8", blob(b"caf\xe9.json"), manifest_edit=raw_json)
-    rej("path-overlong-utf8", "R13 path is UTF-8", "not UTF-8", blob(b"\xc0\xafetc"), manifest_edit=raw_json)
-    rej("path-lone-surrogate", "R13 path is UTF-8", "invalid manifest JSON", blob(b"caf\xe9.json"))
+    rej("path-not-utf8", "R56 manifest not UTF-8 (R13 in the TOC too)", "not UTF-8", blob(b"caf\xe9.json"), manifest_edit=raw_json)
+    rej("path-overlong-utf8", "R56 manifest not UTF-8 (R13 in the TOC too)", "not UTF-8", blob(b"\xc0\xafetc"), manifest_edit=raw_json)
+    rej("path-lone-surrogate", "R56 lone-surrogate escape in a path", "invalid manifest JSON", blob(b"caf\xe9.json"))
     rej("toc-path-not-utf8", "R13 path is UTF-8", "safe relative path", blob(edit=path_is(b"caf\xe9.json")))
     rej("toc-path-component-256", "R13 path components <= 255 bytes", "has a component over 255 bytes",
         blob(edit=path_is(b"d" * 256 + b"/config.json")))
@@ -382,7 +386,7 @@ def cases():
         manifest_edit=lambda d: set_file(d, mtime_ns="+17"))
     rej("manifest-mtime-space", "R54 mtime_ns grammar", '"mtime_ns" is not a string of',
         manifest_edit=lambda d: set_file(d, mtime_ns=" 17"))
-    rej("manifest-path-nul", "R54 path without NUL (\\u0000)", "NUL",
+    rej("manifest-path-nul", "R56 no \\u0000 escape (a NUL in a path)", "NUL",
         manifest_edit=lambda d: set_file(d, path=d["files"][0]["path"] + "\0x"))
     # a name over 255 bytes cannot be made on disk (NAME_MAX): only the manifest lists it
     rej("manifest-dir-name-256", "R54 path components <= 255 bytes", "has a component over 255 bytes",
@@ -416,6 +420,12 @@ def cases():
         manifest_edit=lambda d: json_text(d).replace(b'"dirs": []', b'"dirs": [], "files": []'))
     rej("manifest-repeated-unknown", "R56 no repeated member, at every level", 'has the member "k" twice',
         manifest_edit=lambda d: json_text(dict(d, note="X")).replace(b'"X"', b'[{"k": 1, "k": 1}]'))
+    rej("manifest-nul-unknown-key", "R56 no \\u0000 escape, in any string", "NUL",
+        manifest_edit=lambda d: json_text(dict(d, note="X")).replace(b'"X"', b'"a\\u0000b"'))
+    rej("manifest-lone-surrogate", "R56 no lone-surrogate escape", "invalid manifest JSON",
+        manifest_edit=lambda d: json_text(dict(d, note="X")).replace(b'"X"', b'"\\ud800x"'))
+    rej("manifest-nested-1001", "R56 nesting at most 1000 deep", "invalid manifest JSON",
+        manifest_edit=lambda d: json_text(dict(d, note="X")).replace(b'"X"', b"[" * 1000 + b"]" * 1000))
     rej("manifest-number-unknown-key", "R56 JSON number grammar, at every level", "a number that JSON does not allow",
         manifest_edit=lambda d: json_text(dict(d, note="X")).replace(b'"X"', b"[1, -.5]"))
     return [x for x in c if x]
