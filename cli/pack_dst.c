@@ -257,26 +257,44 @@ void mf_free(mf_build *b)
     free(b->m.dirs);
 }
 
+/* The manifest's mode, whatever the umask: readable by a class of users
+ * (group, others) only if that class can read DST (mode dst_mode) and every
+ * packed file through the directories above it.  The manifest lists each
+ * file's name, size and SHA-256: a 0600 shard's (or one in a 0700
+ * directory's) were readable by every user of a 0755 DST, and a private
+ * file's hash gives away what a guess of its content is worth; whoever it
+ * now keeps out could not read that file to unpack, verify or mount the
+ * pack anyway. */
+static mode_t manifest_mode(const ckm_manifest *m, mode_t dst_mode)
+{
+    mode_t rd = dst_mode & 0444 & (dst_mode & 0111) << 2;
+    for (size_t i = 0; i < m->n_files; i++) {
+        mode_t can = m->files[i].mode & 0444;
+        const char *p = m->files[i].path;
+        for (size_t k = 0; k < m->n_dirs; k++) { /* the directories above it: x lets a class through */
+            size_t n = strlen(m->dirs[k].path);
+            if (!strncmp(p, m->dirs[k].path, n) && p[n] == '/')
+                can &= (m->dirs[k].mode & 0111) << 2;
+        }
+        rd &= can;
+    }
+    return rd | 0600;
+}
+
 int write_manifest(pack_ctx *c)
 {
     mf_build b = {0};
     char err[512];
-    int rc = dst_lost(c) ? -1 : scan_dst(c, "", &b);
-    ckp_status s = rc == 0 ? ckm_write_at(c->lock_fd, c->dst, &b.m, err, sizeof err) : CKP_OK;
+    struct stat st, ds;
+    int rc = dst_lost(c) || fstat(c->lock_fd, &ds) ? -1 : scan_dst(c, "", &b);
+    ckp_status s = rc == 0 ? ckm_write_at(c->lock_fd, c->dst, &b.m, manifest_mode(&b.m, ds.st_mode), err, sizeof err)
+                           : CKP_OK;
     if (s != CKP_OK) {
         if (!dst_lost(c))
             ckpt_fail("pack", s, err);
         rc = -1;
     }
-    char man[PATH_MAX];
-    struct stat st, ds;
-    snprintf(man, sizeof man, "%s/%s", c->dst, CKP_MANIFEST_NAME);
-    /* readable by whoever can read DST, whatever the umask */
     int mfd = rc == 0 ? openat(c->lock_fd, CKP_MANIFEST_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
-    if (rc == 0 && (mfd < 0 || fstat(c->lock_fd, &ds) || fchmod(mfd, (ds.st_mode & 0444) | 0200))) {
-        fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(man), strerror(errno));
-        rc = -1;
-    }
     c->packed_bytes = b.packed + (mfd >= 0 && fstat(mfd, &st) == 0 ? (uint64_t)st.st_size : 0);
     if (mfd >= 0)
         close(mfd);

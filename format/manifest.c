@@ -455,12 +455,12 @@ ckp_status ckm_write(const char *dst, ckm_manifest *m, char *err, size_t cap)
     int dfd = open(dst, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
         return merr(err, cap, CKP_ERR_IO, "%s: %s", dst, strerror(errno));
-    ckp_status st = ckm_write_at(dfd, dst, m, err, cap);
+    ckp_status st = ckm_write_at(dfd, dst, m, CKM_MODE_UMASK, err, cap);
     close(dfd);
     return st;
 }
 
-ckp_status ckm_write_at(int dfd, const char *dst, ckm_manifest *m, char *err, size_t cap)
+ckp_status ckm_write_at(int dfd, const char *dst, ckm_manifest *m, unsigned mode, char *err, size_t cap)
 {
     if (m->n_files)
         qsort(m->files, m->n_files, sizeof *m->files, cmp_file);
@@ -490,8 +490,9 @@ ckp_status ckm_write_at(int dfd, const char *dst, ckm_manifest *m, char *err, si
     snprintf(final, sizeof final, "%s/%s", dst, final_name);
     ckp_status st = CKP_OK;
     unlinkat(dfd, tmp_name, 0); /* O_EXCL below: never written through a link or into another file's inode */
-    int fd = openat(dfd, tmp_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0 || cku_pwrite_full(fd, head, strlen(head), 0) ||
+    int fd = openat(dfd, tmp_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                    mode == CKM_MODE_UMASK ? 0644 : 0600);
+    if (fd < 0 || (mode != CKM_MODE_UMASK && fchmod(fd, (mode_t)mode)) || cku_pwrite_full(fd, head, strlen(head), 0) ||
         cku_pwrite_full(fd, json, jl, strlen(head)) || (cku_fault_point(), fsync(fd)))
         st = merr(err, cap, CKP_ERR_IO, "%s: %s", tmp, strerror(errno));
     else if ((cku_fault_point(), renameat(dfd, tmp_name, dfd, final_name)) || (cku_fault_point(), fsync(dfd)))

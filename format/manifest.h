@@ -80,8 +80,12 @@ ckp_status ckm_load(const char *dst_dir, ckm_manifest **out, char *err, size_t e
  * file named in err with errno's text) or CKP_ERR_NOMEM. */
 ckp_status ckm_write(const char *dst_dir, ckm_manifest *m, char *err, size_t errCapacity);
 /* ckm_write into the directory open at dfd (named dst_dir in messages),
- * wherever its name now leads. */
-ckp_status ckm_write_at(int dfd, const char *dst_dir, ckm_manifest *m, char *err, size_t errCapacity);
+ * wherever its name now leads, the manifest getting mode (whatever the
+ * umask) before it takes its name, its temporary made 0600; mode
+ * CKM_MODE_UMASK: 0644 under the umask, as ckm_write. */
+#define CKM_MODE_UMASK 0xffffffffu
+ckp_status ckm_write_at(int dfd, const char *dst_dir, ckm_manifest *m, unsigned mode, char *err,
+                        size_t errCapacity);
 
 void ckm_free(ckm_manifest *m);
 

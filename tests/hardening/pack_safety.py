@@ -883,8 +883,29 @@ def item8():
     got = [mode(os.path.join(d, p)) for d in (dst, out) for p in ("", "sub")]
     check("8: umask 077: DST and its directories have the source's modes (0755, 0750), so has unpack's output",
           r.returncode == 0 and u.returncode == 0 and got == [0o755, 0o750] * 2, r.stderr + u.stderr + str(list(map(oct, got))))
-    check("8: umask 077: the manifest is readable by whoever can read DST (0644 in a 0755 DST)",
-          mode(os.path.join(dst, "ckptfs.manifest")) == 0o644, oct(mode(os.path.join(dst, "ckptfs.manifest"))))
+    check("8: umask 077: the manifest is readable by whoever can read every packed file (0640: sub/a.bin is 0640 "
+          "in a 0750 directory)", mode(os.path.join(dst, "ckptfs.manifest")) == 0o640,
+          oct(mode(os.path.join(dst, "ckptfs.manifest"))))
+    # the manifest lists every file's name, size and SHA-256: a 0600 file's,
+    # or a 0644 file's in a 0700 directory, were readable by every user of a
+    # 0755 DST (its hash is what a guess of a secret needs)
+    for files, dirs, want in (({"pub.bin": 0o644, "sec.bin": 0o600}, {}, 0o600),
+                              ({"pub.bin": 0o644, "priv/x.bin": 0o644}, {"priv": 0o700}, 0o600),
+                              ({"pub.bin": 0o644, "grp/x.bin": 0o644}, {"grp": 0o750}, 0o640),
+                              ({"pub.bin": 0o644, "sub/x.bin": 0o644}, {"sub": 0o755}, 0o644)):
+        s8, d8 = fresh("s8m"), fresh("d8m")
+        make_src(s8, {f: 100 for f in files})
+        for f, m in files.items():
+            os.chmod(os.path.join(s8, f), m)
+        for dname, m in dirs.items():
+            os.chmod(os.path.join(s8, dname), m)
+        os.chmod(s8, 0o755)
+        r = run("pack", s8, d8)
+        got = mode(os.path.join(d8, "ckptfs.manifest")) if r.returncode == 0 else None
+        check("8: the manifest of a 0755 DST holding %s is %s" % (
+              ", ".join("%s %s" % (f, oct(m)) for f, m in sorted(files.items())) +
+              "".join(", %s/ %s" % (dn, oct(m)) for dn, m in dirs.items()), oct(want)),
+              got == want, r.stderr.strip() + " " + str(got and oct(got)))
     check("8: umask 077: files keep their modes packed and unpacked",
           mode(os.path.join(dst, "sub", "a.bin.ckpt")) == 0o640 and mode(os.path.join(out, "sub", "a.bin")) == 0o640)
 
