@@ -39,6 +39,7 @@ import ctypes as C
 import os
 import shutil
 import tempfile
+import threading
 
 import ckptfs_gpu as _cg  # the GPU binding beside this file: its library finder and tensor description
 
@@ -326,10 +327,13 @@ def row_slice(n_rows, rank, world_size):
 
 class _Scratch:
     """One reused BF16 buffer per model and device: the decode target of
-    every PackedLinear for inputs the GEMV does not take."""
+    every PackedLinear for inputs the GEMV does not take.  Threads running
+    the model at once share it: each decode and the use of its result hold
+    self.lock, or one thread's layer ran with another's decoded weight."""
 
     def __init__(self, device):
         self.device, self.buf = device, None
+        self.lock = threading.Lock()
 
     def reserve(self, numel):
         import torch
@@ -374,7 +378,8 @@ class PackedWeight(_linear_base()):
 
     def decoded_weight(self, out=None):
         """The weight as a BF16 [rows, cols] tensor (in the shared scratch
-        buffer unless out is given)."""
+        buffer unless out is given: valid until the next decode into it, so
+        hold self.scratch.lock while using it if threads share the model)."""
         if out is None:
             out = self.scratch.view(self.n_rows, self.n_cols)
         if self.device_tensor is not None:
@@ -406,7 +411,8 @@ class PackedLinear(PackedWeight):
             y = self.device_tensor.gemv(x.reshape(n, self.in_features), out_dtype=x.dtype)
             y = y.view(*x.shape[:-1], self.out_features)
             return y + self.bias if self.bias is not None else y
-        return F.linear(x, self.decoded_weight(), self.bias)
+        with self.scratch.lock:
+            return F.linear(x, self.decoded_weight(), self.bias)
 
 
 class PackedEmbedding(PackedWeight):
@@ -420,7 +426,8 @@ class PackedEmbedding(PackedWeight):
 
     def forward(self, ids):
         import torch.nn.functional as F
-        return F.embedding(ids, self.decoded_weight(), self.padding_idx)
+        with self.scratch.lock:
+            return F.embedding(ids, self.decoded_weight(), self.padding_idx)
 
 
 def _load_packed(cls, packed, name, rows, cols, device, scratch, gpu_model, **kw):

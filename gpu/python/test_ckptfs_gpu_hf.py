@@ -424,6 +424,32 @@ def test_load_linear_bias_of_another_shape(packed):
         ckhf.load_linear(packed, w, "cpu", bias_name="model.norm.weight")
 
 
+def test_concurrent_forwards(packed):
+    # threads running one model at once (a server's requests): every output
+    # is the one a lone call gives; they shared the decode scratch, so a
+    # layer could run with another thread's decoded weight (101 of 120
+    # outputs wrong here)
+    import threading
+    m = ckhf.from_pretrained(packed, device="cpu", pack_embeddings=True)
+    torch.manual_seed(3)
+    inputs = [torch.randint(4, VOCAB, (1, 9 + i)) for i in range(4)]
+    with torch.no_grad():
+        want = [m(x).logits for x in inputs]
+    wrong = []
+
+    def run(i):
+        with torch.no_grad():
+            for _ in range(10):
+                if not torch.equal(m(inputs[i]).logits, want[i]):
+                    wrong.append(i)
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(len(inputs))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not wrong, f"{len(wrong)} of {10 * len(inputs)} outputs differ from a lone call's"
+
+
 def test_error_wrong_device(packed):
     for dev, msg in [("tpu", "not a device name"), ("meta", "'cpu' or 'cuda"), ("cuda:0", None)]:
         if dev == "cuda:0" and torch.cuda.is_available():
