@@ -14,6 +14,7 @@ torch; device calls need both.  Errors raise CkgError with the status name.
 """
 import ctypes as C
 import os
+import threading
 
 __all__ = ["CkgError", "Model", "DeviceTensor", "TensorInfo", "load_library", "device_count"]
 
@@ -235,10 +236,14 @@ class DeviceTensor(_Handle):
 
 
 class Model(_Handle):
-    """A packed directory opened for loading to the GPU."""
+    """A packed directory opened for loading to the GPU.  load() may be
+    called from several threads: uploads run one at a time (libckgpu's
+    staging buffers are the model's; ckg_tensor_upload is not thread-safe
+    per model)."""
     _free = "ckg_model_close"
 
     def __init__(self, packed_dir, lib=None):
+        self._upload_lock = threading.Lock()
         self._lib = load_library(lib)
         h = C.c_void_p()
         err = C.create_string_buffer(1024)
@@ -280,7 +285,8 @@ class Model(_Handle):
         except ImportError:
             pass
         out = C.c_void_p()
-        st = self._lib.ckg_tensor_upload(self._h, info.index, r0, r1, flags, stream, C.byref(out))
+        with self._upload_lock:
+            st = self._lib.ckg_tensor_upload(self._h, info.index, r0, r1, flags, stream, C.byref(out))
         if st:
             raise CkgError(st, f"upload {name}", self._lib)
         return DeviceTensor(self, info, out, r0, r1, device)

@@ -76,6 +76,57 @@ def check_dtype_names(ckptfs, work):
     print(f"gpu_python: the {len(want)} dtypes of the format listed by name, their array interfaces right")
 
 
+def check_uploads_serialized(dst):
+    """Model.load from several threads: ckg_tensor_upload (not thread-safe
+    per model: its staging buffers are the model's) never runs twice at once
+    for one model.  A library that records overlapping uploads stands in for
+    libckgpu's upload (no GPU needed)."""
+    import threading
+    import time
+
+    class Uploads:
+        def __init__(self, lib):
+            self.lib, self.inside, self.overlaps, self.lock = lib, 0, 0, threading.Lock()
+
+        def __getattr__(self, name):
+            return getattr(self.lib, name)
+
+        def ckg_tensor_upload(self, h, i, r0, r1, flags, stream, out):
+            with self.lock:
+                self.inside += 1
+                self.overlaps += self.inside > 1
+            time.sleep(0.002)
+            with self.lock:
+                self.inside -= 1
+            out._obj.value = 1
+            return 0
+
+        def ckg_tensor_is_packed(self, t):
+            return 0
+
+        def ckg_tensor_nbytes(self, t):
+            return 0
+
+        def ckg_tensor_device_bytes(self, t):
+            return 0
+
+        def ckg_tensor_free(self, t):
+            pass
+
+    with cg.Model(dst) as m:
+        lib = m._lib
+        m._lib = fake = Uploads(lib)
+        names = [t.name for t in m.tensors()]
+        ts = [threading.Thread(target=lambda: [m.load(n) for n in names * 5]) for _ in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        m._lib = lib
+    assert fake.overlaps == 0, f"{fake.overlaps} uploads ran while another one of the same model did"
+    print("gpu_python: uploads of one model from 4 threads run one at a time")
+
+
 class _NoData:
     def ckg_tensor_data(self, h):
         return 0
@@ -104,6 +155,7 @@ def main():
 
     cg.load_library(lib)
     check_dtype_names(ckptfs, work)
+    check_uploads_serialized(dst)
     with cg.Model(dst) as m:
         infos = {t.name: t for t in m.tensors()}
         assert set(infos) == set(tensors), infos
