@@ -631,7 +631,11 @@ def from_pretrained(packed_dir, device="cpu", *, config_from=None, dtype=None, p
         mod = model.get_submodule(owner) if owner else model
         if isinstance(mod, PackedWeight):
             continue
-        nb = _to_device(packed, need(n, b.shape), dev, gm).to(b.dtype) if n in packed.tensors else b.to(dev)
+        # a persistent buffer from the checkpoint; the others (rotary
+        # inv_freq) are the model's own, as transformers ignores a
+        # checkpoint's copy of them
+        load = n in packed.tensors and leaf not in mod._non_persistent_buffers_set
+        nb = _to_device(packed, need(n, b.shape), dev, gm).to(b.dtype) if load else b.to(dev)
         mod._buffers[leaf] = nb
     model.ckptfs_packed_dir = packed          # keeps the CPU path's reader alive
     model.ckptfs_gpu_model = gm

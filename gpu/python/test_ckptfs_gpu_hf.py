@@ -450,6 +450,22 @@ def test_concurrent_forwards(packed):
     assert not wrong, f"{len(wrong)} of {10 * len(inputs)} outputs differ from a lone call's"
 
 
+def test_non_persistent_buffers_are_the_models(work, src, original):
+    # a checkpoint holding a copy of a buffer the model computes and does
+    # not save (rotary inv_freq, here rounded to BF16): transformers ignores
+    # it, and so must from_pretrained (it loaded it: logits 2.7e-3 off)
+    from safetensors.torch import save_file
+    d = os.path.join(work, "with-inv-freq")
+    shutil.copytree(src, d)
+    inv = dict(original.named_buffers())["model.rotary_emb.inv_freq"]
+    save_file({"model.rotary_emb.inv_freq": inv.to(torch.bfloat16)}, os.path.join(d, "extra.safetensors"),
+              metadata={"format": "pt"})
+    m = ckhf.from_pretrained(pack(d, d + "-packed", "k15"), device="cpu")
+    ids = torch.tensor([[1, 17, 300, 42, 7, 9, 100, 3]])
+    with torch.no_grad():
+        assert torch.equal(m(ids).logits, original(ids).logits)
+
+
 def test_error_wrong_device(packed):
     for dev, msg in [("tpu", "not a device name"), ("meta", "'cpu' or 'cuda"), ("cuda:0", None)]:
         if dev == "cuda:0" and torch.cuda.is_available():
