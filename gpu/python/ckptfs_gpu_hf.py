@@ -522,6 +522,12 @@ def _skeleton(meta_dir, dtype, kw):
             model = AutoModelForCausalLM.from_config(config, dtype=dtype, **kw)
         except TypeError:   # transformers < 4.56 knows only torch_dtype
             model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype, **kw)
+    # generate()'s defaults from the directory's generation_config.json (stop
+    # tokens, lengths, sampling), as transformers' from_pretrained takes
+    # them: from_config derives them from config.json alone
+    if os.path.isfile(os.path.join(meta_dir, "generation_config.json")) and model.can_generate():
+        from transformers import GenerationConfig
+        model.generation_config = GenerationConfig.from_pretrained(meta_dir)
     return model.eval(), config
 
 

@@ -466,6 +466,25 @@ def test_non_persistent_buffers_are_the_models(work, src, original):
         assert torch.equal(m(ids).logits, original(ids).logits)
 
 
+def test_generation_config_is_the_directorys(work, src):
+    # generate() stops and penalizes as the directory's generation_config.json
+    # says, as with transformers' load of it (it was ignored: 20 new tokens
+    # where transformers gave 5)
+    d = os.path.join(work, "gen-config")
+    shutil.copytree(src, d)
+    with open(os.path.join(d, "generation_config.json")) as f:
+        g = json.load(f)
+    g.update(eos_token_id=[2, 300], max_new_tokens=5, repetition_penalty=1.3)
+    with open(os.path.join(d, "generation_config.json"), "w") as f:
+        json.dump(g, f)
+    m = ckhf.from_pretrained(pack(d, d + "-packed", "k15"), device="cpu")
+    ref = hf_load(d)
+    for k in ("eos_token_id", "max_new_tokens", "repetition_penalty"):
+        assert getattr(m.generation_config, k) == getattr(ref.generation_config, k), k
+    ids = torch.tensor([[1, 17, 300, 42]])
+    assert m.generate(ids, do_sample=False).tolist() == ref.generate(ids, do_sample=False).tolist()
+
+
 def test_error_wrong_device(packed):
     for dev, msg in [("tpu", "not a device name"), ("meta", "'cpu' or 'cuda"), ("cuda:0", None)]:
         if dev == "cuda:0" and torch.cuda.is_available():
