@@ -215,6 +215,11 @@ class PackedDir(_cg._Handle):
         t = self.info(name)
         nrows = t.shape[0] if t.shape else 1
         r0, r1 = rows if rows is not None else (0, nrows)
+        # checked before the allocation (rows of another tensor could ask for
+        # terabytes), and a 0-d tensor is its one row or nothing to return
+        if not 0 <= r0 <= r1 <= nrows or (not t.shape and (r0, r1) != (0, 1)):
+            raise ValueError(f"{self.path}: read {name}: rows [{r0}, {r1}) outside [0, {nrows})"
+                             f"{'' if t.shape else ' (a 0-d tensor: its one row)'}")
         shape = ((r1 - r0),) + t.shape[1:] if t.shape else ()
         dt = _TORCH_DTYPES.get(t.dtype_code)
         if dt is None or not hasattr(torch, dt):

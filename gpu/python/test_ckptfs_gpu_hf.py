@@ -485,6 +485,29 @@ def test_generation_config_is_the_directorys(work, src):
     assert m.generate(ids, do_sample=False).tolist() == ref.generate(ids, do_sample=False).tolist()
 
 
+def test_read_rows_outside(work, packed):
+    # rows outside the tensor are refused before anything is allocated: a
+    # reversed range met torch's "negative dimension", a far one allocated
+    # its size first, and rows (0, 0) of a 0-d tensor returned an
+    # uninitialized element with no error
+    p = ckhf.PackedDir(packed)
+    name = "model.norm.weight"
+    for rows in ((5, 2), (0, 1 << 40), (-1, 3)):
+        with pytest.raises(ValueError, match=rf"read {name}: rows \[{rows[0]}, {rows[1]}\) outside \[0, 64\)"):
+            p.read(name, rows=rows)
+    assert torch.equal(bits(p.read(name, rows=(3, 7))), bits(p.read(name)[3:7]))
+    p.close()
+    from safetensors.torch import save_file
+    d = os.path.join(work, "scalar-" + os.path.basename(packed))
+    os.makedirs(d)
+    save_file({"s": torch.tensor(2.5, dtype=torch.float32)}, os.path.join(d, "s.safetensors"))
+    p = ckhf.PackedDir(pack(d, d + "-packed", "k15"))
+    assert p.read("s").item() == 2.5
+    with pytest.raises(ValueError, match=r"rows \[0, 0\) outside \[0, 1\) \(a 0-d tensor: its one row\)"):
+        p.read("s", rows=(0, 0))
+    p.close()
+
+
 def test_error_wrong_device(packed):
     for dev, msg in [("tpu", "not a device name"), ("meta", "'cpu' or 'cuda"), ("cuda:0", None)]:
         if dev == "cuda:0" and torch.cuda.is_available():
