@@ -59,9 +59,16 @@ int open_dst(pack_ctx *c, int *created)
     struct stat st;
     *created = 0;
     if (stat(c->dst, &st)) {
-        char parent[PATH_MAX];
+        int e = errno;
+        char parent[PATH_MAX], up[PATH_MAX];
+        struct stat ust;
         snprintf(parent, sizeof parent, "%s", c->dst);
         *strrchr(parent, '/') = 0;
+        snprintf(up, sizeof up, "%s", parent);
+        for (char *slash; *up && stat(up, &ust) && (slash = strrchr(up, '/'));)
+            *slash = 0;
+        c->dst_above = strlen(up);
+        errno = e;
         if (errno != ENOENT || c->src_missing || (*parent && cku_mkdirs(parent, 0755)) ||
             (mkdir(c->dst, 0700) && errno != EEXIST)) {
             fprintf(stderr, "ckptfs pack: %s: %s\n", c->o->dst, strerror(c->src_missing ? ENOENT : errno));
@@ -156,10 +163,17 @@ void leave_dst(pack_ctx *c, int created)
             only_state = 0;
     if (d)
         closedir(d);
-    if (created && only_state) {
+    if (created && only_state) { /* DST goes, and the directories made for it */
         unlinkat(c->lock_fd, STATE_NAME, 0);
-        if (!dst_lost(c))
-            rmdir(c->dst);
+        unlinkat(c->lock_fd, "." STATE_NAME ".tmp", 0);
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "%s", c->dst);
+        if (!dst_lost(c) && rmdir(p) == 0)
+            for (char *slash; (slash = strrchr(p, '/')) && (size_t)(slash - p) > c->dst_above;) {
+                *slash = 0;
+                if (rmdir(p))
+                    break;
+            }
     } else if (!only_state && c->writing) { /* a refused DST is not a pack to resume */
         fprintf(stderr, "ckptfs pack: %s: kept what was packed so far; run the same command again to resume\n",
                 c->o->dst);

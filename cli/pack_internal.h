@@ -48,6 +48,8 @@ typedef struct {
                                * removed or replaced writes nothing into the
                                * directory at that name now (dst_lost) */
     atomic_int dst_lost_said; /* dst_lost said so once */
+    size_t dst_above;         /* a DST this run made: the length of the part of its path that
+                               * was there before (parents made with it go with it) */
     int writing;              /* DST was made ready (prepare_dst): a failure from here on
                                * leaves what was packed for a rerun */
     src_list list;

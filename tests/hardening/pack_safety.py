@@ -694,6 +694,19 @@ def one_packed_name_for_two():
           str(bad[:3]))
 
 
+def failed_first_pack_leaves_nothing():
+    """A first pack that fails before it packed a file removes the DST it
+    made, and the directories it made above it (pack makes DST's missing
+    parents): they were left behind, empty."""
+    src, top = fresh("s6n"), fresh("t6n")
+    make_src(src, {"a.bin": 3000})
+    with open(os.path.join(src, "a.bin"), "r+b"):  # open for writing: --delete-source refuses it
+        r = run("pack", "--delete-source", src, os.path.join(top, "new1", "new2", "dst"))
+    check("6: a failed first pack into new directories leaves none of them",
+          r.returncode == 1 and "open for writing" in r.stderr and not os.path.exists(top),
+          r.stderr.strip()[-200:] + " left: %s" % [os.path.relpath(p, T) for p, _, _ in os.walk(top)])
+
+
 def open_for_writing():
     """A source another process has open for writing is not deleted: bytes
     written through a shared writable mapping whose pages are already dirty
@@ -1033,7 +1046,8 @@ def item11():
 try:
     for t in (item3, item3_edited_and_forced, force_keeps_foreign, item4, item5, item6, source_read_error,
               repack_through_mount, replaced_by_special, aside_and_name_both, item6_window, dst_replaced,
-              one_packed_name_for_two, open_for_writing, item7, item8, setuid_bits, item11, overlap_by_bind_mount):
+              one_packed_name_for_two, failed_first_pack_leaves_nothing, open_for_writing, item7, item8,
+              setuid_bits, item11, overlap_by_bind_mount):
         t()
 finally:
     shutil.rmtree(T, ignore_errors=True)
