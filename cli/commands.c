@@ -173,7 +173,11 @@ static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_
     cku_sha256_pipe *sha = fd >= 0 ? cku_sha256_pipe_new(cap) : NULL;
     uint8_t d[32];
     if (fd < 0 || !sha) {
-        fprintf(stderr, "ckptfs unpack: %s: %s\n", CKU_ESC(tmp), fd < 0 ? strerror(errno) : "out of memory");
+        int e = errno;
+        fprintf(stderr, "ckptfs unpack: %s: %s%s\n", CKU_ESC(tmp), fd < 0 ? strerror(e) : "out of memory",
+                fd < 0 && e == EEXIST ? " (another file of the pack took this name: OUT's file system does not tell "
+                                        "the two names apart, as a case-insensitive one does not A.bin and a.bin; "
+                                        "unpack on one that does)" : "");
         goto out;
     }
     const ckp_info *in = ckp_get_info(r);

@@ -799,6 +799,22 @@ def item7():
             check("7: unpack killed at step %d, then rerun" % n, False, r.stderr.strip())
             return
     check("7: unpack killed at each of its %d steps can be rerun, giving the originals" % kills, kills >= 4)
+    # OUT on a file system that takes A.bin and a.bin for one name (this
+    # kernel has no casefold: a hard link made while unpack is stopped after
+    # A.bin shows it what such a file system would): refused saying why, no OUT
+    s7c, d7c = fresh("s7c"), fresh("d7c")
+    make_src(s7c, {"A.bin": 3000, "a.bin": 4000})
+    run("pack", s7c, d7c)
+    out = fresh("out7c")
+    stage = out + ".ckptfs-partial"
+
+    def alias():
+        if os.path.exists(os.path.join(stage, "A.bin")):
+            os.link(os.path.join(stage, "A.bin"), os.path.join(stage, "a.bin"))
+    res = stopped(["unpack", "--jobs", "1", d7c, out], 1, alias)
+    check("7: unpack where two files of the pack take one name: exit 1 saying why, no OUT, no staging left",
+          res is not None and res[0] == 1 and "does not tell the two names apart" in res[1] and
+          not os.path.exists(out) and not os.path.exists(stage), str(res))
     # an OUT.ckptfs-partial left by someone else (in /tmp, say: another user
     # can make one there first) is not removed as an interrupted unpack's:
     # unpack emptied it and went on
