@@ -541,14 +541,30 @@ static char *human(uint64_t b, char *out)
     return out;
 }
 
-/* -o log=: "stderr" (a copy survives daemonizing) or a file, appended to.
+/* -o log=: "stderr" (a copy survives daemonizing) or a regular file,
+ * appended to.  The file is opened without following a symbolic link in
+ * its place and must be a regular file: a daemon run as root with its log
+ * in a directory others can write (/tmp) would otherwise append its lines
+ * to whatever file a link planted there names, or block on a FIFO.
  * @return 0, or -1 with a message. */
 static int open_log(const char *where)
 {
-    int fd = !strcmp(where, "stderr") ? fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3)
-                                      : open(where, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
-    if (fd < 0) {
-        fprintf(stderr, "ckptfs mount: log=%s: %s\n", where, strerror(errno));
+    struct stat st;
+    int fd = !strcmp(where, "stderr")
+                 ? fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3)
+                 : open(where, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0640);
+    int notreg = fd < 0 ? errno == ENXIO /* a FIFO nobody reads */
+                        : strcmp(where, "stderr") != 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode));
+    if (fd < 0 && !notreg) {
+        fprintf(stderr, "ckptfs mount: log=%s: %s\n", where,
+                errno == ELOOP ? "a symbolic link: name the log file itself" : strerror(errno));
+        return -1;
+    }
+    if (notreg) {
+        fprintf(stderr, "ckptfs mount: log=%s: not a regular file (log=stderr logs to a pipe or terminal)\n",
+                where);
+        if (fd >= 0)
+            close(fd);
         return -1;
     }
     ckfs_log_to_fd(fd);

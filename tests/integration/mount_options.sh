@@ -121,6 +121,20 @@ for _ in $(seq 100); do grep -q serving "$T/daemon.log" && break; sleep 0.05; do
 grep -q "ckptfs\[[0-9]*\]: serving $T/dst at $T/lg: 9 files, .*; cache 64.0M, 4 threads" "$T/daemon.log" ||
     fail "no start-up line in the log file: $(cat "$T/daemon.log")"
 fusermount3 -u "$T/lg" && wait_unmounted "$T/lg"
+# ... but never through a symbolic link in its place (a root daemon logging
+# to /tmp would append to the file a planted link names), nor to a FIFO
+echo "precious" >"$T/victim"
+ln -s "$T/victim" "$T/link.log"
+mkfifo "$T/fifo.log"
+for lf in link.log fifo.log; do
+    if "$CKPTFS" mount -o log="$T/$lf" "$T/dst" "$T/lg" 2>"$T/err"; then
+        fusermount3 -u "$T/lg"
+        fail "mounted with log= a $lf"
+    fi
+    grep -q "log=$T/$lf: .*\(symbolic link\|not a regular file\)" "$T/err" || fail "log=$lf message: $(cat "$T/err")"
+    is_mounted "$T/lg" && fail "mounted despite log=$lf"
+done
+[ "$(cat "$T/victim")" = precious ] || fail "the file a log= link names was written: $(cat "$T/victim")"
 
 # unreadable packs: the mount command fails with the reason, nothing mounted
 cp -a "$T/dst" "$T/newer"
