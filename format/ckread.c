@@ -77,10 +77,7 @@ static ckp_status open_packed(const ckr_model *m, const char *rel, ckp_reader **
     if (st != CKP_OK)
         return st;
     const ckp_info *in = ckp_get_info(*r);
-    const ckm_file *f = NULL;
-    for (size_t i = 0; i < m->man->n_files && !f; i++)
-        if (!strcmp(m->man->files[i].path, rel))
-            f = &m->man->files[i];
+    const ckm_file *f = ckm_find_file(m->man, rel);
     if (!f || in->original_size != f->size || memcmp(in->sha256, f->sha256, 32) || strcmp(in->path, rel)) {
         ckp_close(*r);
         *r = NULL;
@@ -356,10 +353,7 @@ ckr_status ckr_file_read(ckr_model *m, const char *path, void *dst, size_t cap, 
 {
     if (!m || !path || !size)
         return CKR_ERR_ARG;
-    const ckm_file *f = NULL;
-    for (size_t i = 0; i < m->man->n_files && !f; i++)
-        if (strcmp(m->man->files[i].path, path) == 0)
-            f = &m->man->files[i];
+    const ckm_file *f = ckm_find_file(m->man, path);
     if (!f)
         return cku_errf(err, errCapacity, CKR_ERR_NOTFOUND, "%s: no file %s in the manifest", CKU_ESC(m->dir),
                         CKU_ESC(path));

@@ -196,6 +196,12 @@ static int cmp_dir(const void *a, const void *b)
     return strcmp(((const ckm_dir *)a)->path, ((const ckm_dir *)b)->path);
 }
 
+const ckm_file *ckm_find_file(const ckm_manifest *m, const char *path)
+{
+    ckm_file key = {.path = (char *)path};
+    return m->n_files ? bsearch(&key, m->files, m->n_files, sizeof key, cmp_file) : NULL;
+}
+
 /* Names must be unique across files and directories, and every parent of an
  * entry must be a listed directory. */
 static ckp_status check_tree(const ckm_manifest *m, const char *name, char *err, size_t cap)
@@ -213,8 +219,7 @@ static ckp_status check_tree(const ckm_manifest *m, const char *name, char *err,
         const char *p = i < m->n_files ? m->files[i].path : m->dirs[i - m->n_files].path;
         const char *slash = strrchr(p, '/');
         if (i >= m->n_files) {
-            ckm_file fkey = {.path = (char *)p};
-            if (m->n_files && bsearch(&fkey, m->files, m->n_files, sizeof fkey, cmp_file))
+            if (ckm_find_file(m, p))
                 return merr(err, cap, CKP_ERR_CORRUPT, "%s: \"%s\" is both a file and a directory", name,
                             cku_escape(p, esc, sizeof esc));
         }

@@ -51,6 +51,10 @@ uint32_t ckm_file_mode(const ckm_file *f);
 /* 1 if rel is an acceptable relative path (see above), else 0. */
 int ckm_path_ok(const char *rel);
 
+/* The file of m whose path is path, or NULL (a binary search: ckm_load
+ * sorts the files by path). */
+const ckm_file *ckm_find_file(const ckm_manifest *m, const char *path);
+
 /* Load DST/ckptfs.manifest.  @return CKP_OK with *out set, or one of these
  * with *out NULL and a message naming the file and the problem (the field
  * of an entry, by its index and path) in err (docs/format.md §8, R50-R56):

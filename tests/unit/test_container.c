@@ -493,6 +493,13 @@ START_TEST(manifest_roundtrip_and_damage)
     ck_assert_int_eq(l->files[1].mtime_ns, 1700000000123456789LL);
     ck_assert_uint_eq(l->files[1].sha256[0], 0xab);
     ck_assert_int_eq(l->files[0].mtime_ns, -5);
+    /* ckm_find_file: each file by its path (written out of order, sorted
+     * by the load), nothing for a directory or a name that is not a file */
+    ck_assert_ptr_eq(ckm_find_file(l, "a"), &l->files[0]);
+    ck_assert_ptr_eq(ckm_find_file(l, "sub/b"), &l->files[1]);
+    static const char *const none[] = {"sub", "", "b", "a/", "sub/", "sub/bb", "A"};
+    for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
+        ck_assert_msg(ckm_find_file(l, none[i]) == NULL, "found \"%s\"", none[i]);
     ckm_free(l);
     char path[400];
     snprintf(path, sizeof path, "%s/%s", tmpdir, CKP_MANIFEST_NAME);
