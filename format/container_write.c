@@ -222,7 +222,9 @@ out:
 
 typedef struct {
     uint32_t enc;
-    const uint16_t *w;
+    const uint16_t *w;       /* the weights, where src is at an even address */
+    const uint8_t *src;      /* the tensor's bytes */
+    int odd;                 /* src at an odd address: each chunk is copied to an aligned buffer first */
     uint64_t n;              /* weights */
     uint64_t chunk_w;        /* weights per chunk */
     uint64_t n_chunks;
@@ -244,6 +246,7 @@ typedef struct {
     uint64_t c0, c1;         /* chunk range */
     uint64_t hist[512];
     uint16_t *esc;           /* pass 1: one chunk's escapes */
+    uint16_t *aligned;       /* a tensor at an odd address: one chunk's weights, aligned */
     uint8_t *codes, *low;    /* pass 1: a batch's planes (chunk starts are byte-aligned) */
 } bf16_task;
 
@@ -270,7 +273,15 @@ static void *bf16_worker(void *arg)
     for (uint64_t c = t->c0; c < t->c1; c++) {
         uint64_t first = c * j->chunk_w;
         size_t nw = (size_t)(c + 1 < j->n_chunks ? j->chunk_w : j->n - first);
-        const uint16_t *src = j->w + first;
+        const uint16_t *src = t->aligned;
+        if (!j->odd)
+            src = j->w + first;
+        else if (t->aligned) /* one chunk at a time: memory stays bounded whatever the tensor's size */
+            memcpy(t->aligned, j->src + 2 * first, nw * 2);
+        else {
+            atomic_store(&j->status, (int)CKC_ERR_NOMEM);
+            break;
+        }
         if (t->pass == 0) {
             ckc_histogram(j->enc, src, nw, t->hist);
             continue;
@@ -303,11 +314,16 @@ static void *bf16_worker(void *arg)
     return NULL;
 }
 
-/* Pass 1 buffers: a chunk's escapes, a batch's planes (zeroed: the encoder
- * ORs bits into them). */
+/* A task's buffers: for a tensor at an odd address, a chunk's aligned
+ * weights; in pass 1, a chunk's escapes and a batch's planes (zeroed: the
+ * encoder ORs bits into them). */
 static void task_buffers(bf16_task *t)
 {
     uint64_t bw = WRITE_BATCH * t->j->chunk_w;
+    if (t->j->odd)
+        t->aligned = malloc(t->j->chunk_w * sizeof *t->aligned);
+    if (t->pass == 0)
+        return;
     t->esc = malloc(t->j->chunk_w * sizeof *t->esc);
     t->codes = calloc(1, ckc_code_plane_size(bw));
     t->low = calloc(1, ckc_low_plane_size(t->j->enc, bw));
@@ -315,6 +331,7 @@ static void task_buffers(bf16_task *t)
 
 static void task_buffers_free(bf16_task *t)
 {
+    free(t->aligned);
     free(t->esc);
     free(t->codes);
     free(t->low);
@@ -335,13 +352,11 @@ static void run_pass(bf16_job *j, int pass, int jobs, uint64_t *hist)
         t[i].pass = pass;
         t[i].c0 = j->n_chunks * (uint64_t)i / (uint64_t)jobs;
         t[i].c1 = j->n_chunks * (uint64_t)(i + 1) / (uint64_t)jobs;
-        if (pass == 1)
-            task_buffers(&t[i]);
+        task_buffers(&t[i]);
     }
     if (!t || !th) { /* fall back to the calling thread */
         bf16_task one = {.j = j, .pass = pass, .c0 = 0, .c1 = j->n_chunks};
-        if (pass == 1)
-            task_buffers(&one);
+        task_buffers(&one);
         bf16_worker(&one);
         task_buffers_free(&one);
         if (hist)
@@ -381,20 +396,16 @@ static ckp_status write_plane(ckp_writer *w, uint8_t *rec, int plane, const void
 }
 
 /* The job of a BF16 tensor of size bytes at src: its chunks, the weights
- * (src, or an aligned copy in *copy when src is at an odd address) and the
+ * (at an odd address, a tensor at an odd file offset, each chunk is
+ * copied to an aligned buffer of its task as it is encoded: a copy of the
+ * whole tensor made pack's memory grow with the largest one) and the
  * per-chunk tables.  Free with bf16_job_free whatever it returns. */
-static ckp_status bf16_job_init(ckp_writer *w, bf16_job *j, uint32_t enc, const uint8_t *src, uint64_t size,
-                                uint16_t **copy)
+static ckp_status bf16_job_init(ckp_writer *w, bf16_job *j, uint32_t enc, const uint8_t *src, uint64_t size)
 {
-    *j = (bf16_job){.enc = enc, .n = size / 2, .chunk_w = CKP_BF16_CHUNK_WEIGHTS, .fd = w->fd};
+    *j = (bf16_job){.enc = enc, .n = size / 2, .chunk_w = CKP_BF16_CHUNK_WEIGHTS, .fd = w->fd, .src = src,
+                    .odd = (int)((uintptr_t)src & 1)};
     j->n_chunks = (j->n + j->chunk_w - 1) / j->chunk_w;
-    *copy = NULL;
-    if ((uintptr_t)src & 1) { /* a tensor at an odd file offset: encode from an aligned copy */
-        if (!(*copy = malloc(size)))
-            return werr(w, CKP_ERR_NOMEM, "out of memory");
-        memcpy(*copy, src, size);
-    }
-    j->w = *copy ? *copy : (const uint16_t *)(const void *)src;
+    j->w = j->odd ? NULL : (const uint16_t *)(const void *)src;
     j->esc_count = calloc(j->n_chunks, sizeof *j->esc_count);
     j->chunk_esc = calloc(j->n_chunks, sizeof *j->chunk_esc);
     j->ix = calloc(j->n_chunks, sizeof *j->ix);
@@ -469,9 +480,8 @@ static ckp_status write_escapes(ckp_writer *w, bf16_job *j, uint8_t *rec, uint64
 static ckp_status add_bf16(ckp_writer *w, uint8_t *rec, uint32_t enc, const uint8_t *src, uint64_t size)
 {
     bf16_job j;
-    uint16_t *copy;
     ckc_codebook cb;
-    ckp_status s = bf16_job_init(w, &j, enc, src, size, &copy);
+    ckp_status s = bf16_job_init(w, &j, enc, src, size);
     uint64_t align = j.n >= CKP_BIG_TENSOR_WEIGHTS ? 4096 : 64;
     if (s == CKP_OK)
         s = encode_planes(w, &j, rec, align, &cb);
@@ -485,7 +495,6 @@ static ckp_status add_bf16(ckp_writer *w, uint8_t *rec, uint32_t enc, const uint
         s = write_index(w, rec, j.ix, j.n_chunks);
     }
     bf16_job_free(&j);
-    free(copy);
     return s;
 }
 
