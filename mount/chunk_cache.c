@@ -18,8 +18,11 @@
  *      its key and marked in_table;
  *   4. the LRU list is a well-formed ring through the sentinel c->lru;
  *   5. there are at most MAX_SPARE spare buffers, each of MIN_SPARE bytes or
- *      more, oldest first, and c->bytes + c->spare_bytes <= c->limit once a
+ *      more, oldest first, and c->bytes + c->spare_bytes <= c->room once a
  *      load or put returns (spares count against the limit; by c->lock);
+ *   8. c->room is the limit less the bytes the hash table has grown by (0
+ *      if they exceed it): a table grown for many small chunks (table_grow)
+ *      counts against the limit too;
  *   6. an entry not in the table is freed when refs reaches 0;
  *   7. the prefetch queue holds at most PREFETCH_QUEUE jobs.
  *
@@ -80,8 +83,10 @@ struct ckcache {
     ckcache_fill_fn fill;
     void *fill_arg;
     size_t limit, bytes, n_entries;
+    size_t room;                   /* limit less the table's bytes: what entries and spares may hold */
     ckcache_entry **buckets;
     size_t n_buckets;              /* power of two */
+    size_t n_buckets0;             /* its first size (limit / 64 KiB, at least 1024) */
     ckcache_entry lru;             /* sentinel */
     prefetch_job queue[PREFETCH_QUEUE];
     unsigned q_head, q_len;
@@ -175,7 +180,7 @@ static void spare_drop_oldest(ckcache *c)
 /* Free the oldest spares until table and spares fit the limit.  By c->lock. */
 static void spares_fit(ckcache *c)
 {
-    while (c->n_spare && c->bytes + c->spare_bytes > c->limit)
+    while (c->n_spare && c->bytes + c->spare_bytes > c->room)
         spare_drop_oldest(c);
 }
 
@@ -183,7 +188,7 @@ static void spares_fit(ckcache *c)
  * full or over the limit), or free it.  By c->lock. */
 static void buffer_put(ckcache *c, void *data, size_t len)
 {
-    if (!data || len < MIN_SPARE || c->stopping || len > c->limit || c->bytes > c->limit - len) {
+    if (!data || len < MIN_SPARE || c->stopping || len > c->room || c->bytes > c->room - len) {
         free(data);
         return;
     }
@@ -243,7 +248,7 @@ static void evict(ckcache *c, ckcache_entry *e)
 
 static void shrink(ckcache *c)
 {
-    while (c->bytes > c->limit && c->lru.lprev != &c->lru)
+    while (c->bytes > c->room && c->lru.lprev != &c->lru)
         evict(c, c->lru.lprev);
     spares_fit(c);
 }
@@ -281,6 +286,41 @@ static void load(ckcache *c, ckcache_entry *e)
     pthread_cond_broadcast(&c->done);
 }
 
+/* Bytes the table has grown by. */
+static size_t table_growth(const ckcache *c) { return (c->n_buckets - c->n_buckets0) * sizeof *c->buckets; }
+
+/* Set c->room from the limit and the table's growth (invariant 8). */
+static void set_room(ckcache *c)
+{
+    c->room = c->limit > table_growth(c) ? c->limit - table_growth(c) : 0;
+}
+
+/* Double the hash table: called when it holds more than two entries a
+ * bucket.  Its first size suits chunks of 64 KiB, but chunks may be one byte
+ * (format §4.1), and a cache of them was walked in chains of hundreds of
+ * entries under c->lock at every lookup.  The table never shrinks; without
+ * memory for a bigger one the old one serves on.  By c->lock. */
+static void table_grow(ckcache *c)
+{
+    size_t n = c->n_buckets * 2;
+    ckcache_entry **nb = calloc(n, sizeof *nb);
+    if (!nb)
+        return;
+    for (size_t b = 0; b < c->n_buckets; b++) {
+        ckcache_entry *next;
+        for (ckcache_entry *e = c->buckets[b]; e; e = next) {
+            next = e->hnext;
+            size_t h = (size_t)key_mix(&e->key) & (n - 1);
+            e->hnext = nb[h];
+            nb[h] = e;
+        }
+    }
+    free(c->buckets);
+    c->buckets = nb;
+    c->n_buckets = n;
+    set_room(c); /* entries over it leave at the next shrink */
+}
+
 /* Find or start loading k; returns a referenced entry that is READY or
  * FAILED, or NULL when out of memory.  Called with c->lock held. */
 static ckcache_entry *acquire(ckcache *c, const ckcache_key *k, size_t len)
@@ -312,7 +352,8 @@ static ckcache_entry *acquire(ckcache *c, const ckcache_key *k, size_t len)
     size_t b = key_hash(c, k);
     e->hnext = c->buckets[b];
     c->buckets[b] = e;
-    c->n_entries++;
+    if (++c->n_entries > 2 * c->n_buckets)
+        table_grow(c);
     c->st.misses++;
     load(c, e);
     return e;
@@ -451,9 +492,11 @@ ckcache *ckcache_new(size_t limitBytes, unsigned prefetchThreads, ckcache_fill_f
     c->n_buckets = 1024;
     while (c->n_buckets < limitBytes / (64u << 10) && c->n_buckets < (1u << 22))
         c->n_buckets <<= 1;
+    c->n_buckets0 = c->n_buckets;
     c->buckets = calloc(c->n_buckets, sizeof *c->buckets);
     if (!c->buckets)
         goto fail_buckets;
+    set_room(c);
     c->lru.lnext = c->lru.lprev = &c->lru;
     for (unsigned i = 0; i < SERVED_SLOTS; i++)
         c->served[i].file = UINT32_MAX;
@@ -508,6 +551,8 @@ const char *ckcache_check(ckcache *c)
     for (unsigned i = 0; !bad && i < c->n_spare; i++)
         if (c->n_spare > MAX_SPARE || !c->spare[i].p || c->spare[i].len < MIN_SPARE)
             bad = "5: too many spare buffers or a spare below MIN_SPARE";
+    if (!bad && c->room != (c->limit > table_growth(c) ? c->limit - table_growth(c) : 0))
+        bad = "8: room is not the limit less the table's growth";
     if (!bad && c->q_len > PREFETCH_QUEUE)
         bad = "7: the prefetch queue is over PREFETCH_QUEUE";
     pthread_mutex_unlock(&c->lock);
@@ -550,5 +595,6 @@ void ckcache_get_stats(ckcache *c, ckcache_stats *st)
     *st = c->st;
     st->bytes = c->bytes;
     st->entries = c->n_entries;
+    st->buckets = c->n_buckets;
     pthread_mutex_unlock(&c->lock);
 }

@@ -48,6 +48,7 @@ typedef struct {
     uint64_t prefetch_queued, prefetch_done, prefetch_dropped;
     uint64_t prefetch_cancelled;   /* queued, then served out before a worker got to it */
     uint64_t bytes, entries;       /* now held in the table (bytes: what counts against the limit) */
+    uint64_t buckets;              /* the table's size: it doubles past two entries a bucket */
 } ckcache_stats;
 
 /* Create a cache holding at most limitBytes of decoded chunks (counted by

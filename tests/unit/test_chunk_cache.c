@@ -362,6 +362,41 @@ START_TEST(test_one_byte_chunks_bounded)
 }
 END_TEST
 
+/* A cache holding many small chunks (one byte: format §4.1) grows its table,
+ * so that a lookup walks a chain of a few entries, not hundreds: 200,000
+ * one-byte chunks under 64 MiB (the table first sized for 1,024 chunks of
+ * 64 KiB) are all held, at most two a bucket, and still found. */
+START_TEST(test_table_grows_with_small_chunks)
+{
+    const size_t limit = 64u << 20, n = 200000;
+    filler f = new_filler();
+    ckcache *c = ckcache_new(limit, 0, fill, &f);
+    ck_assert_ptr_nonnull(c);
+    for (uint64_t i = 0; i < n; i++) {
+        ckcache_key k = key(i);
+        ckcache_entry *e;
+        ck_assert_int_eq(ckcache_get(c, &k, 1, &e), 0);
+        ckcache_put(c, e);
+    }
+    ckcache_stats st;
+    ckcache_get_stats(c, &st);
+    ck_assert_uint_eq(st.entries, n);
+    ck_assert_msg(st.entries <= 2 * st.buckets, "%llu entries in %llu buckets", (unsigned long long)st.entries,
+                  (unsigned long long)st.buckets);
+    ck_assert_ptr_null(ckcache_check(c)); /* every entry in the bucket of its key */
+    int calls = atomic_load(&f.calls);
+    for (uint64_t i = 0; i < n; i += 997) {
+        ckcache_key k = key(i);
+        ckcache_entry *e;
+        ck_assert_int_eq(ckcache_get(c, &k, 1, &e), 0);
+        ck_assert(data_ok(e, &k));
+        ckcache_put(c, e);
+    }
+    ck_assert_int_eq(atomic_load(&f.calls), calls); /* all hits after the growth */
+    check_and_free(c);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("chunk_cache");
@@ -376,6 +411,7 @@ int main(void)
     tcase_add_test(tc, test_prefetch);
     tcase_add_test(tc, test_no_prefetch_after_served_out);
     tcase_add_test(tc, test_one_byte_chunks_bounded);
+    tcase_add_test(tc, test_table_grows_with_small_chunks);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }
