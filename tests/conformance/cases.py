@@ -16,7 +16,7 @@ import struct
 
 import zstandard
 
-from ckpack import BSPLIT, K15, RAW, ZSTD, Extent, File
+from ckpack import BSPLIT, K15, RAW, ZSTD, Extent, File, xxh3
 
 
 def bf16(n, seed=1, spread=0.02):
@@ -233,6 +233,9 @@ def cases():
          [blob(mode=0o600, mtime_ns=5)], manifest_edit=lambda d: set_file(d, mode=0o640, mtime_ns="17"))
     case("mtime-negative", "§7 mtime_ns grammar", A, [blob(mtime_ns=-1000)])
     case("mtime-19-digits", "§7 mtime_ns grammar", A, [blob(mtime_ns=-9223372036854775807)])
+    case("name-65535", "§4.1 name_len 65535", A,
+         [File("w.bin", [Extent(RAW, T[:10], name=b"n" * 65535)])])
+    case("mtime-int64-min", "§7 mtime_ns within int64", A, [blob(mtime_ns=-2 ** 63)])
     case("manifest-nested-1000", "§7 nesting 1000 deep (the root object is the first level)", A,
          [blob()], manifest_edit=lambda d: json_text(dict(d, note="X")).replace(b'"X"', b"[" * 999 + b"]" * 999))
     case("manifest-surrogate-pair", "§7 a surrogate pair escape is one character", A,
@@ -261,6 +264,10 @@ def cases():
     rej("toc-offset-odd", "R7 toc_offset multiple of 8", "table of contents",
         blob(edit=shift_toc(4)))
     rej("toc-size-short", "R7 toc_size", "table of contents", blob(edit=edit("hdr", toc_size=95)))
+    rej("toc-size-88", "R7 toc_size >= 96 (the file ends with the TOC)", "table of contents",
+        blob(damage=short_toc(88)))
+    rej("toc-not-at-end", "R7 toc_offset + toc_size = file_size", "table of contents",
+        blob(damage=bytes_after_toc(8)))
     rej("toc-hash", "R8 TOC hash", "table of contents", blob(edit=edit("hdr", toc_hash=5)))
     rej("toc-magic", "R9 TOC magic", "table of contents", blob(edit=edit("toc", magic=b"TOC2")))
     rej("toc-reserved", "R9 TOC reserved", "table of contents", blob(edit=edit("toc", reserved=b"\1" + bytes(23))))
@@ -269,6 +276,8 @@ def cases():
     rej("toc-original-size", "R11 TOC original_size", "original_size 1 differs", blob(edit=edit("toc", original_size=1)))
     rej("kind-2", "R12 kind", "unknown kind 2", blob(edit=edit("toc", kind=2)))
     rej("path-len-0", "R13 path_len", "path_len is 0", blob(edit=edit("toc", path_len=0)))
+    rej("path-len-over-strtab", "R13 path_len <= strtab_size", "path_len 12 is over",
+        blob(edit=edit("toc", path_len=12)))
     rej("path-nul", "R13 NUL in path", "safe relative path", blob(edit=path_is(b"con\0fig.json")))
     rej("path-dotdot", "R13 path", "safe relative path", blob(edit=path_is(b"../config.json")))
     rej("path-absolute", "R13 path", "safe relative path", blob(edit=path_is(b"/config.json")))
@@ -293,6 +302,10 @@ def cases():
     rej("extent-reserved", "R18 reserved", "reserved bytes are not zero", blob(edit=edit_rec(0, reserved=b"\1" + bytes(43))))
     rej("name-outside", "R19 name in string table", "lies outside the string table",
         blob(edit=edit_rec(0, name_off=5, name_len=100)))
+    rej("name-65536", "R19 name_len <= 65535", "name_len 65536 is over",
+        File("w.bin", [Extent(RAW, T[:10], name=b"n" * 65536)]))
+    rej("name-past-table-end", "R19 name in string table", "lies outside the string table",
+        File("w.bin", [Extent(RAW, T[:10])], edit=names_at((4, 2))))
     rej("name-too-long", "R19 name_len", "name_len 70000 is over", blob(edit=edit_rec(0, name_len=70000)))
     rej("unused-plane-set", "R20 unused planes 0/0", "unused plane",
         blob(edit=edit_rec(0, plane1_offset=64)))
@@ -307,6 +320,8 @@ def cases():
         File("w.bin", [Extent(K15, W, chunk_size=CS)], edit=grow_plane(1, 8)))
     rej("escapes-over-n", "R23 n_escapes <= n", "plane sizes",
         File("w.bin", [Extent(BSPLIT, W[:64], chunk_size=64)], edit=edit_rec(0, n_escapes=33)))
+    rej("escapes-over-n-sized", "R23 n_escapes <= n (its plane sized for it)", "plane sizes",
+        File("w.bin", [Extent(BSPLIT, W[:64], chunk_size=64)], edit=edit_rec(0, n_escapes=33, plane2_offset=64, plane2_size=48)))
     rej("codebook-512", "R24 codebook range", "codebook",
         File("w.bin", [Extent(K15, W, chunk_size=CS)], edit=cb_entry(3, 512)))
     rej("codebook-bs-256", "R24 codebook range", "codebook",
@@ -348,9 +363,11 @@ def cases():
         File("w.bin", [Extent(K15, W, chunk_size=CS)], damage=flip_plane(0, 2, 3)))
     rej("code-15-count", "R42 code-15 count = escape count", "damaged chunk",
         File("w.bin", [Extent(K15, W, chunk_size=CS)], damage=set_code(0, 0, 15)))
-    rej("zstd-damaged", "R40 frame fails", "damaged chunk", blob(damage=flip_plane(0, 0, 30)))
+    rej("zstd-damaged", "R40 or R43: a damaged frame byte (a literal decodes to other bytes)", "damaged chunk", blob(damage=flip_plane(0, 0, 30)))
     rej("zstd-short", "R41 frame decodes to the chunk length", "damaged chunk",
         File("b.bin", [Extent(ZSTD, T, chunk_size=1000, frame=lambda b: zframe(b[:-1]))]))
+    rej("zstd-reserved-bit", "R40 frame header's reserved bit set (RFC 8878)", "damaged chunk",
+        File("b.bin", [Extent(ZSTD, T, chunk_size=1000, frame=reserved_bit)]))
     rej("zstd-skippable", "R44 zstd profile: no skippable frame", "damaged chunk",
         File("b.bin", [Extent(ZSTD, T, chunk_size=1000, frame=skippable)]))
     rej("zstd-two-frames", "R44 zstd profile: one frame", "damaged chunk",
@@ -403,6 +420,32 @@ def cases():
         manifest_edit=lambda d: dict(d, dirs=[]))
     rej("manifest-dup", "R55 unique names", "duplicate",
         manifest_edit=lambda d: dict(d, files=d["files"] * 2))
+    rej("manifest-not-object", "R56 an object", "not an object", manifest_edit=lambda d: b"[]")
+    rej("manifest-format-string", "R56 format a number", '"format" is not a number',
+        manifest_edit=lambda d: dict(d, format="1"))
+    rej("manifest-dirs-missing", "R56 dirs an array", '"dirs" is missing',
+        manifest_edit=lambda d: {"format": 1, "files": d["files"]})
+    rej("manifest-bom", "R56 no byte order mark", "byte order mark",
+        manifest_edit=lambda d: b"\xef\xbb\xbf" + json_text(d))
+    rej("manifest-files-object", "R56 files an array", '"files" is not an array',
+        manifest_edit=lambda d: dict(d, files={}))
+    rej("manifest-mode-fraction", "R54 mode a whole number", '"mode" is not an integer',
+        manifest_edit=lambda d: set_file(d, mode=420.5))
+    rej("manifest-path-number", "R54 path a string", '"path" is not a string', manifest_edit=lambda d: set_file(d, path=5))
+    rej("manifest-mtime-int64", "R54 mtime_ns within int64", '"mtime_ns" is not a string of',
+        manifest_edit=lambda d: set_file(d, mtime_ns="-9223372036854775809"))
+    rej("manifest-dir-not-object", "R54 entries are objects", "directory entry 0 is not an object",
+        manifest_edit=lambda d: dict(d, dirs=[5]))
+    rej("manifest-dup-dir", "R55 unique names", "duplicate directory", blob("d/x.json"),
+        dirs=[("d", 0o755)], manifest_edit=lambda d: dict(d, dirs=d["dirs"] * 2))
+    # §2, R51: links and special files inside DST are not followed or opened
+    rej("ckpt-symlink", "R51 a .ckpt that is a link", "links inside a packed directory are not followed",
+        post=lambda dst: link_over(dst, "config.json.ckpt"))
+    rej("dir-symlink", "R51 a directory on the way that is a link", "links inside a packed directory are not followed",
+        blob("d/x.json"), dirs=[("d", 0o755)], post=lambda dst: link_over(dst, "d"))
+    rej("manifest-symlink", "R51 the manifest is a link", "links inside a packed directory are not followed",
+        post=lambda dst: link_over(dst, "ckptfs.manifest"))
+    rej("ckpt-fifo", "R51 a .ckpt that is a FIFO", "a FIFO", post=lambda dst: fifo_over(dst, "config.json.ckpt"))
     rej("manifest-json", "R56 valid JSON", "invalid manifest JSON", manifest_edit=lambda d: b'{"format": 1, "files": [}')
     # RFC 8259 (§7, R56): one JSON text and nothing after it but whitespace; numbers in its grammar
     rej("manifest-trailing-bytes", "R56 nothing after the JSON", "bytes after the JSON",
@@ -583,6 +626,51 @@ def amplify(ctx):
     r["chunk_size"] = 1
     r["n_chunks"] = r["orig_size"]
     r["index_offset"] = 64
+
+
+def short_toc(size):
+    """The TOC cut to size bytes, the file ending there, every checksum and size recomputed."""
+    def f(body, ctx):
+        to = ctx["hdr"]["toc_offset"]
+        body = body[:to + size]
+        body[32:40] = struct.pack("<Q", size)
+        body[40:48] = struct.pack("<Q", xxh3(body[to:]))
+        body[48:56] = struct.pack("<Q", len(body))
+        body[56:64] = struct.pack("<Q", xxh3(body[:56]))
+        return body
+    return f
+
+
+def bytes_after_toc(k):
+    """k zero bytes after the TOC, file_size and the header hash made to match."""
+    def f(body, ctx):
+        body += bytes(k)
+        body[48:56] = struct.pack("<Q", len(body))
+        body[56:64] = struct.pack("<Q", xxh3(body[:56]))
+        return body
+    return f
+
+
+def reserved_bit(b):
+    """A frame whose header descriptor sets the reserved bit (RFC 8878 §3.1.1.1.1.4)."""
+    f = bytearray(zframe(b))
+    f[4] |= 0x08
+    return bytes(f)
+
+
+def link_over(dst, rel):
+    """DST/rel moved aside and replaced by a symbolic link to it."""
+    import os
+    p = os.path.join(dst, rel)
+    os.rename(p, p + ".real")
+    os.symlink(os.path.basename(rel) + ".real", p)
+
+
+def fifo_over(dst, rel):
+    import os
+    p = os.path.join(dst, rel)
+    os.unlink(p)
+    os.mkfifo(p)
 
 
 def names_at(*refs):

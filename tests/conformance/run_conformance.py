@@ -195,6 +195,8 @@ def main():
                 shutil.rmtree(d, ignore_errors=True)
             ckpack.write_pack(dst, c["files"], c.get("dirs", ()), c.get("manifest_edit"),
                               c.get("manifest_damage"), c.get("extra"))
+            if c.get("post"):
+                c["post"](dst)
             why = (check_accept if c["verdict"] == "accept" else check_reject)(a.ckptfs, c, dst, out)
             if why is None and a.mount:
                 why = check_mount(a.ckptfs, c, dst, os.path.join(tmp, c["name"] + ".mnt"))
