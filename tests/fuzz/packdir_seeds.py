@@ -44,6 +44,8 @@ def main():
     n = 0
     with tempfile.TemporaryDirectory(prefix="ckz-seeds-") as tmp:
         for c in cases():
+            if c.get("post"):  # links and FIFOs made after writing: not in a serialized directory
+                continue
             dst = os.path.join(tmp, c["name"])
             ckpack.write_pack(dst, c["files"], c.get("dirs", ()), c.get("manifest_edit"),
                               c.get("manifest_damage"), c.get("extra"))
