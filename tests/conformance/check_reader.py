@@ -12,8 +12,13 @@ project pins one for:
                             the one SHA256SUMS gives;
   tests/golden-errors       container/ and manifest/: rejected, with the status
                             of the .expect (pinned there by golden_replay,
-                            which feeds them to ckptfs's reader).
-Usage: check_reader.py [--only NAME]      Exit 1 on any disagreement.
+                            which feeds them to ckptfs's reader);
+  --replay GOLDEN_REPLAY    and the status: the manifest or packed file that
+                            ckread rejects in each rejected case is written
+                            as a golden-error file with ckread's status, and
+                            golden_replay (ckptfs's reader) must agree.
+Usage: check_reader.py [--only NAME] [--replay GOLDEN_REPLAY]
+Exit 1 on any disagreement.
 """
 import argparse
 import glob
@@ -22,6 +27,7 @@ import os
 import re
 import shutil
 import struct
+import subprocess
 import sys
 import tempfile
 
@@ -159,13 +165,60 @@ def check_golden_errors():
     return bad
 
 
+def check_statuses(tmp, replay, only):
+    """ckread's status for the file each rejected case breaks, against ckptfs's (golden_replay)."""
+    root = os.path.join(tmp, "replay")
+    for d in ("safetensors", "container", "decode", "manifest"):  # golden_replay wants each
+        os.makedirs(os.path.join(root, d))
+    name_of = {v: k for k, v in STATUS.items()}
+    n = 0
+    for c in cases():
+        if c["verdict"] != "reject" or c.get("post") or (only and c["name"] != only):
+            continue
+        dst = os.path.join(tmp, c["name"])
+        ckpack.write_pack(dst, c["files"], c.get("dirs", ()), c.get("manifest_edit"),
+                          c.get("manifest_damage"), c.get("extra"))
+        data = open(os.path.join(dst, "ckptfs.manifest"), "rb").read()
+        try:
+            files, _ = parse_manifest(data)
+            err, where = None, None
+            for rel in sorted(files):
+                p = os.path.join(os.fsencode(dst), rel + b".ckpt")
+                if os.path.isfile(p) and not os.path.islink(p):
+                    data = open(p, "rb").read()
+                    st, err = verdict_of_file(data)
+                    if err and err.rule != "R45":  # R45 is verify's and unpack's, not the open's
+                        where = "container/raw-" + c["name"]
+                        break
+        except Reject as e:
+            err, where = e, "manifest/" + c["name"]
+        shutil.rmtree(dst)
+        if where:
+            with open(os.path.join(root, where), "wb") as f:
+                f.write(data)
+            with open(os.path.join(root, where + ".expect"), "w") as f:
+                f.write("status: %s\n" % name_of[err.status])
+            n += 1
+    r = subprocess.run([replay, root], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+    out = r.stdout.decode(errors="replace")
+    bad = re.findall(r"FAIL (\S+?):", out)
+    for b in bad:
+        print("FAIL status %s: ckread's status is not ckptfs's" % b)
+    print("%-4s status of %d rejected files: golden_replay %s" % ("ok" if r.returncode == 0 else "FAIL", n,
+                                                                 out.strip().split("\n")[-1]))
+    return bad or ([] if r.returncode == 0 else ["golden_replay"])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only")
+    ap.add_argument("--replay")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="ckptfs-ckread-")
     try:
         bad = check_cases(tmp, a.only)
+        if a.replay:
+            bad += check_statuses(tmp, a.replay, a.only)
         if not a.only:
             bad += check_golden() + check_golden_errors()
     finally:
