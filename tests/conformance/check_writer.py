@@ -11,6 +11,8 @@ a parser of its own (struct + xxhash, not the project's reader):
   - padding bits of the BF16 planes are zero (§5.1), reserved fields zero;
   - TOC mode has no bits above 07777, kind follows the .safetensors suffix,
     toc_offset is a multiple of 8, paths and names are UTF-8 (§2, §3.2);
+  - the spec's second reader (ckread.py) reads every source file's bytes
+    back, and the manifest lists its entries sorted by path (§7);
 and that a source name that is not UTF-8 is refused, naming the file, with
 no manifest written.
 Usage: check_writer.py CKPTFS
@@ -25,6 +27,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cases import bf16, noise  # noqa: E402
+from ckread import Reject, read_pack  # noqa: E402
 
 
 
@@ -121,6 +124,27 @@ def check_file(path, rel):
     return bad
 
 
+def check_with_reader(dst, src):
+    """The pack read by the spec's second reader (ckread.py): every source file's bytes
+    back, and the manifest's entries sorted by path in byte order (§7, writer MUST)."""
+    try:
+        got = read_pack(dst)
+    except Reject as e:
+        return ["ckread.py refused the pack: %s" % e]
+    bad = []
+    for root, _, names in os.walk(src):
+        for name in names:
+            rel = os.fsencode(os.path.relpath(os.path.join(root, name), src))
+            if got.get(rel) != open(os.path.join(root, name), "rb").read():
+                bad.append("ckread.py: %r is not the source's bytes" % rel)
+    doc = json.loads(open(os.path.join(dst, "ckptfs.manifest"), "rb").read().split(b"\n", 1)[1])
+    for key in ("files", "dirs"):
+        paths = [e["path"].encode() for e in doc[key]]
+        if paths != sorted(paths):
+            bad.append("manifest: %s not sorted by path in byte order" % key)
+    return bad
+
+
 def main(ck):
     tmp = tempfile.mkdtemp(prefix="ckptfs-wcheck-")
     src = os.path.join(tmp, "src")
@@ -143,6 +167,7 @@ def main(ck):
             if name.endswith(".ckpt"):
                 n += 1
                 bad += ["%s: %s" % (rel, w) for w in check_file(p, rel[:-5])]
+    bad += check_with_reader(packs[0], src)
     # a name that is not UTF-8 is refused, naming the file
     bsrc = os.path.join(tmp, "bad").encode()
     os.mkdir(bsrc)
