@@ -170,6 +170,16 @@ static int state_matches(pack_ctx *c, const cJSON *st, const char *src_real, cha
         snprintf(why + n, cap - n, " and %s does not exist", CKU_ESC(src_real));
         return 0;
     }
+    /* nor is a directory without a file unless a --delete-source run may
+     * have emptied it: pack alone deletes nothing, and `pack EMPTY DST`
+     * (a typo naming another, empty directory) resumed and exited 0 */
+    size_t files = 0;
+    for (size_t i = 0; i < c->list.n; i++)
+        files += !c->list.v[i].is_dir;
+    if (!same_path && !files && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(st, "deletes"))) {
+        snprintf(why + n, cap - n, " and %s holds no file", CKU_ESC(src_real));
+        return 0;
+    }
     snprintf(why + n, cap - n, " and ");
     return walk_recorded(c, cJSON_GetObjectItemCaseSensitive(st, "files"), NULL, why + n + 5, cap - n - 5);
 }

@@ -253,6 +253,13 @@ def item4():
         kept = f.read() == before
     check("4: pack of a SRC that does not exist into a finished pack: refused saying so, its state unchanged",
           r.returncode == 1 and kept and "no-such-model: No such file or directory" in r.stderr, r.stderr.strip())
+    empty = fresh("s4e")
+    os.makedirs(empty)
+    r = run("pack", empty, dst2)
+    with open(state) as f:
+        kept = f.read() == before
+    check("4: pack of an empty SRC into a finished pack made without --delete-source: refused, its state unchanged",
+          r.returncode == 1 and kept and "s4e holds no file" in r.stderr, r.stderr.strip())
     other = fresh("s4o")
     make_src(other, {"o.bin": 100})
     r = run("pack", other, dst2)
