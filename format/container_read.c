@@ -567,6 +567,59 @@ static void trim(uint8_t **p, size_t *cap)
     }
 }
 
+/* 0 if a compressed block of the frame sets the reserved bits of its
+ * sequences section's Symbol_Compression_Modes byte, which RFC 8878
+ * (3.1.1.3.2.1) says must be zero: libzstd before 1.5.6 ignores them and
+ * later ones refuse the frame, so a reader's verdict would depend on the
+ * library (format §6.1).  in[0..n) is one frame (ZSTD_findFrameCompressedSize);
+ * anything else malformed is left to the decoder, which refuses it. */
+static int zstd_reserved_bits_ok(const uint8_t *in, size_t n)
+{
+    size_t pos = ZSTD_frameHeaderSize(in, n);
+    if (ZSTD_isError(pos))
+        return 1;
+    for (;;) {
+        if (n - pos < 3)
+            return 1;
+        uint32_t bh = in[pos] | (uint32_t)in[pos + 1] << 8 | (uint32_t)in[pos + 2] << 16;
+        size_t size = bh >> 3, type = (bh >> 1) & 3;
+        pos += 3;
+        if (type == 2 && size <= n - pos) { /* Compressed_Block: literals, then sequences */
+            const uint8_t *b = in + pos;
+            size_t lh, lsize, lbt = b[0] & 3, sf = (b[0] >> 2) & 3, k;
+            if (lbt < 2) { /* Raw or RLE literals: 1, 2 or 3 header bytes */
+                lh = sf == 1 ? 2 : sf == 3 ? 3 : 1;
+                if (size < lh)
+                    return 1;
+                size_t regen = lh == 1 ? b[0] >> 3u : lh == 2 ? (b[0] >> 4u) + ((size_t)b[1] << 4)
+                                                     : (b[0] >> 4u) + ((size_t)b[1] << 4) + ((size_t)b[2] << 12);
+                lsize = lbt == 0 ? regen : 1;
+            } else { /* Compressed or Treeless literals: 3, 3, 4 or 5 header bytes */
+                lh = sf < 2 ? 3 : sf == 2 ? 4 : 5;
+                if (size < lh)
+                    return 1;
+                uint64_t v = 0;
+                for (k = 0; k < lh; k++)
+                    v |= (uint64_t)b[k] << (8 * k);
+                unsigned bits = sf < 2 ? 10 : sf == 2 ? 14 : 18;
+                lsize = (size_t)(v >> (4 + bits)) & ((1u << bits) - 1);
+            }
+            size_t at = lh + lsize; /* the sequences section */
+            if (at < size) {
+                size_t nseq = b[at], hdr = b[at] < 128 ? 1 : b[at] < 255 ? 2 : 3;
+                if (nseq && at + hdr < size && (b[at + hdr] & 3))
+                    return 0;
+            }
+        }
+        if (bh & 1 || type == 3)
+            return 1;
+        size_t skip = type == 1 ? 1 : size; /* an RLE block holds one byte */
+        if (skip > n - pos)
+            return 1;
+        pos += skip;
+    }
+}
+
 /* The zstd profile of format §6.1: a chunk's bytes are exactly one zstd frame
  * (no skippable frame, nothing after it) that names no dictionary and needs a
  * window of at most 16 MiB.  zstd alone would accept several frames. */
@@ -574,7 +627,8 @@ static int zstd_profile_ok(const uint8_t *in, size_t n)
 {
     ZSTD_frameHeader fh;
     return ZSTD_getFrameHeader(&fh, in, n) == 0 && fh.frameType == ZSTD_frame && fh.dictID == 0 &&
-           fh.windowSize <= CKP_MAX_CHUNK && ZSTD_findFrameCompressedSize(in, n) == n;
+           fh.windowSize <= CKP_MAX_CHUNK && ZSTD_findFrameCompressedSize(in, n) == n &&
+           zstd_reserved_bits_ok(in, n);
 }
 
 /* Read [off, off+len) of plane p of x into dst.  Every caller's range lies

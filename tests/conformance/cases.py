@@ -368,6 +368,8 @@ def cases():
         File("b.bin", [Extent(ZSTD, T, chunk_size=1000, frame=lambda b: zframe(b[:-1]))]))
     rej("zstd-reserved-bit", "R40 frame header's reserved bit set (RFC 8878)", "damaged chunk",
         File("b.bin", [Extent(ZSTD, T, chunk_size=1000, frame=reserved_bit)]))
+    rej("zstd-seq-modes-reserved", "R44 reserved bits of Symbol_Compression_Modes set (RFC 8878)", "damaged chunk",
+        File("b.bin", [Extent(ZSTD, T, chunk_size=1000, frame=seq_modes_reserved)]))
     rej("zstd-skippable", "R44 zstd profile: no skippable frame", "damaged chunk",
         File("b.bin", [Extent(ZSTD, T, chunk_size=1000, frame=skippable)]))
     rej("zstd-two-frames", "R44 zstd profile: one frame", "damaged chunk",
@@ -655,6 +657,19 @@ def reserved_bit(b):
     """A frame whose header descriptor sets the reserved bit (RFC 8878 §3.1.1.1.1.4)."""
     f = bytearray(zframe(b))
     f[4] |= 0x08
+    return bytes(f)
+
+
+def seq_modes_reserved(b):
+    """A frame whose first compressed block's Symbol_Compression_Modes byte has
+    its reserved bits set (RFC 8878 3.1.1.3.2.1: must be zero).  zstd before
+    1.5.6 decodes it to the right bytes; later versions refuse it."""
+    from ckread import seq_modes_at
+    f = bytearray(zframe(b, write_content_size=True))
+    assert f[4] == 0x60  # single segment, a 2-byte content size: the blocks start at byte 7
+    at = seq_modes_at(bytes(f), 7)
+    assert at, "pick data that needs sequences"
+    f[at[0]] |= 1
     return bytes(f)
 
 

@@ -275,6 +275,8 @@ def zstd_chunk(frame, n):
         raise Reject("chunk", "R44", "a dictionary id")
     if window > 16 * MIB:
         raise Reject("chunk", "R44", "window over 16 MiB")
+    if seq_modes_reserved(frame, pos + did_len + fcs_len):
+        raise Reject("chunk", "R44", "reserved bits of a Symbol_Compression_Modes byte set")
     d = zstandard.ZstdDecompressor().decompressobj()
     try:
         out = d.decompress(frame)
@@ -287,6 +289,41 @@ def zstd_chunk(frame, n):
     if len(out) != n:
         raise Reject("chunk", "R41", "decoded %d bytes, not %d" % (len(out), n))
     return out
+
+
+def seq_modes_at(frame, pos):
+    """Offsets of the Symbol_Compression_Modes bytes of the frame's compressed
+    blocks (RFC 8878 3.1.1.2, 3.1.1.3), the blocks starting at pos; a malformed
+    frame ends the walk (the decoder refuses it)."""
+    out = []
+    while pos + 3 <= len(frame):
+        bh = int.from_bytes(frame[pos:pos + 3], "little")
+        last, btype, size = bh & 1, bh >> 1 & 3, bh >> 3
+        pos += 3
+        b = frame[pos:pos + size]
+        if btype == 2 and len(b) == size and size:
+            lbt, sf = b[0] & 3, b[0] >> 2 & 3
+            if lbt < 2:
+                lh = {1: 2, 3: 3}.get(sf, 1)
+                v = int.from_bytes(b[:lh], "little")
+                regen = v >> 3 if lh == 1 else v >> 4
+                lsize = regen if lbt == 0 else 1
+            else:
+                lh, width = {0: (3, 10), 1: (3, 10), 2: (4, 14), 3: (5, 18)}[sf]
+                lsize = int.from_bytes(b[:lh], "little") >> (4 + width) & ((1 << width) - 1)
+            at = lh + lsize
+            if at < size and b[at]:
+                hdr = 1 if b[at] < 128 else 2 if b[at] < 255 else 3
+                if at + hdr < size:
+                    out.append(pos + at + hdr)
+        if last or btype == 3:
+            break
+        pos += 1 if btype == 1 else size
+    return out
+
+
+def seq_modes_reserved(frame, pos):
+    return any(frame[o] & 3 for o in seq_modes_at(frame, pos))
 
 
 def bits(plane, pos, width):
