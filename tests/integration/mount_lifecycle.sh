@@ -36,7 +36,7 @@ stat "$T/m" >/dev/null || fail "mount point unusable after fusermount3 -u"
 
 # The mount(8) helper drops generic options and keeps ours.
 CKPTFS=$CKPTFS sh "$MOUNT_HELPER" "$T/dst" "$T/m" \
-    -o rw,noauto,nofail,_netdev,x-systemd.automount,cache_size=16M,allow_other ||
+    -o rw,noauto,nofail,_netdev,x-systemd.automount,user=nobody,cache_size=16M,allow_other ||
     fail "mount.ckptfs"
 is_mounted "$T/m" || fail "mount.ckptfs did not mount"
 grep " $T/m fuse.ckptfs " /proc/mounts | grep -q "allow_other" || fail "allow_other not passed"
