@@ -549,18 +549,23 @@ static char *human(uint64_t b, char *out)
  * @return 0, or -1 with a message. */
 static int open_log(const char *where)
 {
+    if (!strcmp(where, "stderr")) {
+        int fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+        if (fd < 0) {
+            fprintf(stderr, "ckptfs mount: log=stderr: %s\n", strerror(errno));
+            return -1;
+        }
+        ckfs_log_to_fd(fd);
+        return 0;
+    }
     struct stat st;
-    int fd = !strcmp(where, "stderr")
-                 ? fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3)
-                 : open(where, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0640);
-    int notreg = fd < 0 ? errno == ENXIO /* a FIFO nobody reads */
-                        : strcmp(where, "stderr") != 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode));
-    if (fd < 0 && !notreg) {
+    int fd = open(where, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0640);
+    if (fd < 0 && errno != ENXIO) { /* ENXIO: a FIFO nobody reads */
         fprintf(stderr, "ckptfs mount: log=%s: %s\n", where,
                 errno == ELOOP ? "a symbolic link: name the log file itself" : strerror(errno));
         return -1;
     }
-    if (notreg) {
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         fprintf(stderr, "ckptfs mount: log=%s: not a regular file (log=stderr logs to a pipe or terminal)\n",
                 where);
         if (fd >= 0)

@@ -401,9 +401,9 @@ static void hint_range(const ckp_reader *r, uint64_t from, uint64_t to)
  * past each slice, where every byte decoded is one nobody reads: the
  * kernel's own readahead of a mapping already overshoots each slice by a
  * few MiB, and decode-ahead deeper than one request past it (4 MiB until
- * 2 December) was half of all decodes for one such reader, and a quarter of
- * the daemon's CPU, while a streaming reader got no faster from it than
- * from one request.  A run that began in the extent (tensor) the read ends
+ * 2 December) was two fifths of all decodes for one such reader and a fifth
+ * of the daemon's CPU for eight, while a streaming reader got no measurably
+ * faster from it than from one request.  A run that began in the extent (tensor) the read ends
  * in goes no further than that extent: loaders take tensors in name order,
  * which is not the file's (windows read ahead for the next tensor in the
  * file were a third of all, and went unused, under safetensors'
