@@ -83,7 +83,7 @@ struct ckcache {
     ckcache_fill_fn fill;
     void *fill_arg;
     size_t limit, bytes, n_entries;
-    size_t room;                   /* limit less the table's bytes: what entries and spares may hold */
+    size_t room;                   /* limit less the table's growth: what entries and spares may hold */
     ckcache_entry **buckets;
     size_t n_buckets;              /* power of two */
     size_t n_buckets0;             /* its first size (limit / 64 KiB, at least 1024) */
@@ -289,10 +289,11 @@ static void load(ckcache *c, ckcache_entry *e)
 /* Bytes the table has grown by. */
 static size_t table_growth(const ckcache *c) { return (c->n_buckets - c->n_buckets0) * sizeof *c->buckets; }
 
-/* Set c->room from the limit and the table's growth (invariant 8). */
-static void set_room(ckcache *c)
+/* What c->room must be (invariant 8). */
+static size_t room_for(const ckcache *c)
 {
-    c->room = c->limit > table_growth(c) ? c->limit - table_growth(c) : 0;
+    size_t g = table_growth(c);
+    return c->limit > g ? c->limit - g : 0;
 }
 
 /* Double the hash table: called when it holds more than two entries a
@@ -318,7 +319,8 @@ static void table_grow(ckcache *c)
     free(c->buckets);
     c->buckets = nb;
     c->n_buckets = n;
-    set_room(c); /* entries over it leave at the next shrink */
+    c->room = room_for(c);
+    shrink(c);
 }
 
 /* Find or start loading k; returns a referenced entry that is READY or
@@ -496,7 +498,7 @@ ckcache *ckcache_new(size_t limitBytes, unsigned prefetchThreads, ckcache_fill_f
     c->buckets = calloc(c->n_buckets, sizeof *c->buckets);
     if (!c->buckets)
         goto fail_buckets;
-    set_room(c);
+    c->room = room_for(c);
     c->lru.lnext = c->lru.lprev = &c->lru;
     for (unsigned i = 0; i < SERVED_SLOTS; i++)
         c->served[i].file = UINT32_MAX;
@@ -551,7 +553,7 @@ const char *ckcache_check(ckcache *c)
     for (unsigned i = 0; !bad && i < c->n_spare; i++)
         if (c->n_spare > MAX_SPARE || !c->spare[i].p || c->spare[i].len < MIN_SPARE)
             bad = "5: too many spare buffers or a spare below MIN_SPARE";
-    if (!bad && c->room != (c->limit > table_growth(c) ? c->limit - table_growth(c) : 0))
+    if (!bad && c->room != room_for(c))
         bad = "8: room is not the limit less the table's growth";
     if (!bad && c->q_len > PREFETCH_QUEUE)
         bad = "7: the prefetch queue is over PREFETCH_QUEUE";
