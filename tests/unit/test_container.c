@@ -703,6 +703,21 @@ START_TEST(writer_odd_address_memory_bounded)
 }
 END_TEST
 
+/* A safetensors file in memory: the header json's 8-byte length, json, then
+ * dlen bytes of data; its size in *size (malloc'ed; the caller frees it). */
+static uint8_t *st_bytes(const char *json, const void *data, size_t dlen, size_t *size)
+{
+    size_t n = strlen(json);
+    *size = 8 + n + dlen;
+    uint8_t *b = malloc(*size);
+    ck_assert_ptr_nonnull(b);
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)((uint64_t)n >> (8 * i));
+    memcpy(b + 8, json, n);
+    memcpy(b + 8 + n, data, dlen);
+    return b;
+}
+
 /* Rows of sub-byte dtypes (F4, F6) that do not start and end on a byte
  * are refused: ckr_read_rows took nbytes / rows bytes a row, rounded down,
  * so rows [0, 2) of an F4 [2, 3] tensor (3 bytes, 12 bits a row) gave its
@@ -712,12 +727,8 @@ START_TEST(ckread_rows_of_sub_byte_dtypes)
 {
     char json[] = "{\"q\":{\"dtype\":\"F4\",\"shape\":[2,3],\"data_offsets\":[0,3]},"
                   "\"r\":{\"dtype\":\"F6_E2M3\",\"shape\":[4],\"data_offsets\":[3,6]}}";
-    size_t n = strlen(json), size = 8 + n + 6;
-    uint8_t *orig = malloc(size), sha[32] = {0}, got[8];
-    for (int i = 0; i < 8; i++)
-        orig[i] = (uint8_t)((uint64_t)n >> (8 * i));
-    memcpy(orig + 8, json, n);
-    memcpy(orig + 8 + n, "\x12\x34\x56\x78\x9a\xbc", 6);
+    size_t n = strlen(json), size;
+    uint8_t *orig = st_bytes(json, "\x12\x34\x56\x78\x9a\xbc", 6, &size), sha[32] = {0}, got[8];
     char path[512], err[512];
     snprintf(path, sizeof path, "%s/m.safetensors%s", tmpdir, CKP_SUFFIX);
     ckp_writer_opts o = {.path = "m.safetensors", .kind = CKP_KIND_SAFETENSORS, .mode = 0644};
@@ -765,12 +776,8 @@ START_TEST(ckread_messages_escape_names)
 {
     const char *rel = "m\x1b[31m.safetensors";
     char json[] = "{\"e\\u001b[2J\\nx\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}";
-    size_t n = strlen(json), size = 8 + n + 4;
-    uint8_t *orig = malloc(size), sha[32] = {0}, got[8];
-    for (int i = 0; i < 8; i++)
-        orig[i] = (uint8_t)((uint64_t)n >> (8 * i));
-    memcpy(orig + 8, json, n);
-    memcpy(orig + 8 + n, "\xa1\xb2\xc3\xd4", 4);
+    size_t n = strlen(json), size;
+    uint8_t *orig = st_bytes(json, "\xa1\xb2\xc3\xd4", 4, &size), sha[32] = {0}, got[8];
     char path[512], err[1024];
     snprintf(path, sizeof path, "%s/%s%s", tmpdir, rel, CKP_SUFFIX);
     ckp_writer_opts o = {.path = rel, .kind = CKP_KIND_SAFETENSORS, .mode = 0644};
