@@ -93,10 +93,10 @@ if [ "$MODE" = bundle ]; then
     m=$(missing_devs); [ -z "$m" ] || die "missing development packages:$m"
     build "80;90"
     rm -rf "$DIR" && mkdir -p "$DIR/bin" "$DIR/lib" "$DIR/python" || die "mkdir $DIR"
-    for b in gpu/test_gpu_tile gpu/test_gpu_kernels gpu/test_gpu_loader gpu/bench_gpu cli/ckptfs; do
+    for b in gpu/test_gpu_tile gpu/test_gpu_kernels gpu/test_gpu_loader gpu/bench_gpu fs/cli/ckptfs; do
         cp "$BUILD/$b" "$DIR/bin/" || die "copy $b"
     done
-    cp "$BUILD/gpu/libckgpu.so" "$BUILD/format/libckread.so" "$DIR/lib/"
+    cp "$BUILD/gpu/libckgpu.so" "$BUILD/fs/format/libckread.so" "$DIR/lib/"
     cp "$ROOT/gpu/python/"*.py "$DIR/python/"
     # shared libraries that are neither glibc's nor CUDA's
     for f in "$DIR"/bin/* "$DIR/lib/libckgpu.so"; do
@@ -123,8 +123,8 @@ if [ "$MODE" = build ]; then
 fi
 if [ "$MODE" = build ]; then
     build "${CC_ARCH:-90}"
-    BIN=$BUILD/gpu CKPTFS=$BUILD/cli/ckptfs LIB=$BUILD/gpu/libckgpu.so PY=$ROOT/gpu/python
-    READLIB=$BUILD/format/libckread.so
+    BIN=$BUILD/gpu CKPTFS=$BUILD/fs/cli/ckptfs LIB=$BUILD/gpu/libckgpu.so PY=$ROOT/gpu/python
+    READLIB=$BUILD/fs/format/libckread.so
 else
     DIR=$(cd "$DIR" && pwd) || die "no bundle $DIR"
     export LD_LIBRARY_PATH=$DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}

@@ -2,7 +2,7 @@
  * ckg_loader.c — packed directory to device memory (ckgpu.h, loader part).
  *
  * A model holds the format library's tensor table of the directory
- * (format/ckread.h: one container reader per safetensors file, the tensors
+ * (fs/format/ckread.h: one container reader per safetensors file, the tensors
  * of each file's header matched with its TOC's extents) and two pinned
  * staging buffers.  An upload reads each plane
  * range with pread into one staging buffer while the other is being copied to
@@ -54,7 +54,7 @@ struct ckg_tensor {
 
 /* The one place where the format library's statuses become ckgpu's: out of
  * memory, I/O, an unsupported version, damage and a bug stay apart.  Each
- * lands where ckread's from_ckp puts it (format/ckread.c): an invalid
+ * lands where ckread's from_ckp puts it (fs/format/ckread.c): an invalid
  * safetensors header (CKP_ERR_SOURCE) is an invalid header; a range, damaged
  * metadata and a damaged chunk are damage here (the loader computes every
  * range from the packed extents). */

@@ -146,7 +146,7 @@ ckg_status ckg_gemv_generic(const ckg_planes *p, uint64_t elem_off, uint64_t row
 #define CKG_MAX_DIMS 16
 
 /* A tensor's name, file, dtype, encoding, shape and sizes: the format
- * library's tensor table entry (format/ckread.h: name, file, dtype (format.md
+ * library's tensor table entry (fs/format/ckread.h: name, file, dtype (format.md
  * §4.3 code, 7 = BF16), encoding (RAW for empty tensors), ndim, shape,
  * nbytes in the original file, packed_bytes of its planes). */
 typedef ckr_tensor_info ckg_tensor_info;

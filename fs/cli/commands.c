@@ -906,7 +906,7 @@ static void print_text(const char *dst, const stats *t, const file_stats *fs, ui
 }
 
 /* `ckptfs stat MOUNTPOINT`: a running daemon's counters, read from the
- * xattr user.ckptfs.stats of the mount's root (mount/readpath.h).
+ * xattr user.ckptfs.stats of the mount's root (fs/mount/readpath.h).
  * @return 1 if dst is a ckptfs mount (printed), 0 if not. */
 static int stat_mount(const char *dst, int json)
 {

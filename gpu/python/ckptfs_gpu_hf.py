@@ -13,7 +13,7 @@ BF16 tensor (K15 or byte-split) becomes a PackedLinear:
     decode+GEMV; larger inputs decode the weight into one scratch buffer
     shared by every layer of the model and call torch's matmul (cuBLAS), so
     the extra memory is one layer's BF16 weight, never the model's;
-  - on the CPU (libckread, format/ckread.h: no CUDA) the weight stays packed
+  - on the CPU (libckread, fs/format/ckread.h: no CUDA) the weight stays packed
     in its file (the page cache) and every forward decodes it through the C
     codec into the shared scratch buffer, then calls torch's matmul, so the
     results are those of the original model bit for bit.
@@ -108,7 +108,7 @@ def load_read_library(path=None):
     global _rlib
     if _rlib is not None:
         return _rlib
-    lib = _cg.open_cdll("libckread.so", "CKPTFS_READ_LIB", "format", path)
+    lib = _cg.open_cdll("libckread.so", "CKPTFS_READ_LIB", os.path.join("fs", "format"), path)
     P, U64, S, SZ, ERR = C.c_void_p, C.c_uint64, C.c_int, C.c_size_t, C.c_char_p
     sigs = {
         "ckr_status_name": (C.c_char_p, [S]),

@@ -9,12 +9,12 @@ BENCH_LIB=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)   # tests/bench
 PY=${PYTHON:-python3}
 TICK=$(getconf CLK_TCK)
 
-# bench_args "$@": CKPTFS (the binary, or a build directory's cli/ckptfs)
+# bench_args "$@": CKPTFS (the binary, or a build directory's fs/cli/ckptfs)
 # and OUT_MD (a file to write the report to, or empty).
 bench_args() {
     [ $# -ge 1 ] || { echo "usage: $0 CKPTFS_OR_BUILD_DIR [OUT.md]" >&2; exit 2; }
     CKPTFS=$1
-    [ -d "$CKPTFS" ] && CKPTFS=$CKPTFS/cli/ckptfs
+    [ -d "$CKPTFS" ] && CKPTFS=$CKPTFS/fs/cli/ckptfs
     CKPTFS=$(readlink -f "$CKPTFS")
     [ -x "$CKPTFS" ] || { echo "no ckptfs binary at $CKPTFS" >&2; exit 2; }
     OUT_MD=${2:-}

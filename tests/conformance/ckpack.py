@@ -1,6 +1,6 @@
 """ckpack.py — a second writer of ckptfs packs, written from docs/format.md alone.
 
-It shares no code with the project's writer (format/container_write.c): every
+It shares no code with the project's writer (fs/format/container_write.c): every
 byte is laid out here with struct, hashed with the `xxhash` package (XXH3-64,
 seed 0) and `hashlib` (SHA-256), and zstd frames come from the `zstandard`
 package.  It exists so that tests/conformance can build odd-but-valid packs

@@ -1,7 +1,7 @@
 """ckread.py — a second reader of ckptfs packs, written from docs/format.md alone.
 
-It shares no code with the project's reader (format/container_read.c,
-format/manifest.c): fields are read with struct, hashes come from the
+It shares no code with the project's reader (fs/format/container_read.c,
+fs/format/manifest.c): fields are read with struct, hashes come from the
 `xxhash` package and hashlib, zstd frames are decoded by the `zstandard`
 package after their header is checked by hand (RFC 8878 §3.1.1), BF16 planes
 are decoded weight by weight (§5), and the manifest is parsed with Python's

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """interrupted_pack.py — `ckptfs pack --delete-source` killed at every
-durable step and with SIGKILL at random moments (cli/pack.c describes resume).
+durable step and with SIGKILL at random moments (fs/cli/pack.c describes resume).
 
-Step sweep (issue 11): the CKPTFS_FAULT=step:N test hook (format/util.h)
+Step sweep (issue 11): the CKPTFS_FAULT=step:N test hook (fs/format/util.h)
 makes the Nth fsync/rename/unlink/rmdir step of a run end the process, as a
 kill there would.  For a directory source (with a name of 248 bytes, whose
 temporary name is the hashed form) and a single-file source, for every N

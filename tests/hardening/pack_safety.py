@@ -29,7 +29,7 @@ and 11), each checked against the original bytes (SHA-256):
      nothing; two packs into one DST: the second is refused.
 
 Kills and pauses at exact steps use the CKPTFS_FAULT test hook
-(format/util.h: step:N exits at the Nth durable step, stop:N stops there).
+(fs/format/util.h: step:N exits at the Nth durable step, stop:N stops there).
 Environment: CKPTFS."""
 import contextlib
 import hashlib

@@ -67,7 +67,7 @@ export STRESS_SECONDS=20 CKPTFS_SANITIZER_BUILD=1
 # runs at exit), then print every report and fail if there is one.
 reports_check() { # NAME BUILD-DIR REPORT-DIR
     for _ in $(seq 100); do
-        pgrep -f "^$2/cli/ckptfs mount" >/dev/null || break
+        pgrep -f "^$2/fs/cli/ckptfs mount" >/dev/null || break
         sleep 0.1
     done
     for f in "$3"/*; do
@@ -93,8 +93,8 @@ export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 exitcode=66"
 if build "$ROOT/tsan" -DCKPTFS_TSAN=ON; then
     # TSan needs a low-entropy address space; setarch -R turns off ASLR for the run.
     RUN=""
-    if ! "$ROOT/tsan/cli/ckptfs" --version >/dev/null 2>&1; then
-        if setarch "$(uname -m)" -R "$ROOT/tsan/cli/ckptfs" --version >/dev/null 2>&1; then
+    if ! "$ROOT/tsan/fs/cli/ckptfs" --version >/dev/null 2>&1; then
+        if setarch "$(uname -m)" -R "$ROOT/tsan/fs/cli/ckptfs" --version >/dev/null 2>&1; then
             RUN="setarch $(uname -m) -R"
         else
             echo "sanitize: TSan binaries do not run here; TSan tests skipped"

@@ -1,6 +1,6 @@
 /*
  * test_readpath.c — the mount daemon without a mount: the FUSE-free read
- * path (mount/readpath.h) over a packed directory written here, the inode
+ * path (fs/mount/readpath.h) over a packed directory written here, the inode
  * table built from manifests made here, and the mount command line.
  * Truth is the original bytes written into the packed files, the manifest's
  * entries, and the documented option defaults.
