@@ -44,9 +44,13 @@
  * Planted faults for the emulator's self-test: CKG_PLANT(n) is 1 when the
  * build defines CKG_PLANT_FAULT=n, else 0 (1: wrong escape rank in the GEMV,
  * 2: missing __syncwarp after the GEMV's cp.async wait, 3: swapped MMA
- * operands, 4: missing __syncwarp in decode's staging); a kernel that
- * replaces one keeps an equivalent site, since gpu/CMakeLists.txt runs a
- * test per fault that must fail.
+ * operands, 4: missing __syncwarp in decode's staging, 5: the GEMV's
+ * split-K accumulators single-buffered (a group's flush races the next
+ * group's adds), 6: a plain += instead of an atomic add in the tile flush,
+ * 7: a ring stage refilled without the __syncwarp that frees it, 8: decode's
+ * stage rewritten without its final __syncwarp); a kernel that replaces one
+ * keeps an equivalent site, since gpu/CMakeLists.txt runs a test per fault
+ * that must fail (5-8 are races: the emulator's race detector reports them).
  */
 #ifndef CKG_ARCH_H
 #define CKG_ARCH_H

@@ -330,7 +330,8 @@ __global__ void __launch_bounds__(256, 1) gemv_fused_kernel(Args F)
 
     uint32_t parity = 0;
     for (uint32_t grp = blockIdx.x; grp < F.NG; grp += gridDim.x, parity ^= 1) {
-        float *acc = acc_all + parity * CKG_MAX_BATCH * kAccRows;
+        /* planted fault 5: one accumulator buffer, so the flush below races the next group's adds */
+        float *acc = acc_all + (CKG_PLANT(5) ? 0u : parity) * CKG_MAX_BATCH * kAccRows;
         const uint32_t r0 = grp * F.TG * 8, nr = umin(F.TG * 8, A.rows - r0);
         if (F.prow)
             apply_patches(F, r0, nr, acc, warp, W, lane);
@@ -355,7 +356,10 @@ __global__ void __launch_bounds__(256, 1) gemv_fused_kernel(Args F)
                 compute<K15, false>(A, L, st_out, lut, step, dA, dB);
             st_out = st_out + kStageBytes == ring_end ? ring : st_out + kStageBytes;
             if (++step == F.S || u + 1 == u1) {            /* tile done: its partial sums out */
-                if (L.g < A.batch) {
+                if (L.g < A.batch && CKG_PLANT(6)) {   /* planted fault: a plain += where warps add into one sum */
+                    acc[L.g * kAccRows + tl * 8 + 2 * L.t] += dA[0] + dB[2];
+                    acc[L.g * kAccRows + tl * 8 + 2 * L.t + 1] += dA[1] + dB[3];
+                } else if (L.g < A.batch) {
                     ckg_atomic_add_f32(&acc[L.g * kAccRows + tl * 8 + 2 * L.t], dA[0] + dB[2]);
                     ckg_atomic_add_f32(&acc[L.g * kAccRows + tl * 8 + 2 * L.t + 1], dA[1] + dB[3]);
                 }
@@ -365,7 +369,8 @@ __global__ void __launch_bounds__(256, 1) gemv_fused_kernel(Args F)
                     tl++;
                 }
             }
-            ckg_syncwarp();                                /* the stage is free for the next copy */
+            if (!CKG_PLANT(7))                             /* planted fault: the stage refilled while lanes read it */
+                ckg_syncwarp();                            /* the stage is free for the next copy */
         }
         ckg_syncthreads();
         for (uint32_t i = tid; i < (uint32_t)A.batch * nr; i += blockDim.x) {

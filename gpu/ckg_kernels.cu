@@ -248,7 +248,8 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(ckg_planes P, ui
                     dst[e] = stage_elem(my16, e);
                 }
             }
-            ckg_syncwarp();
+            if (!CKG_PLANT(8))   /* planted fault: the stage rewritten while other lanes read it out */
+                ckg_syncwarp();
             continue;
         }
         if (q >= end || q + kGroup <= first || q >= P.n_weights)
