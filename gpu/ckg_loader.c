@@ -332,14 +332,15 @@ out:
     return st;
 }
 
-static ckg_status upload_raw(ckg_model *m, const ckp_reader *r, const ckp_extent *x, uint64_t b_begin,
+/* Original bytes [base + b_begin, base + b_end) of r, decoded, into t->d_raw. */
+static ckg_status upload_raw(ckg_model *m, const ckp_reader *r, uint64_t base, uint64_t b_begin,
                              uint64_t b_end, ckg_tensor *t, cudaStream_t stream)
 {
     ckg_status st = dev_alloc(t, &t->d_raw, b_end - b_begin, stream);
     if (st != CKG_OK)
         return st;
     source s = {m, r, 1};
-    st = stage_copy(&s, x->orig_offset + b_begin, b_end - b_begin, t->d_raw, stream);
+    st = stage_copy(&s, base + b_begin, b_end - b_begin, t->d_raw, stream);
     if (cudaStreamSynchronize(stream) != cudaSuccess && st == CKG_OK)
         st = CKG_ERR_CUDA;
     return st;
@@ -382,15 +383,19 @@ ckg_status ckg_tensor_upload(ckg_model *m, size_t i, uint64_t row_begin, uint64_
         *out = t;
         return CKG_OK;
     }
-    const ckp_extent *x = ckp_get_extent(r, e);
-    int bf16 = x->encoding == CKC_ENC_K15 || x->encoding == CKC_ENC_BSPLIT;
-    if (bf16 && (ti->nbytes % rows || ti->nbytes / rows % 2))
+    /* a tensor not in one extent of its own (ckr_tensor_source): its decoded bytes */
+    const ckp_extent *x = e == UINT32_MAX ? NULL : ckp_get_extent(r, e);
+    uint64_t base = x ? x->orig_offset : 0;
+    int bf16 = x && (x->encoding == CKC_ENC_K15 || x->encoding == CKC_ENC_BSPLIT);
+    if (!x && ckr_tensor_offset(m->tab, i, &base) != CKR_OK)
+        st = CKG_ERR_ARG;
+    else if (bf16 && (ti->nbytes % rows || ti->nbytes / rows % 2))
         st = CKG_ERR_FORMAT;   /* planes of 16-bit weights: a whole number of them a row */
     else if (bf16 && !(flags & CKG_UPLOAD_DECODED) && (x->chunk_size / 2) % CKG_ESC_BLOCK == 0) {
         t->cols = ti->nbytes / rows / 2;   /* the planes' weights a row (dtype is informational, §4.3) */
         st = upload_packed(m, r, e, first / 2, (first + len) / 2, flags, t, stream);
     } else
-        st = upload_raw(m, r, x, first, first + len, t, stream);
+        st = upload_raw(m, r, base, first, first + len, t, stream);
     if (st != CKG_OK) {
         ckg_tensor_free(t);
         return st;

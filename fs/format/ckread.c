@@ -3,8 +3,9 @@
  *
  * A model holds the manifest, one open container reader per safetensors
  * file, and the tensor table built from each file's safetensors header
- * (extent 0, decoded and parsed by safetensors.h) matched against the TOC:
- * non-empty tensors are extents 1.. in data-offset order.  Tensor rows are
+ * (decoded and parsed by safetensors.h) placed among the TOC's extents: a
+ * tensor is usually one extent (ckptfs writes them so), but any tiling the
+ * format allows is read (§4: split tensors, names that differ).  Tensor rows are
  * read with ckp_pread (decodes only the chunks they touch, checks their
  * hashes); other files are opened on demand and read whole.
  *
@@ -108,32 +109,61 @@ static ckp_status grow_table(ckr_model *m, size_t cap_n)
     return CKP_OK;
 }
 
+/* The extent of r that holds original byte off (the extents tile the file
+ * in order, format §4: a binary search), or fi->n_extents if none does. */
+static uint32_t extent_at(const ckp_reader *r, uint64_t off)
+{
+    uint32_t lo = 0, hi = ckp_get_info(r)->n_extents;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        const ckp_extent *x = ckp_get_extent(r, mid);
+        if (off < x->orig_offset)
+            hi = mid;
+        else if (off - x->orig_offset >= x->orig_size)
+            lo = mid + 1;
+        else
+            return mid;
+    }
+    return ckp_get_info(r)->n_extents;
+}
+
+/* Tensor t's place among the extents of r: its one extent when exactly one
+ * covers its bytes [off, off + n) (whatever the extent's name: names are
+ * informational, format §3.2), else UINT32_MAX, with its encoding (the
+ * first extent's) and packed bytes (of every extent it touches, which may
+ * hold other bytes too) in ti.  A tensor split over several extents, or
+ * sharing one, is valid (§4); it is read with ckp_pread like any other. */
+static uint32_t place_tensor(const ckp_reader *r, uint64_t off, uint64_t n, ckr_tensor_info *ti)
+{
+    uint32_t e = extent_at(r, off), n_ext = ckp_get_info(r)->n_extents;
+    const ckp_extent *x = ckp_get_extent(r, e);
+    /* st_parse checked [off, off + n) against original_size, which the extents tile */
+    assert(e < n_ext);
+    ti->encoding = x->encoding;
+    if (x->orig_offset == off && x->orig_size == n) {
+        ti->packed_bytes = x->plane_size[0] + x->plane_size[1] + x->plane_size[2];
+        return e;
+    }
+    ti->packed_bytes = 0;
+    for (; e < n_ext && (x = ckp_get_extent(r, e))->orig_offset < off + n; e++)
+        ti->packed_bytes += x->plane_size[0] + x->plane_size[1] + x->plane_size[2];
+    return UINT32_MAX;
+}
+
 /* Add the tensors of header h of reader r (the last one opened). */
 static ckp_status add_tensors(ckr_model *m, const ckp_reader *r, const st_header *h, char *err, size_t cap)
 {
     const ckp_info *fi = ckp_get_info(r);
     if (grow_table(m, m->n + h->n_tensors) != CKP_OK)
         return cku_errf(err, cap, CKP_ERR_NOMEM, "out of memory");
-    uint32_t e = 1;
     for (size_t k = 0; k < h->n_tensors; k++) {
         const st_tensor *t = &h->tensors[k];
         ckr_tensor_info *ti = &m->info[m->n];
         memset(ti, 0, sizeof *ti);
         ti->encoding = CKC_ENC_RAW;
         m->t_extent[m->n] = UINT32_MAX;
-        if (t->end > t->begin) {
-            const ckp_extent *x = e < fi->n_extents ? ckp_get_extent(r, e) : NULL;
-            if (!x || strcmp(x->name, t->name) != 0 || x->orig_offset != h->data_start + t->begin ||
-                x->orig_size != t->end - t->begin) {
-                char et[CKU_ESC_NAME];
-                return cku_errf_at(err, cap, CKP_ERR_FORMAT, fi->path,
-                                   "tensor %s does not match the packed extents",
-                                   cku_escape(t->name, et, sizeof et));
-            }
-            m->t_extent[m->n] = e++;
-            ti->encoding = x->encoding;
-            ti->packed_bytes = x->plane_size[0] + x->plane_size[1] + x->plane_size[2];
-        }
+        if (t->end > t->begin)
+            m->t_extent[m->n] = place_tensor(r, h->data_start + t->begin, t->end - t->begin, ti);
         if (!(ti->name = strdup(t->name)))
             return cku_errf(err, cap, CKP_ERR_NOMEM, "out of memory");
         ti->file = fi->path;
@@ -151,8 +181,8 @@ static ckp_status add_tensors(ckr_model *m, const ckp_reader *r, const st_header
 
 /* The safetensors header of packed file r (of relative path rel): its 8-byte
  * length N (at most ST_MAX_HEADER: st_header_len), then the 8 + N bytes
- * decoded and parsed; add_tensors then checks that the tensors start where
- * extent 0 ends.  Not extent 0 as its record sizes it: a few bytes of zstd
+ * decoded and parsed (st_parse checks every tensor's bytes lie within the
+ * file, whose extents place_tensor finds).  Not extent 0 as its record sizes it: a few bytes of zstd
  * frames can claim gigabytes (a 38 KiB pack made ckr_open allocate and
  * decode 1 GiB).  @return CKP_OK with *out set, or the failure with err
  * naming rel. */
@@ -269,6 +299,14 @@ ckr_status ckr_find(const ckr_model *m, const char *name, size_t *index)
             return CKR_OK;
         }
     return CKR_ERR_NOTFOUND;
+}
+
+ckr_status ckr_tensor_offset(const ckr_model *m, size_t i, uint64_t *offset)
+{
+    if (!m || i >= m->n || !offset)
+        return CKR_ERR_ARG;
+    *offset = m->t_offset[i];
+    return CKR_OK;
 }
 
 ckr_status ckr_tensor_source(const ckr_model *m, size_t i, const struct ckp_reader **reader, uint32_t *extent)

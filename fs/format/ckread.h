@@ -49,11 +49,12 @@ typedef struct {
     const char *name;        /* tensor name (owned by the model) */
     const char *file;        /* relative path of its safetensors file */
     uint32_t dtype;          /* format.md §4.3 code (7 = BF16) */
-    uint32_t encoding;       /* ckc_encoding of its extent (RAW for empty tensors) */
+    uint32_t encoding;       /* ckc_encoding of its (first) extent (RAW for empty tensors) */
     uint32_t ndim;
     uint64_t shape[CKR_MAX_DIMS];
     uint64_t nbytes;         /* bytes in the original file */
-    uint64_t packed_bytes;   /* bytes of its planes in the packed file */
+    uint64_t packed_bytes;   /* bytes of its extent's planes in the packed file (of every
+                              * extent it touches, when it is not one extent) */
 } ckr_tensor_info;
 
 typedef struct ckr_model ckr_model;
@@ -87,11 +88,16 @@ ckr_status ckr_read_rows(ckr_model *m, size_t i, uint64_t row_begin, uint64_t ro
                          size_t dstCapacity, char *err, size_t errCapacity);
 
 /* For loaders that read planes themselves (the CUDA loader, gpu/): the
- * container reader holding tensor i and the index of its extent there
- * (UINT32_MAX for an empty tensor, which has none).  Valid until close. */
+ * container reader holding tensor i and the index of its extent there, or
+ * UINT32_MAX when no one extent holds exactly its bytes: an empty tensor,
+ * or one that a pack splits over several extents or stores in an extent
+ * with other bytes (format.md §4 allows both); read such a tensor's bytes
+ * from the reader at ckr_tensor_offset.  Valid until close. */
 struct ckp_reader;
 ckr_status ckr_tensor_source(const ckr_model *m, size_t i, const struct ckp_reader **reader,
                              uint32_t *extent);
+/* The offset of tensor i's first byte in its original file. */
+ckr_status ckr_tensor_offset(const ckr_model *m, size_t i, uint64_t *offset);
 
 /* Files of the directory (every file of the manifest, sorted by path). */
 size_t ckr_file_count(const ckr_model *m);

@@ -59,6 +59,40 @@ def st_file(path="model.safetensors", **kw):
                 kind=1, **kw)
 
 
+def st_bytes(tensors):
+    """A valid safetensors file (its 8-byte length, JSON header, data) of
+    [(name, dtype, shape, bytes)], tensors in that order; and each tensor's
+    (begin, end) in the file."""
+    meta, off = {}, 0
+    for name, dt, shape, b in tensors:
+        meta[name] = {"dtype": dt, "shape": list(shape), "data_offsets": [off, off + len(b)]}
+        off += len(b)
+    head = json.dumps(meta, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)
+    start = 8 + len(head)
+    spans = [(start + m["data_offsets"][0], start + m["data_offsets"][1]) for m in meta.values()]
+    return struct.pack("<Q", len(head)) + head + b"".join(t[3] for t in tensors), spans
+
+
+# Tensors of the safetensors cases that loaders read (libckread, §4): a BF16
+# matrix, an F32 vector, a BF16 tensor of one row.
+ST_TENSORS = [("w.k15", "BF16", (24, 125), W), ("b.f32", "F32", (75,), noise(300)),
+              ("w.row", "BF16", (1, 1001), W2)]
+
+
+def st_tiled(path, cut):
+    """A safetensors file of ST_TENSORS whose extents end at the offsets
+    cut(spans, size) returns (each extent RAW, K15 or ZSTD by turns), named
+    x0, x1...: no extent is named for the tensor it holds."""
+    data, spans = st_bytes(ST_TENSORS)
+    bounds = sorted(set([0, len(data)] + cut(spans, len(data))))
+    ext = []
+    for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        enc = K15 if (b - a) % 2 == 0 and a % 2 == 0 and i % 3 == 1 else (ZSTD if i % 3 == 2 else RAW)
+        ext.append(Extent(enc, data[a:b], chunk_size=CS, name=b"x%d" % i, dtype=7 if enc == K15 else 0))
+    return File(path, ext, kind=1)
+
+
 def blob(path="config.json", **kw):
     return File(path, [Extent(ZSTD, T, chunk_size=1000)], **kw)
 
@@ -174,6 +208,16 @@ def cases():
     case("empty-file", "§4 empty source has no extents", A, [File("empty.bin", [])])
     case("split-tensor", "§4 one tensor in several extents", A,
          [File("m.safetensors", [Extent(K15, W[:2048], chunk_size=CS), Extent(K15, W[2048:], chunk_size=CS)], kind=1)])
+    # safetensors files whose tensors are not one extent each, named for it
+    # (§3.2 names are informational, §4 any tiling): loaders must read them
+    # (check_loaders.py reads every tensor of the accepted ones through libckread)
+    case("st-extent-names-differ", "§3.2 extent names are informational", A,
+         [st_tiled("m.safetensors", lambda spans, n: [spans[0][0]] + [b for a, b in spans])])
+    case("st-tensor-split", "§4 tensors split over several extents, header too", A,
+         [st_tiled("m.safetensors", lambda spans, n: [20, spans[0][0], spans[0][0] + 2000, spans[0][0] + 4002,
+                                                     spans[1][0] + 100, spans[2][0] + 1000])])
+    case("st-tensors-share-extent", "§4 several tensors in one extent, with the header", A,
+         [st_tiled("m.safetensors", lambda spans, n: [spans[1][0] + 2])])
     case("multi-extent-blob", "§4 a blob in several extents", A,
          [File("b.bin", [Extent(RAW, T[:1000], chunk_size=300), Extent(ZSTD, T[1000:3000], chunk_size=700),
                          Extent(RAW, T[3000:], chunk_size=4096)])])
