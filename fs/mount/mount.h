@@ -1,6 +1,6 @@
 /*
  * mount.h — `ckptfs mount`: serve a packed directory as the original tree
- * through FUSE (fuse_ll.c), and the status of the mount layer.
+ * through FUSE (daemon.c, fuse_ll.c), and the status of the mount layer.
  */
 #ifndef CKFS_MOUNT_H
 #define CKFS_MOUNT_H

@@ -80,7 +80,7 @@ typedef struct {
                                     * frees them */
     /* Called once for each packed file found changed while mounted, on the
      * thread that found it (a FUSE request's or a prefetch worker's; no lock
-     * held); NULL: nothing.  fuse_ll.c drops the kernel's cached pages of
+     * held); NULL: nothing.  daemon.c drops the kernel's cached pages of
      * its inode. */
     void (*on_change)(void *arg, uint32_t file);
     void *on_change_arg;

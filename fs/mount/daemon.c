@@ -1,0 +1,354 @@
+/*
+ * daemon.c — the life of the `ckptfs mount` daemon around the FUSE callbacks
+ * of fuse_ll.c: checking the command line and the mount point, loading the
+ * packed directory, the log (-o log=), the descriptor limit, the session and
+ * its multi-threaded loop, and the page-cache notifier thread that drops the
+ * kernel's pages of a packed file found changed while mounted.
+ *
+ * fuse_ll.c translates requests; this file owns the session they arrive on.
+ * These two are the only files that include <fuse_lowlevel.h> (fuse_ll.h).
+ */
+#define _GNU_SOURCE
+#include "fuse_ll.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "mount.h"
+#include "readpath.h"
+#include "util.h"
+
+/* ---- the kernel's pages of a packed file changed while mounted ------------ */
+
+/* When the read path finds a packed file changed since it was bound
+ * (readpath.h: its opens and reads are EIO from then on), the pages the
+ * kernel cached of its inode are dropped too, so that readers holding it
+ * open (or mapped) get EIO from then on as well, not some of its bytes from
+ * the cache and EIO for the rest.  Those pages hold the original bytes
+ * (each chunk was checked against its hash when decoded): dropping them is
+ * for a failure that is the same at every offset, not for correctness.
+ * The kernel locks each cached page to drop it, waiting for reads of the
+ * file in flight, which only this daemon's workers answer: so it is done on
+ * a thread of its own (the finder may be a worker inside such a read), and
+ * at exit, while it is still at it, the main thread answers requests
+ * itself (stop_inval). */
+static struct {
+    struct fuse_session *se;
+    const cki_table *t;
+    int pipe[2];                  /* file numbers from on_change to inval_main */
+    pthread_t thread;
+    int started;
+    pthread_mutex_t lock;         /* busy, stopping */
+    int busy, stopping;
+} g_inval = {.pipe = {-1, -1}, .lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void on_change(void *arg, uint32_t file)
+{
+    (void)arg;
+    /* once per file; a full pipe (thousands of files changed at once)
+     * leaves the pages of the rest to the kernel's reclaim */
+    pthread_mutex_lock(&g_inval.lock);
+    if (!g_inval.stopping && write(g_inval.pipe[1], &file, sizeof file) != (ssize_t)sizeof file) {
+    }
+    pthread_mutex_unlock(&g_inval.lock);
+}
+
+static void *inval_main(void *arg)
+{
+    ckfs_ctx *c = arg;
+    uint32_t file;
+    while (read(g_inval.pipe[0], &file, sizeof file) == (ssize_t)sizeof file) {
+        pthread_mutex_lock(&g_inval.lock);
+        int go = !g_inval.stopping;
+        g_inval.busy = go;
+        pthread_mutex_unlock(&g_inval.lock);
+        if (!go)
+            continue;
+        int rc = fuse_lowlevel_notify_inval_inode(g_inval.se, (fuse_ino_t)cki_file_ino(g_inval.t, file), 0, 0);
+        if (rc && rc != -ENOENT) /* ENOENT: the kernel holds no inode (nor pages) of it */
+            ckfs_log("%s: cannot drop the kernel's cached pages of it: %s", CKU_ESC(c->m->files[file].path),
+                     strerror(-rc));
+        pthread_mutex_lock(&g_inval.lock);
+        g_inval.busy = 0;
+        pthread_mutex_unlock(&g_inval.lock);
+    }
+    return NULL;
+}
+
+/* Start the thread (after fuse_daemonize: threads do not survive its fork)
+ * and hook it to the read path.  Without it (no pipe or thread) changed
+ * files are EIO all the same; only their cached pages stay. */
+static void start_inval(ckfs_ctx *c, struct fuse_session *se)
+{
+    g_inval.se = se;
+    g_inval.t = c->t;
+    if (pipe2(g_inval.pipe, O_CLOEXEC) != 0) {
+        ckfs_log("cannot start the page cache notifier: %s", strerror(errno));
+        return;
+    }
+    fcntl(g_inval.pipe[1], F_SETFL, O_NONBLOCK);
+    if ((errno = pthread_create(&g_inval.thread, NULL, inval_main, c)) != 0) {
+        ckfs_log("cannot start the page cache notifier: %s", strerror(errno));
+        close(g_inval.pipe[0]);
+        close(g_inval.pipe[1]);
+        g_inval.pipe[0] = g_inval.pipe[1] = -1;
+        return;
+    }
+    g_inval.started = 1;
+    c->on_change_arg = NULL;
+    c->on_change = on_change;
+}
+
+static int inval_busy(void)
+{
+    pthread_mutex_lock(&g_inval.lock);
+    int b = g_inval.busy;
+    pthread_mutex_unlock(&g_inval.lock);
+    return b;
+}
+
+/* After the loop: no new invalidation starts; one in progress may wait for
+ * reads that no worker will answer any more, so answer them here until it
+ * returns; then end the thread. */
+static void stop_inval(struct fuse_session *se)
+{
+    pthread_mutex_lock(&g_inval.lock);
+    g_inval.stopping = 1;         /* on_change writes nothing more (prefetch workers still run) */
+    if (g_inval.pipe[1] >= 0)
+        close(g_inval.pipe[1]);   /* inval_main reads what is left, skips it, and returns */
+    g_inval.pipe[1] = -1;
+    pthread_mutex_unlock(&g_inval.lock);
+    if (inval_busy()) {
+        fuse_session_reset(se); /* a request read while exited is dropped unanswered */
+        while (inval_busy()) {
+            struct pollfd p = {.fd = fuse_session_fd(se), .events = POLLIN};
+            if (poll(&p, 1, 20) <= 0)
+                continue;
+            if (!(p.revents & POLLIN))
+                break;           /* the connection is gone: the kernel let go of the pages */
+            struct fuse_buf fb = {.mem = NULL};
+            int res = fuse_session_receive_buf(se, &fb);
+            if (res > 0)
+                fuse_session_process_buf(se, &fb);
+            free(fb.mem);
+            if (res <= 0 && res != -EINTR && res != -EAGAIN)
+                break;
+        }
+        fuse_session_exit(se);
+    }
+    if (g_inval.started)
+        pthread_join(g_inval.thread, NULL);
+    if (g_inval.pipe[0] >= 0)
+        close(g_inval.pipe[0]);
+    g_inval.pipe[0] = -1;
+    g_inval.started = 0;
+}
+
+/* ---- setup and the loop -------------------------------------------------- */
+
+/* Readers stay open for the whole mount: allow as many descriptors as the
+ * hard limit lets us (a model has at most a few thousand shards). */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+/* The -o list handed to libfuse: our fixed options plus the user's. */
+static char *fuse_opt_string(const ckfs_ctx *c)
+{
+    char *esc = malloc(2 * strlen(c->dst) + 1), *w = esc, *s = NULL;
+    if (!esc)
+        return NULL;
+    for (const char *r = c->dst; *r; r++) {
+        if (*r == ',' || *r == '\\')
+            *w++ = '\\';
+        *w++ = *r;
+    }
+    *w = 0;
+    if (asprintf(&s, "ro,nosuid,nodev,fsname=ckptfs:%s,subtype=ckptfs,max_read=%u%s%s%s", esc,
+                 CKFS_MAX_REQUEST, c->o.allow_other ? ",allow_other,default_permissions" : "",
+                 c->o.noexec ? ",noexec" : "", c->o.noatime ? ",noatime" : "") < 0)
+        s = NULL;
+    free(esc);
+    return s;
+}
+
+/* bytes for a person, in the units of the options (K/M/G, powers of 1024). */
+static char *human(uint64_t b, char *out)
+{
+    static const char u[] = "BKMGTP";
+    int i = 0;
+    double v = (double)b;
+    while (v >= 1024 && i < 5) {
+        v /= 1024;
+        i++;
+    }
+    snprintf(out, 32, i ? "%.1f%c" : "%.0f%c", v, u[i]);
+    return out;
+}
+
+/* -o log=: "stderr" (a copy survives daemonizing) or a regular file,
+ * appended to.  The file is opened without following a symbolic link in
+ * its place and must be a regular file: a daemon run as root with its log
+ * in a directory others can write (/tmp) would otherwise append its lines
+ * to whatever file a link planted there names, or block on a FIFO.
+ * @return 0, or -1 with a message. */
+static int open_log(const char *where)
+{
+    if (!strcmp(where, "stderr")) {
+        int fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+        if (fd < 0) {
+            fprintf(stderr, "ckptfs mount: log=stderr: %s\n", strerror(errno));
+            return -1;
+        }
+        ckfs_log_to_fd(fd);
+        return 0;
+    }
+    struct stat st;
+    int fd = open(where, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY, 0640);
+    if (fd < 0 && errno != ENXIO) { /* ENXIO: a FIFO nobody reads */
+        fprintf(stderr, "ckptfs mount: log=%s: %s\n", where,
+                errno == ELOOP ? "a symbolic link: name the log file itself" : strerror(errno));
+        return -1;
+    }
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        fprintf(stderr, "ckptfs mount: log=%s: not a regular file (log=stderr logs to a pipe or terminal)\n",
+                where);
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    ckfs_log_to_fd(fd);
+    return 0;
+}
+
+/* Mount, serve until unmounted or signalled, unmount.  @return exit status. */
+static int serve(ckfs_ctx *c, const char *mnt)
+{
+    int status = 1;
+    char *opts = fuse_opt_string(c);
+    char *fargv[] = {"ckptfs", "-o", opts, c->o.debug ? "-d" : NULL, NULL};
+    struct fuse_args args = FUSE_ARGS_INIT(c->o.debug ? 4 : 3, fargv);
+    struct fuse_session *se = opts ? fuse_session_new(&args, &ckfs_ll_ops, sizeof ckfs_ll_ops, c) : NULL;
+    if (!se)
+        goto out_opts;
+    /* libfuse leaves a signal alone when it is ignored, and shells start
+     * background jobs with SIGINT ignored: unmount cleanly on all three. */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    if (fuse_set_signal_handlers(se) != 0)
+        goto out_session;
+    if (fuse_session_mount(se, mnt) != 0)
+        goto out_signals;
+    if (c->o.read_ahead_kb && ckfs_set_read_ahead_kb(mnt, c->o.read_ahead_kb) != 0 &&
+        geteuid() == 0)
+        fprintf(stderr, "ckptfs mount: warning: cannot set read_ahead_kb: %s\n", strerror(errno));
+    if (fuse_daemonize(c->o.foreground) != 0)
+        goto out_unmount;
+    if (!c->o.foreground)
+        ckfs_log_to_syslog();
+    /* Threads start only now: fuse_daemonize forks. */
+    if (ckfs_cache_start(c) != 0)
+        goto out_unmount;
+    struct fuse_loop_config *cfg = fuse_loop_cfg_create();
+    if (!cfg) {
+        ckfs_log("out of memory");
+        goto out_cache;
+    }
+    start_inval(c, se);
+    fuse_loop_cfg_set_max_threads(cfg, c->o.threads);
+    fuse_loop_cfg_set_clone_fd(cfg, 0);
+    char size_s[32], cache_s[32];
+    ckfs_info("serving %s at %s: %zu files, %s; cache %s, %u threads, prefetch %llu KiB on %u workers, %s%s",
+              c->dst, mnt, c->m->n_files, human(c->total_size, size_s), human(c->o.cache_size, cache_s),
+              c->o.threads, (unsigned long long)(c->o.prefetch >> 10), c->o.prefetch_threads,
+              c->o.mmap ? "mapped" : "pread", c->o.drop_packed ? ", drop_packed" : "");
+    int rc = fuse_session_loop_mt(se, cfg);
+    fuse_loop_cfg_destroy(cfg);
+    stop_inval(se);
+    /* 0: unmounted (fusermount3 -u); > 0: the signal that stopped us
+     * (libfuse's handlers record it); < 0: -errno of a failure. */
+    if (rc < 0)
+        ckfs_log("session loop failed: %s (%d)", strerror(-rc), rc);
+    status = rc < 0 ? 1 : 0;
+    if (c->o.stats)
+        ckfs_print_stats(c);
+out_cache:
+    ckfs_cache_stop(c);
+out_unmount:
+    fuse_session_unmount(se);
+out_signals:
+    fuse_remove_signal_handlers(se);
+out_session:
+    fuse_session_destroy(se);
+out_opts:
+    free(opts);
+    fuse_opt_free_args(&args);
+    return status;
+}
+
+int ckptfs_mount_main(int argc, char **argv)
+{
+    ckfs_ctx c;
+    char err[1024];
+    memset(&c, 0, sizeof c);
+    ckfs_status st = ckfs_parse_mount_args(argc, argv, &c.o, err, sizeof err);
+    if (st == CKFS_OK && c.o.help) {
+        fputs(ckfs_mount_usage(), stdout);
+        return 0;
+    }
+    if (st == CKFS_OK)
+        st = ckfs_check_mountpoint(c.o.mnt, err, sizeof err);
+    if (st != CKFS_OK) {
+        fprintf(stderr, "%s\n", err);
+        return ckfs_exit_status(st); /* 2 for a usage error, as for every command */
+    }
+    char *mnt = realpath(c.o.mnt, NULL);
+    int status = 1, served = 0;
+    /* Buffers of 1 MiB and more (chunks over the writer's sizes, their
+     * scratch) are mapped and unmapped by malloc itself: with glibc's
+     * moving threshold, freed ones stayed in each thread's arena and the
+     * daemon grew far past cache_size reading a pack of 16 MiB chunks. */
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+    raise_fd_limit(); /* before ckfs_open_all opens every packed file */
+    /* complaints until the log opens go to stderr */
+    if (!mnt) {
+        fprintf(stderr, "ckptfs mount: %s: %s\n", c.o.mnt, strerror(errno));
+        status = ckfs_exit_status(errno == ENOMEM ? CKFS_ERR_NOMEM : CKFS_ERR_IO);
+    } else if ((st = ckfs_check_mountpoint_free(mnt, c.o.nonempty, err, sizeof err)) != CKFS_OK) {
+        fprintf(stderr, "%s\n", err);
+        status = ckfs_exit_status(st);
+    } else if ((st = ckfs_ctx_load(&c, err, sizeof err)) != CKFS_OK) {
+        fprintf(stderr, "ckptfs mount: %s\n", err);
+        status = ckfs_exit_status(st);
+    } else if ((st = ckfs_check_mountpoint_outside(mnt, c.dst, err, sizeof err)) != CKFS_OK) {
+        fprintf(stderr, "%s\n", err);
+        status = ckfs_exit_status(st);
+    } else if ((st = ckfs_open_all(&c, err, sizeof err)) != CKFS_OK) {
+        fprintf(stderr, "ckptfs mount: %s\n", err);
+        status = ckfs_exit_status(st);
+    } else if (!c.o.log[0] || open_log(c.o.log) == 0) {
+        status = serve(&c, mnt);
+        served = 1;
+    }
+    ckfs_ctx_free(&c);
+    free(mnt);
+    if (status && served)
+        ckfs_log("exiting with status %d after serving", status); /* every such exit says why above */
+    return status;
+}
