@@ -44,5 +44,10 @@ int ckpt_pack(const ckpt_pack_opts *o);
 int ckpt_unpack(const char *dst, const char *out, int jobs);
 int ckpt_verify(const char *dst, const char *against, int jobs);
 int ckpt_stat(const char *dst, int json);
+/* argv[0] is "mount", then options and PACKED MOUNTPOINT (see `ckptfs mount
+ * -h`; mount_cmd.c).  @return the process exit status: 0 after a clean
+ * unmount (or, without -f, once mounted), 1 on a setup error, 2 on a usage
+ * error (message on stderr; ckfs_exit_status). */
+int ckptfs_mount_main(int argc, char **argv);
 
 #endif

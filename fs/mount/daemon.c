@@ -302,53 +302,21 @@ out_opts:
     return status;
 }
 
-int ckptfs_mount_main(int argc, char **argv)
+void ckfs_daemon_prepare(void)
 {
-    ckfs_ctx c;
-    char err[1024];
-    memset(&c, 0, sizeof c);
-    ckfs_status st = ckfs_parse_mount_args(argc, argv, &c.o, err, sizeof err);
-    if (st == CKFS_OK && c.o.help) {
-        fputs(ckfs_mount_usage(), stdout);
-        return 0;
-    }
-    if (st == CKFS_OK)
-        st = ckfs_check_mountpoint(c.o.mnt, err, sizeof err);
-    if (st != CKFS_OK) {
-        fprintf(stderr, "%s\n", err);
-        return ckfs_exit_status(st); /* 2 for a usage error, as for every command */
-    }
-    char *mnt = realpath(c.o.mnt, NULL);
-    int status = 1, served = 0;
     /* Buffers of 1 MiB and more (chunks over the writer's sizes, their
      * scratch) are mapped and unmapped by malloc itself: with glibc's
      * moving threshold, freed ones stayed in each thread's arena and the
      * daemon grew far past cache_size reading a pack of 16 MiB chunks. */
     mallopt(M_MMAP_THRESHOLD, 1 << 20);
     raise_fd_limit(); /* before ckfs_open_all opens every packed file */
-    /* complaints until the log opens go to stderr */
-    if (!mnt) {
-        fprintf(stderr, "ckptfs mount: %s: %s\n", c.o.mnt, strerror(errno));
-        status = ckfs_exit_status(errno == ENOMEM ? CKFS_ERR_NOMEM : CKFS_ERR_IO);
-    } else if ((st = ckfs_check_mountpoint_free(mnt, c.o.nonempty, err, sizeof err)) != CKFS_OK) {
-        fprintf(stderr, "%s\n", err);
-        status = ckfs_exit_status(st);
-    } else if ((st = ckfs_ctx_load(&c, err, sizeof err)) != CKFS_OK) {
-        fprintf(stderr, "ckptfs mount: %s\n", err);
-        status = ckfs_exit_status(st);
-    } else if ((st = ckfs_check_mountpoint_outside(mnt, c.dst, err, sizeof err)) != CKFS_OK) {
-        fprintf(stderr, "%s\n", err);
-        status = ckfs_exit_status(st);
-    } else if ((st = ckfs_open_all(&c, err, sizeof err)) != CKFS_OK) {
-        fprintf(stderr, "ckptfs mount: %s\n", err);
-        status = ckfs_exit_status(st);
-    } else if (!c.o.log[0] || open_log(c.o.log) == 0) {
-        status = serve(&c, mnt);
-        served = 1;
-    }
-    ckfs_ctx_free(&c);
-    free(mnt);
-    if (status && served)
-        ckfs_log("exiting with status %d after serving", status); /* every such exit says why above */
-    return status;
+}
+
+int ckfs_daemon_run(ckfs_ctx *c, const char *mnt, int *served)
+{
+    *served = 0;
+    if (c->o.log[0] && open_log(c->o.log) != 0)
+        return 1;
+    *served = 1;
+    return serve(c, mnt);
 }

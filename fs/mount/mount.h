@@ -39,10 +39,14 @@ ckfs_status ckfs_from_ckp(ckp_status s);
  * message tells them apart). */
 int ckfs_exit_status(ckfs_status s);
 
-/* argv[0] is "mount", then options and PACKED MOUNTPOINT (see `ckptfs mount -h`).
- * @return the process exit status: 0 after a clean unmount (or, without -f,
- * once mounted), 1 on a setup error, 2 on a usage error (message on stderr;
- * ckfs_exit_status). */
-int ckptfs_mount_main(int argc, char **argv);
+struct ckfs_ctx;
+/* The daemon (daemon.c).  ckfs_daemon_prepare: before a packed directory is
+ * loaded (malloc's mapping threshold, the descriptor limit its readers
+ * need).  ckfs_daemon_run: open c's log (-o log=), mount c at mnt, serve
+ * until unmounted or signalled, unmount; *served says whether serving began.
+ * @return the exit status: 0 after a clean unmount (or, without -f, once
+ * mounted), 1 on a failure, said on stderr or in the log. */
+void ckfs_daemon_prepare(void);
+int ckfs_daemon_run(struct ckfs_ctx *c, const char *mnt, int *served);
 
 #endif

@@ -59,7 +59,7 @@ struct ckfs_ofile;
 /* The mounted directory.  Immutable after ckfs_ctx_load but for the readers
  * of files (opened once, by their lock), the cache, the counters and the
  * list of open files. */
-typedef struct {
+typedef struct ckfs_ctx {
     ckfs_mount_opts o;
     char *dst;                     /* absolute path of the packed directory */
     ckm_manifest *m;

@@ -1,0 +1,39 @@
+/*
+ * cmd_common.h — what the read-only commands (unpack.c, verify.c, stat.c)
+ * share, defined in commands.c.  Internal to the CLI.
+ */
+#ifndef CKPTFS_CMD_COMMON_H
+#define CKPTFS_CMD_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "container.h"
+#include "manifest.h"
+
+/* Open the packed file of manifest entry f in dst and check it against the
+ * entry (size, SHA-256, path).  @return the reader, or NULL after printing
+ * "ckptfs CMD: ..."; *why (if given) gets the status of a failed open
+ * (CKP_ERR_VERSION: a newer format), CKP_ERR_CORRUPT for a mismatch. */
+ckp_reader *ckpt_open_member_why(const char *cmd, const char *dst, const ckm_file *f, ckp_status *why);
+ckp_reader *ckpt_open_member(const char *cmd, const char *dst, const ckm_file *f);
+
+/* The shared lock on dst that keeps readers off a pack being written.
+ * @return the locked descriptor (close it to release), -1 if dst cannot be
+ * opened (loading the manifest then says why), -2 after saying it is busy. */
+int ckpt_read_lock(const char *cmd, const char *dst);
+/* fn(dst, arg, jobs) under ckpt_read_lock.  @return fn's exit status, or
+ * CKPT_EXIT_FAIL when a pack is being written. */
+int ckpt_locked(const char *cmd, const char *dst, int (*fn)(const char *, const char *, int), const char *arg,
+                int jobs);
+
+/* "NAME, chunk C (original bytes A-B)" of extent e, chunk c, into out. */
+void ckpt_describe_chunk(const ckp_reader *r, uint32_t e, uint64_t c, char *out, size_t cap);
+/* Bytes the pack takes on disk: its manifest and every listed packed file. */
+uint64_t ckpt_packed_size(const char *dst, const ckm_manifest *m);
+/* Capacity of one batch of decoded bytes for r (1 MiB, or its largest chunk). */
+size_t ckpt_batch_capacity(const ckp_reader *r);
+/* Files unpacked or verified at once for --jobs jobs. */
+int ckpt_files_at_once(int jobs);
+
+#endif

@@ -1,0 +1,345 @@
+/*
+ * unpack.c — `ckptfs unpack PACKED OUT`: every original file written back,
+ * decoded chunk by chunk and checked against its SHA-256, into a staging
+ * directory beside OUT that becomes OUT only once all of it is complete.
+ */
+#define _GNU_SOURCE
+#include "commands.h"
+#include "cmd_common.h"
+#include "container.h"
+#include "manifest.h"
+#include "safetensors.h"
+#include "hashing.h"
+#include "progress.h"
+#include "util.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+/* Write a batch of decoded bytes at their place and hand it to the hasher.
+ * @return 0, or -1 after saying why. */
+static int unpack_flush(int fd, const char *tmp, cku_sha256_pipe *sha, const uint8_t *b, uint64_t used, uint64_t at)
+{
+    if (used && cku_pwrite_full(fd, b, used, at)) {
+        fprintf(stderr, "ckptfs unpack: %s: %s\n", CKU_ESC(tmp), strerror(errno));
+        return -1;
+    }
+    cku_sha256_pipe_submit(sha, used);
+    return 0;
+}
+
+static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_scratch *s)
+{
+    char esc[PATH_MAX]; /* f->path as messages print it */
+    ckp_reader *r = ckpt_open_member("unpack", dst, f);
+    if (!r)
+        return -1;
+    /* written in place: out is the staging directory, renamed to OUT only
+     * once every file is complete (ckpt_unpack) */
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s/%s", out, f->path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600), rc = -1;
+    /* decoded bytes go out in batches: written here while the previous batch
+     * is hashed on the pipe's thread */
+    size_t cap = ckpt_batch_capacity(r);
+    cku_sha256_pipe *sha = fd >= 0 ? cku_sha256_pipe_new(cap) : NULL;
+    uint8_t d[32];
+    if (fd < 0 || !sha) {
+        int e = errno;
+        fprintf(stderr, "ckptfs unpack: %s: %s%s\n", CKU_ESC(tmp), fd < 0 ? strerror(e) : "out of memory",
+                fd < 0 && e == EEXIST ? " (another file of the pack took this name: OUT's file system does not tell "
+                                        "the two names apart, as a case-insensitive one does not A.bin and a.bin; "
+                                        "unpack on one that does)" : "");
+        goto out;
+    }
+    const ckp_info *in = ckp_get_info(r);
+    uint8_t *b = cku_sha256_pipe_buffer(sha);
+    uint64_t used = 0, b_at = 0;
+    for (uint32_t e = 0; e < in->n_extents; e++) {
+        const ckp_extent *x = ckp_get_extent(r, e);
+        for (uint64_t c = 0; c < x->n_chunks; c++) {
+            uint64_t len = ckp_chunk_len(x, c), at = x->orig_offset + c * x->chunk_size;
+            if (used && (used + len > cap || at != b_at + used)) {
+                if (unpack_flush(fd, tmp, sha, b, used, b_at))
+                    goto out;
+                b = cku_sha256_pipe_buffer(sha);
+                used = 0;
+            }
+            if (!used)
+                b_at = at;
+            ckp_status st = ckp_read_chunk(r, e, c, b + used, s);
+            if (st != CKP_OK) {
+                char where[512];
+                ckpt_describe_chunk(r, e, c, where, sizeof where);
+                fprintf(stderr, "ckptfs unpack: %s%s: %s: %s; refusing to unpack damaged data\n",
+                        cku_escape(f->path, esc, sizeof esc), CKP_SUFFIX, where, ckp_status_name(st));
+                goto out;
+            }
+            used += len;
+        }
+    }
+    if (unpack_flush(fd, tmp, sha, b, used, b_at))
+        goto out;
+    cku_sha256_pipe_final(sha, d);
+    sha = NULL;
+    if (memcmp(d, in->sha256, 32)) {
+        fprintf(stderr, "ckptfs unpack: %s: SHA-256 of the decoded file differs from the recorded one\n",
+                cku_escape(f->path, esc, sizeof esc));
+        goto out;
+    }
+    struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT},
+                             {.tv_sec = f->mtime_ns / 1000000000, .tv_nsec = f->mtime_ns % 1000000000}};
+    if (ts[1].tv_nsec < 0) {
+        ts[1].tv_sec -= 1;
+        ts[1].tv_nsec += 1000000000;
+    }
+    if (fchmod(fd, (mode_t)ckm_file_mode(f)) || futimens(fd, ts) || (cku_fault_point(), fsync(fd))) {
+        fprintf(stderr, "ckptfs unpack: %s: %s\n", CKU_ESC(tmp), strerror(errno));
+        goto out;
+    }
+    rc = 0;
+out:
+    if (sha)
+        cku_sha256_pipe_final(sha, d);
+    if (fd >= 0)
+        close(fd);
+    if (rc)
+        unlink(tmp);
+    ckp_close(r);
+    return rc;
+}
+
+/* rm -r of what the directory open at dfd holds, through descriptors: no
+ * symbolic link is followed, even one put in place of a directory while
+ * it runs (a path-based walk that looked with lstat and then opened by name
+ * could be sent into another directory, and empty it). */
+static void remove_below(int dfd)
+{
+    int fd = dup(dfd);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub >= 0) {
+            remove_below(sub);
+            close(sub);
+            unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR);
+        } else {
+            unlinkat(dirfd(d), e->d_name, 0);
+        }
+    }
+    closedir(d);
+}
+
+/* rm -r p, never following a symbolic link. */
+static void remove_tree(const char *p)
+{
+    int fd = open(p, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        unlink(p);
+        return;
+    }
+    remove_below(fd);
+    close(fd);
+    rmdir(p);
+}
+
+
+typedef struct {
+    const char *dst, *out;
+    const ckm_manifest *m;
+    cku_progress *pr;
+    atomic_size_t next;
+    atomic_int failed;
+} unpack_pool;
+
+static void *unpack_worker(void *arg)
+{
+    unpack_pool *u = arg;
+    ckp_scratch *s = ckp_scratch_new();
+    if (!s)
+        atomic_store(&u->failed, 1);
+    while (!atomic_load(&u->failed)) {
+        size_t i = atomic_fetch_add(&u->next, 1);
+        if (i >= u->m->n_files)
+            break;
+        if (unpack_file(u->dst, u->out, &u->m->files[i], s))
+            atomic_store(&u->failed, 1);
+        else
+            cku_progress_add(u->pr, u->m->files[i].size);
+    }
+    ckp_scratch_free(s);
+    return NULL;
+}
+
+/* Make the staging directory OUT.ckptfs-partial, where unpack writes before
+ * renaming it to OUT, and lock it; one left by an interrupted unpack (not
+ * locked: its process is gone) is removed first.  @return its locked
+ * descriptor, or -1 after saying why. */
+static int make_staging(const char *out, const char *stage)
+{
+    struct stat st;
+    int there = lstat(out, &st) == 0;
+    if (there || errno != ENOENT) {
+        fprintf(stderr, "ckptfs unpack: %s: %s\n", out, there ? "already exists" : strerror(errno));
+        return -1;
+    }
+    int fd = open(stage, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0 && (fstat(fd, &st) || st.st_uid != geteuid())) { /* not an unpack of ours: not ours to remove */
+        fprintf(stderr, "ckptfs unpack: %s: there already and not made by you; remove it yourself, or unpack "
+                "elsewhere\n", CKU_ESC(stage));
+        close(fd);
+        return -1;
+    }
+    if (fd >= 0) {
+        if (flock(fd, LOCK_EX | LOCK_NB)) {
+            fprintf(stderr, "ckptfs unpack: %s: another ckptfs unpack is writing it\n", stage);
+            close(fd);
+            return -1;
+        }
+        fprintf(stderr, "ckptfs unpack: %s: removing what an interrupted unpack left; starting over\n", stage);
+        remove_tree(stage);
+        close(fd);
+    }
+    int made = mkdir(stage, 0700) == 0;
+    if (!made && errno == ENOENT) { /* name what the user typed, not the staging directory */
+        fprintf(stderr, "ckptfs unpack: %s: the directory it would go in does not exist; create it first\n",
+                CKU_ESC(out));
+        return -1;
+    }
+    fd = -1;
+    if (!made || (fd = open(stage, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+        flock(fd, LOCK_EX | LOCK_NB)) {
+        fprintf(stderr, "ckptfs unpack: %s: %s\n", stage, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* 1 if OUT (which does not exist yet) would be inside the packed directory
+ * dst: its files would be taken for part of the pack there (a later pack
+ * into dst removes temporaries and reads .ckpt files anywhere in it). */
+static int out_inside(const char *dst, const char *out)
+{
+    char parent[PATH_MAX], rp[PATH_MAX], rd[PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", out);
+    char *slash = strrchr(parent, '/');
+    if (slash)
+        slash[slash == parent] = 0; /* "/x": the parent is "/" */
+    if (!realpath(slash ? parent : ".", rp) || !realpath(dst, rd))
+        return 0;                   /* staging says what is wrong with OUT */
+    size_t n = strlen(rd);
+    return !strncmp(rp, rd, n) && (rp[n] == '/' || !rp[n] || n == 1);
+}
+
+static int unpack_locked(const char *dst, const char *out_arg, int jobs)
+{
+    char err[768], out[PATH_MAX], stage[PATH_MAX + 32];
+    ckm_manifest *m;
+    ckp_status st = ckm_load(dst, &m, err, sizeof err);
+    if (st != CKP_OK)
+        return ckpt_fail("unpack", st, err);
+    snprintf(out, sizeof out, "%s", out_arg);
+    for (size_t n = strlen(out); n > 1 && out[n - 1] == '/'; n--)
+        out[n - 1] = 0;
+    snprintf(stage, sizeof stage, "%s.ckptfs-partial", out);
+    if (out_inside(dst, out)) {
+        fprintf(stderr, "ckptfs unpack: %s: inside the packed directory %s; unpack it elsewhere\n", CKU_ESC(out),
+                CKU_ESC(dst));
+        ckm_free(m);
+        return 1;
+    }
+    int rc = 1, stage_fd = make_staging(out, stage);
+    if (stage_fd < 0) {
+        ckm_free(m);
+        return 1;
+    }
+    uint64_t total = 0;
+    for (size_t i = 0; i < m->n_files; i++)
+        total += m->files[i].size;
+    cku_progress *pr = cku_progress_new("unpacking", total);
+    for (size_t i = 0; i < m->n_dirs; i++) {
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "%s/%s", stage, m->dirs[i].path);
+        if (mkdir(p, m->dirs[i].mode | 0700)) {
+            fprintf(stderr, "ckptfs unpack: %s: %s\n", CKU_ESC(p), strerror(errno));
+            goto out;
+        }
+    }
+    unpack_pool u = {.dst = dst, .out = stage, .m = m, .pr = pr};
+    atomic_init(&u.next, 0);
+    atomic_init(&u.failed, 0);
+    cku_run_threads(ckpt_files_at_once(jobs), unpack_worker, &u);
+    if (atomic_load(&u.failed))
+        goto out;
+    for (size_t i = m->n_dirs; i-- > 0;) { /* modes after content: a 0555 dir must be filled first */
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "%s/%s", stage, m->dirs[i].path);
+        /* its names durable before OUT appears (stage's own just below) */
+        if (cku_sync_dirs(p, 0)) {
+            fprintf(stderr, "ckptfs unpack: %s: %s\n", CKU_ESC(p), strerror(errno));
+            goto out;
+        }
+        chmod(p, m->dirs[i].mode);
+    }
+    /* OUT as open as the packed directory (pack made that no more open than
+     * the source), then in place at once */
+    struct stat dst_st;
+    if (stat(dst, &dst_st) == 0)
+        fchmod(stage_fd, dst_st.st_mode & 0777);
+    cku_fault_point();
+    if (cku_fsync_dir(stage) || (cku_fault_point(), renameat2(AT_FDCWD, stage, AT_FDCWD, out, RENAME_NOREPLACE))) {
+        fprintf(stderr, "ckptfs unpack: %s: %s\n", out, errno == EEXIST ? "already exists" : strerror(errno));
+        goto out;
+    }
+    /* OUT's name durable before unpack says it is done (`unpack P OUT && rm
+     * -r P` must not lose a file to a crash) */
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", out);
+    char *slash = strrchr(parent, '/');
+    if (slash)
+        slash[slash == parent] = 0;
+    if (cku_sync_dirs(slash ? parent : ".", 0)) {
+        fprintf(stderr, "ckptfs unpack: %s: %s\n", CKU_ESC(out), strerror(errno));
+        remove_tree(out);
+        goto out;
+    }
+    double secs = cku_progress_seconds(pr);
+    cku_progress_done(pr);
+    pr = NULL;
+    char in[16], ob[16], rate[24];
+    printf("unpacked %zu files: %s -> %s in %.1f s, %s\n", m->n_files, cku_human(ckpt_packed_size(dst, m), in),
+           cku_human(total, ob), secs, cku_human_rate(total, secs, rate));
+    rc = 0;
+out:
+    cku_progress_done(pr);
+    if (rc)
+        remove_tree(stage); /* no partial output */
+    close(stage_fd);
+    ckm_free(m);
+    return rc;
+}
+
+
+int ckpt_unpack(const char *dst, const char *out, int jobs) { return ckpt_locked("unpack", dst, unpack_locked, out, jobs); }

@@ -1,0 +1,255 @@
+/*
+ * verify.c — `ckptfs verify PACKED [--against SRC]`: every chunk of every
+ * packed file decoded and checked, each file's SHA-256 recomputed, and with
+ * --against every byte compared with the source tree.
+ */
+#define _GNU_SOURCE
+#include "commands.h"
+#include "cmd_common.h"
+#include "container.h"
+#include "manifest.h"
+#include "safetensors.h"
+#include "hashing.h"
+#include "progress.h"
+#include "util.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+enum { VERIFY_OK = 0, VERIFY_DAMAGED = 1, VERIFY_DIFFERS = 2, VERIFY_UNSUPPORTED = 3 };
+
+/* Check every chunk of one packed file; with a source file (src_path), every
+ * byte too.  Returns VERIFY_DAMAGED if the packed file fails a check (that
+ * wins), VERIFY_DIFFERS if only the source is missing or differs,
+ * VERIFY_UNSUPPORTED if it is of a format version this ckptfs cannot read. */
+static int verify_file(const char *dst, const char *src_path, const ckm_file *f, ckp_scratch *s,
+                       uint8_t *src_buf)
+{
+    char esc[PATH_MAX]; /* a path as messages print it */
+    ckp_status why;
+    ckp_reader *r = ckpt_open_member_why("verify", dst, f, &why);
+    if (!r)
+        return why == CKP_ERR_VERSION ? VERIFY_UNSUPPORTED : VERIFY_DAMAGED;
+    int bad = 0, sfd = -1, differs = 0;
+    if (src_path) {
+        struct stat st;
+        char msg[512];
+        /* the source as pack took it (links followed), but never a FIFO */
+        sfd = cku_open_regular(NULL, src_path, &st, msg, sizeof msg);
+        if (sfd < 0 || (uint64_t)st.st_size != f->size) {
+            fprintf(stderr, "ckptfs verify: %s: %s\n", cku_escape(src_path, esc, sizeof esc),
+                    sfd < 0 ? msg : "size differs from the packed file's original");
+            differs = 1;
+        }
+    }
+    /* decoded batches are hashed on the pipe's thread while the next is decoded */
+    size_t cap = ckpt_batch_capacity(r);
+    cku_sha256_pipe *sha = cku_sha256_pipe_new(cap);
+    if (!sha) {
+        fprintf(stderr, "ckptfs verify: out of memory\n");
+        if (sfd >= 0)
+            close(sfd);
+        ckp_close(r);
+        return VERIFY_DAMAGED;
+    }
+    const ckp_info *in = ckp_get_info(r);
+    int chunks_ok = 1;
+    uint8_t *b = cku_sha256_pipe_buffer(sha);
+    uint64_t used = 0;
+    for (uint32_t e = 0; e < in->n_extents; e++) {
+        const ckp_extent *x = ckp_get_extent(r, e);
+        for (uint64_t c = 0; c < x->n_chunks; c++) {
+            uint64_t len = ckp_chunk_len(x, c), at = x->orig_offset + c * x->chunk_size;
+            char where[512];
+            if (used + len > cap) {
+                cku_sha256_pipe_submit(sha, used);
+                b = cku_sha256_pipe_buffer(sha);
+                used = 0;
+            }
+            ckp_status st = ckp_read_chunk(r, e, c, b + used, s);
+            if (st != CKP_OK) {
+                ckpt_describe_chunk(r, e, c, where, sizeof where);
+                fprintf(stderr, "ckptfs verify: %s%s: %s: %s\n", cku_escape(f->path, esc, sizeof esc), CKP_SUFFIX,
+                        where, ckp_status_name(st));
+                bad = 1;
+                chunks_ok = 0; /* the hash is of no use now: keep going to name every damaged chunk */
+                continue;
+            }
+            if (sfd >= 0 && !differs && (cku_pread_full(sfd, src_buf, len, at) || memcmp(b + used, src_buf, len))) {
+                ckpt_describe_chunk(r, e, c, where, sizeof where);
+                char esrc[PATH_MAX];
+                fprintf(stderr, "ckptfs verify: %s: %s differs from the source %s\n",
+                        cku_escape(f->path, esc, sizeof esc), where, cku_escape(src_path, esrc, sizeof esrc));
+                differs = 1;
+            }
+            used += len;
+        }
+    }
+    uint8_t d[32];
+    cku_sha256_pipe_submit(sha, used);
+    cku_sha256_pipe_final(sha, d);
+    if (chunks_ok && memcmp(d, in->sha256, 32)) {
+        fprintf(stderr, "ckptfs verify: %s: SHA-256 differs from the recorded one\n",
+                cku_escape(f->path, esc, sizeof esc));
+        bad = 1;
+    }
+    if (sfd >= 0)
+        close(sfd);
+    ckp_close(r);
+    return bad ? VERIFY_DAMAGED : differs ? VERIFY_DIFFERS : VERIFY_OK;
+}
+
+/* Files verified at once, like unpack's (files_at_once). */
+typedef struct {
+    const char *dst, *against;
+    int against_file;
+    const ckm_manifest *m;
+    cku_progress *pr;
+    atomic_size_t next, damaged, differ, newer;
+} verify_pool;
+
+static void *verify_worker(void *arg)
+{
+    verify_pool *v = arg;
+    ckp_scratch *s = ckp_scratch_new();
+    uint8_t *src_buf = malloc(CKP_MAX_CHUNK);
+    for (;;) {
+        size_t i = atomic_fetch_add(&v->next, 1);
+        if (i >= v->m->n_files)
+            break;
+        char src_path[PATH_MAX];
+        if (v->against && !v->against_file)
+            snprintf(src_path, sizeof src_path, "%s/%s", v->against, v->m->files[i].path);
+        else if (v->against)
+            snprintf(src_path, sizeof src_path, "%s", v->against);
+        int r = !s || !src_buf ? VERIFY_DAMAGED
+                               : verify_file(v->dst, v->against ? src_path : NULL, &v->m->files[i], s, src_buf);
+        if (r == VERIFY_DAMAGED)
+            atomic_fetch_add(&v->damaged, 1);
+        else if (r == VERIFY_DIFFERS)
+            atomic_fetch_add(&v->differ, 1);
+        else if (r == VERIFY_UNSUPPORTED)
+            atomic_fetch_add(&v->newer, 1);
+        cku_progress_add(v->pr, v->m->files[i].size);
+    }
+    free(src_buf);
+    ckp_scratch_free(s);
+    return NULL;
+}
+
+static int cmp_file_path(const void *key, const void *f) { return strcmp(key, ((const ckm_file *)f)->path); }
+static int cmp_dir_path(const void *key, const void *d) { return strcmp(key, ((const ckm_dir *)d)->path); }
+
+/* With --against a directory: what SRC holds below rel that the pack does
+ * not (a file added since the pack, or one it never took), each named on
+ * stderr; a directory the pack lacks is named once, not its files.  Such a
+ * file is lost to `verify --against SRC P && rm -r SRC`, which verify's
+ * "every byte against the source ok" invited.  @return how many. */
+static size_t not_in_pack(const char *src, const char *rel, const ckm_manifest *m)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s%s%s", src, *rel ? "/" : "", rel);
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0; /* SRC itself was stat'ed; a subdirectory gone meanwhile is not the pack's business */
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char r[PATH_MAX], full[PATH_MAX];
+        if ((size_t)snprintf(r, sizeof r, "%s%s%s", rel, *rel ? "/" : "", e->d_name) >= sizeof r)
+            continue;
+        snprintf(full, sizeof full, "%s/%s", src, r);
+        struct stat st, lst;
+        int is_dir = stat(full, &st) == 0 && S_ISDIR(st.st_mode) && lstat(full, &lst) == 0 && !S_ISLNK(lst.st_mode);
+        if (is_dir && (m->n_dirs && bsearch(r, m->dirs, m->n_dirs, sizeof *m->dirs, cmp_dir_path))) {
+            n += not_in_pack(src, r, m);
+            continue;
+        }
+        if (!is_dir && m->n_files && bsearch(r, m->files, m->n_files, sizeof *m->files, cmp_file_path))
+            continue;
+        fprintf(stderr, "ckptfs verify: %s: %s the source but not in the pack\n", CKU_ESC(full),
+                is_dir ? "a directory in" : "in");
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static int verify_locked(const char *dst, const char *against, int jobs)
+{
+    char err[768];
+    ckm_manifest *m;
+    ckp_status st = ckm_load(dst, &m, err, sizeof err);
+    if (st != CKP_OK)
+        return ckpt_fail("verify", st, err);
+    /* SRC as pack took it: a directory, or the one file that was packed */
+    struct stat ast;
+    int against_file = 0;
+    if (against) {
+        if (stat(against, &ast)) {
+            fprintf(stderr, "ckptfs verify: %s: %s\n", against, strerror(errno));
+            ckm_free(m);
+            return 1;
+        }
+        against_file = !S_ISDIR(ast.st_mode);
+        if (against_file && m->n_files != 1) {
+            fprintf(stderr, "ckptfs verify: %s is a file but %s holds %zu files; give the source directory\n",
+                    against, dst, m->n_files);
+            ckm_free(m);
+            return 1;
+        }
+    }
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < m->n_files; i++)
+        bytes += m->files[i].size;
+    verify_pool v = {.dst = dst, .against = against, .against_file = against_file, .m = m,
+                     .pr = cku_progress_new("verifying", bytes)};
+    atomic_init(&v.next, 0);
+    atomic_init(&v.damaged, 0);
+    atomic_init(&v.differ, 0);
+    atomic_init(&v.newer, 0);
+    cku_run_threads(ckpt_files_at_once(jobs), verify_worker, &v);
+    size_t damaged = atomic_load(&v.damaged), differ = atomic_load(&v.differ), newer = atomic_load(&v.newer);
+    double secs = cku_progress_seconds(v.pr);
+    cku_progress_done(v.pr);
+    size_t extra = against && !against_file ? not_in_pack(against, "", m) : 0;
+    size_t bad = damaged + differ + newer + extra;
+    if (newer)
+        fprintf(stderr,
+                "ckptfs verify: %s: %zu of %zu files use a format version this ckptfs cannot read (see above; "
+                "a newer format needs a newer ckptfs)\n",
+                dst, newer, m->n_files);
+    if (damaged)
+        fprintf(stderr, "ckptfs verify: %s: %zu of %zu files damaged\n", dst, damaged, m->n_files);
+    if (differ)
+        fprintf(stderr, "ckptfs verify: %s: %zu of %zu files differ from the source %s\n", dst, differ, m->n_files,
+                against);
+    if (extra)
+        fprintf(stderr, "ckptfs verify: %s: %zu files or directories of the source %s are not in the pack\n", dst,
+                extra, against);
+    char h[16], rate[24];
+    if (!bad)
+        printf("%s: %zu files, %s: all checksums%s ok (%.1f s, %s)\n", dst, m->n_files, cku_human(bytes, h),
+               against ? " and every byte against the source" : "", secs, cku_human_rate(bytes, secs, rate));
+    ckm_free(m);
+    return damaged ? CKPT_EXIT_DAMAGED : newer ? CKPT_EXIT_FAIL : differ || extra ? CKPT_EXIT_DIFFERS : CKPT_EXIT_OK;
+}
+
+int ckpt_verify(const char *dst, const char *against, int jobs)
+{
+    return ckpt_locked("verify", dst, verify_locked, against, jobs);
+}
