@@ -141,4 +141,44 @@ CKC_HD void ckg_bs_pairs32(const uint32_t c[4], const uint32_t l[8], const uint3
 /* BF16 bits to float bits. */
 CKC_HD uint32_t ckg_bf16_bits_to_f32_bits(uint16_t w) { return (uint32_t)w << 16; }
 
+/* ---- the fused GEMV's launch plan (ckg_gemv.cuh), host and device ----------
+ * gpu/gemv_model.py reads these defines and tests/gemv_plan.c prints
+ * ckg_gemv_plan_for() for the model's shapes, so that the latency model in
+ * gpu/NOTES.md and the kernel cannot drift apart (ctest gemv_model). */
+#define CKG_GEMV_STEP_COLS 512     /* columns of a unit: 8 rows x 512 columns, a warp step */
+#define CKG_GEMV_SLOTS 8           /* slots of a tile group: the split-K of its units, fixed */
+#define CKG_GEMV_WARPS 8           /* warps of a block (4 where shared memory is short) */
+#define CKG_GEMV_BLOCKS_PER_SM 1   /* persistent: one block per SM (gpu/NOTES.md says why) */
+#define CKG_GEMV_STAGES 3          /* cp.async ring stages per warp */
+#define CKG_GEMV_ROW_PIECES 50     /* 16-byte slots of a staged row (16 code + 34 low) */
+#define CKG_GEMV_LUT_BYTES 65536   /* 256 code bytes x 256 B: 32 lanes x 4 B, then 128 B free */
+#define CKG_GEMV_PATCH_UNROLL 4    /* escapes per lane in flight in the patch loop */
+
+typedef struct {
+    uint32_t S;     /* units per row */
+    uint32_t T;     /* tiles (8 rows) */
+    uint32_t TG;    /* tiles per group: TG * S a multiple of CKG_GEMV_SLOTS */
+    uint32_t NG;    /* groups */
+    uint32_t L;     /* units per slot (a slot never straddles two tiles) */
+    uint32_t grid;  /* blocks */
+} ckg_gemv_plan;
+
+CKC_HD ckg_gemv_plan ckg_gemv_plan_for(uint32_t rows, uint32_t cols, uint32_t sms)
+{
+    ckg_gemv_plan P;
+    P.S = (cols + CKG_GEMV_STEP_COLS - 1) / CKG_GEMV_STEP_COLS;
+    P.T = (rows + 7) / 8;
+    uint32_t g = P.S, b = CKG_GEMV_SLOTS;      /* g = gcd(S, slots) */
+    while (b) {
+        uint32_t r = g % b;
+        g = b;
+        b = r;
+    }
+    P.TG = CKG_GEMV_SLOTS / g;
+    P.NG = (P.T + P.TG - 1) / P.TG;
+    P.L = P.S / g;
+    P.grid = P.NG < sms * CKG_GEMV_BLOCKS_PER_SM ? P.NG : sms * CKG_GEMV_BLOCKS_PER_SM;
+    return P;
+}
+
 #endif /* CKG_TILE_H */
