@@ -167,7 +167,10 @@ static void raise_fd_limit(void)
     }
 }
 
-/* The -o list handed to libfuse: our fixed options plus the user's. */
+/* The -o list handed to libfuse: our fixed options plus the user's.  The
+ * mount's source (fsname) is the packed directory's path, as an fstab line
+ * names it: mount(8) then sees an fstab line as mounted (`mount -a` twice
+ * does nothing the second time) and `umount PACKED` finds the mount. */
 static char *fuse_opt_string(const ckfs_ctx *c)
 {
     char *esc = malloc(2 * strlen(c->dst) + 1), *w = esc, *s = NULL;
@@ -179,7 +182,7 @@ static char *fuse_opt_string(const ckfs_ctx *c)
         *w++ = *r;
     }
     *w = 0;
-    if (asprintf(&s, "ro,nosuid,nodev,fsname=ckptfs:%s,subtype=ckptfs,max_read=%u%s%s%s", esc,
+    if (asprintf(&s, "ro,nosuid,nodev,fsname=%s,subtype=ckptfs,max_read=%u%s%s%s", esc,
                  CKFS_MAX_REQUEST, c->o.allow_other ? ",allow_other,default_permissions" : "",
                  c->o.noexec ? ",noexec" : "", c->o.noatime ? ",noatime" : "") < 0)
         s = NULL;

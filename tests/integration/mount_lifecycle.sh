@@ -44,6 +44,18 @@ cmp "$T/src/sub/notes.txt" "$T/m/sub/notes.txt" || fail "content via mount.ckptf
 if CKPTFS=$CKPTFS sh "$MOUNT_HELPER" "$T/dst" "$T/m" -o bogus 2>"$T/err"; then
     fail "mount.ckptfs passed an unknown option silently"
 fi
-umount "$T/m" || fail "umount"
+# the mount's source is the packed directory, as an fstab line names it:
+# umount -c by source finds it (fstab and `mount -a` are in tests/packaging;
+# without -c, util-linux takes a directory for a mount point)
+src=$(awk -v m="$T/m" '$2 == m && $3 == "fuse.ckptfs" { print $1 }' /proc/mounts)
+[ "$src" = "$T/dst" ] || fail "the mount's source is '$src', not the packed directory $T/dst"
+umount -c "$T/dst" || fail "umount by source (the packed directory)"
 wait_unmounted "$T/m"
+# its exit status follows mount(8): 1 usage (an unknown option), 32 the
+# mount failed (not a packed directory)
+rc=0; CKPTFS=$CKPTFS sh "$MOUNT_HELPER" "$T/dst" "$T/m" -o bogus 2>"$T/err" || rc=$?
+[ $rc = 1 ] || fail "mount.ckptfs -o bogus: exit $rc, mount(8) wants 1 for a usage error"
+rc=0; CKPTFS=$CKPTFS sh "$MOUNT_HELPER" "$T/src" "$T/m" 2>"$T/err" || rc=$?
+[ $rc = 32 ] || fail "mount.ckptfs of an unpacked directory: exit $rc, mount(8) wants 32 for a failed mount"
+is_mounted "$T/m" && fail "mounted an unpacked directory through mount.ckptfs"
 echo "mount_lifecycle: ok"

@@ -198,6 +198,24 @@ for _ in $(seq 50); do
 done
 pgrep -f -- "$PACKED" >/dev/null && fail "the daemon of $MNT still runs after umount"
 
+# An fstab line (a file of our own: mount -T), mounted by `mount -a` twice:
+# the mount's source is the packed directory, so the second run sees the
+# line as mounted and does nothing; then unmounted by its source.
+# (util-linux takes a directory argument of umount for a mount point first;
+# -c, no canonicalization, makes it look the source up in mountinfo.)
+step "fstab: mount -a twice, umount by source"
+echo "$PACKED $MNT fuse.ckptfs ro,cache_size=16M,nofail 0 0" >"$WORK/fstab"
+mount -a -T "$WORK/fstab" || fail "mount -a exited $?"
+mountpoint -q "$MNT" || fail "mount -a did not mount $MNT"
+src=$(findmnt -n -o SOURCE --mountpoint "$MNT")
+[ "$src" = "$PACKED" ] || fail "the mount's source is '$src', the fstab line's is $PACKED"
+mount -a -T "$WORK/fstab" || fail "a second mount -a exited $? (the line is mounted already)"
+n=$(findmnt -n -o TARGET --mountpoint "$MNT" | wc -l)
+[ "$n" = 1 ] || fail "a second mount -a stacked a mount ($n at $MNT)"
+cmp "$MODEL/config.json" "$MNT/config.json" || fail "config.json differs after mount -a twice"
+umount -c "$PACKED" || fail "umount -c PACKED (by source) exited $?"
+mountpoint -q "$MNT" && fail "$MNT still mounted after umount by source"
+
 # What ckptfs@.service does: foreground daemon, stopped by umount(8).
 step "ckptfs mount -f, then umount (as the systemd unit does)"
 $CK mount -f -o ro "$PACKED" "$MNT2" &
