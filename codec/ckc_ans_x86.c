@@ -1,0 +1,198 @@
+/*
+ * ckc_ans_x86.c — vector loops of the archive decoder: the 16 rANS states
+ * of a chunk in one AVX-512 register (or two AVX2 registers), one group of
+ * 16 weights per step:
+ *   sign+exponent  slot = x & 4095; gather exp_dec[class << 12 | slot];
+ *                  x = freq * (x >> 12) + bias
+ *   renormalize    lanes with x < L take the next words in lane order: the
+ *                  words are zero-extended to 32 bits and spread into those
+ *                  lanes (vpexpandd; AVX2: a permutation made with pdep)
+ *   mantissa       gather man_dec[a << 8 | (x & 255)], the same step with
+ *                  scale 2^8; the entry's top half is the weight's high bits
+ * Each step reads at most 32 words, so a group runs only while 32 remain;
+ * ckc_ans_dec.c's scalar loop finishes the chunk with checked reads.  The
+ * arithmetic is the scalar loop's, lane for lane, so the results are
+ * bit-identical (tests/unit/test_ans.c compares them).
+ *
+ * Classes of a group: one 16-byte load of the column classes when the
+ * group's columns do not wrap, one broadcast for the row axis when the group
+ * lies in one row, else looked up one by one.
+ */
+#include "ckc_ans_internal.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,popcnt")))
+#define T256 __attribute__((target("avx2,bmi,bmi2,popcnt")))
+
+int ckc_ans_avx512_supported(void)
+{
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+}
+
+/* The classes of weights i0..i0+15 into k[16]; NULL cls: all 0. */
+static void group_classes(const ckc_ans_tables *t, uint64_t i0, uint8_t k[16])
+{
+    uint64_t C = t->n_cols, col = i0 % C, row = i0 / C;
+    for (unsigned l = 0; l < 16; l++) {
+        k[l] = t->cls[t->axis == CKC_ANS_AXIS_COL ? col : row];
+        if (++col == C) {
+            col = 0;
+            row++;
+        }
+    }
+}
+
+T512 static __m512i classes512(const ckc_ans_tables *t, uint64_t i0)
+{
+    uint8_t k[16];
+    uint64_t col;
+    if (!t->cls)
+        return _mm512_setzero_si512();
+    col = i0 % t->n_cols;
+    if (col + 16 <= t->n_cols) {
+        if (t->axis == CKC_ANS_AXIS_COL)
+            return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(t->cls + col)));
+        return _mm512_set1_epi32(t->cls[i0 / t->n_cols]);
+    }
+    group_classes(t, i0, k);
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)k));
+}
+
+T512 static inline __m512i renorm512(__m512i x, const uint8_t *words, size_t *ps)
+{
+    __mmask16 m = _mm512_cmplt_epu32_mask(x, _mm512_set1_epi32((int)CKC_ANS_L));
+    __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(words + 2 * *ps)));
+    w = _mm512_maskz_expand_epi32(m, w);
+    *ps += (size_t)__builtin_popcount(m);
+    return _mm512_mask_mov_epi32(x, m, _mm512_or_si512(_mm512_slli_epi32(x, 16), w));
+}
+
+T512 size_t ckc_ans_decode_avx512(const ckc_ans_tables *t, uint32_t x[16], const uint8_t *words,
+                                  size_t n_words, size_t *pos, uint64_t first, size_t n, uint16_t *out)
+{
+    const __m512i m12 = _mm512_set1_epi32(0xFFF), m8 = _mm512_set1_epi32(0xFF),
+                  one = _mm512_set1_epi32(1);
+    __m512i X = _mm512_loadu_si512(x);
+    size_t j = 0, ps = *pos;
+
+    for (; j + 16 <= n && n_words - ps >= 32; j += 16) {
+        __m512i kb = _mm512_slli_epi32(classes512(t, first + j), CKC_ANS_EXP_BITS);
+        __m512i e = _mm512_i32gather_epi32(_mm512_add_epi32(kb, _mm512_and_si512(X, m12)), t->exp_dec, 4);
+        __m512i f = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(e, 8), m12), one);
+        __m512i a, e2;
+        X = _mm512_add_epi32(_mm512_mullo_epi32(f, _mm512_srli_epi32(X, CKC_ANS_EXP_BITS)),
+                             _mm512_srli_epi32(e, 20));
+        X = renorm512(X, words, &ps);
+        a = _mm512_slli_epi32(_mm512_and_si512(e, m8), CKC_ANS_MAN_BITS);
+        if (t->mbits) {
+            e2 = _mm512_i32gather_epi32(_mm512_add_epi32(a, _mm512_and_si512(X, m8)), t->man_dec, 4);
+            f = _mm512_add_epi32(_mm512_and_si512(e2, m8), one);
+            X = _mm512_add_epi32(_mm512_mullo_epi32(f, _mm512_srli_epi32(X, CKC_ANS_MAN_BITS)),
+                                 _mm512_and_si512(_mm512_srli_epi32(e2, 8), m8));
+            X = renorm512(X, words, &ps);
+        } else {
+            e2 = _mm512_i32gather_epi32(a, t->man_dec, 4);
+        }
+        _mm256_storeu_si256((__m256i *)(out + j), _mm512_cvtepi32_epi16(_mm512_srli_epi32(e2, 16)));
+    }
+    _mm512_storeu_si512(x, X);
+    *pos = ps;
+    return j;
+}
+
+/* ---- AVX2: two registers of 8 states ------------------------------------- */
+
+T256 static inline __m256i renorm256(__m256i x, const uint8_t *words, size_t *ps)
+{
+    __m256i lt = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)CKC_ANS_L), x); /* states < 2^31: signed ok */
+    unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(lt));
+    uint64_t ranks = _pdep_u64(0x0706050403020100ull, _pdep_u64(m, 0x0101010101010101ull) * 0xFF);
+    __m256i perm = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)ranks));
+    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(words + 2 * *ps)));
+    w = _mm256_permutevar8x32_epi32(w, perm);
+    *ps += (size_t)__builtin_popcount(m);
+    return _mm256_blendv_epi8(x, _mm256_or_si256(_mm256_slli_epi32(x, 16), w), lt);
+}
+
+T256 static inline __m256i exp_step256(const ckc_ans_tables *t, __m256i x, __m256i kb, __m256i *a)
+{
+    const __m256i m12 = _mm256_set1_epi32(0xFFF);
+    __m256i e = _mm256_i32gather_epi32((const int *)t->exp_dec, _mm256_add_epi32(kb, _mm256_and_si256(x, m12)), 4);
+    __m256i f = _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(e, 8), m12), _mm256_set1_epi32(1));
+    *a = _mm256_slli_epi32(_mm256_and_si256(e, _mm256_set1_epi32(0xFF)), CKC_ANS_MAN_BITS);
+    return _mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srli_epi32(x, CKC_ANS_EXP_BITS)), _mm256_srli_epi32(e, 20));
+}
+
+T256 static inline __m256i man_step256(const ckc_ans_tables *t, __m256i x, __m256i a, __m256i *e2)
+{
+    const __m256i m8 = _mm256_set1_epi32(0xFF);
+    if (!t->mbits) {
+        *e2 = _mm256_i32gather_epi32((const int *)t->man_dec, a, 4);
+        return x;
+    }
+    *e2 = _mm256_i32gather_epi32((const int *)t->man_dec, _mm256_add_epi32(a, _mm256_and_si256(x, m8)), 4);
+    return _mm256_add_epi32(
+        _mm256_mullo_epi32(_mm256_add_epi32(_mm256_and_si256(*e2, m8), _mm256_set1_epi32(1)),
+                           _mm256_srli_epi32(x, CKC_ANS_MAN_BITS)),
+        _mm256_and_si256(_mm256_srli_epi32(*e2, 8), m8));
+}
+
+T256 static __m256i classes256(const ckc_ans_tables *t, uint64_t i0, __m256i *hi)
+{
+    uint8_t k[16];
+    if (!t->cls) {
+        *hi = _mm256_setzero_si256();
+        return *hi;
+    }
+    group_classes(t, i0, k);
+    *hi = _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(k + 8))), CKC_ANS_EXP_BITS);
+    return _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)k)), CKC_ANS_EXP_BITS);
+}
+
+T256 size_t ckc_ans_decode_avx2(const ckc_ans_tables *t, uint32_t x[16], const uint8_t *words,
+                                size_t n_words, size_t *pos, uint64_t first, size_t n, uint16_t *out)
+{
+    __m256i X0 = _mm256_loadu_si256((const __m256i *)x), X1 = _mm256_loadu_si256((const __m256i *)(x + 8));
+    size_t j = 0, ps = *pos;
+
+    for (; j + 16 <= n && n_words - ps >= 32; j += 16) {
+        __m256i k1, k0 = classes256(t, first + j, &k1), a0, a1, e0, e1, v;
+        X0 = renorm256(exp_step256(t, X0, k0, &a0), words, &ps);
+        X1 = renorm256(exp_step256(t, X1, k1, &a1), words, &ps);
+        X0 = man_step256(t, X0, a0, &e0);
+        if (t->mbits)
+            X0 = renorm256(X0, words, &ps);
+        X1 = man_step256(t, X1, a1, &e1);
+        if (t->mbits)
+            X1 = renorm256(X1, words, &ps);
+        v = _mm256_packus_epi32(_mm256_srli_epi32(e0, 16), _mm256_srli_epi32(e1, 16));
+        v = _mm256_permute4x64_epi64(v, 0xD8);
+        _mm256_storeu_si256((__m256i *)(out + j), v);
+    }
+    _mm256_storeu_si256((__m256i *)x, X0);
+    _mm256_storeu_si256((__m256i *)(x + 8), X1);
+    *pos = ps;
+    return j;
+}
+
+#else /* not x86-64 */
+
+int ckc_ans_avx512_supported(void) { return 0; }
+
+size_t ckc_ans_decode_avx512(const ckc_ans_tables *t, uint32_t x[16], const uint8_t *words, size_t n_words,
+                             size_t *pos, uint64_t first, size_t n, uint16_t *out)
+{
+    (void)t, (void)x, (void)words, (void)n_words, (void)pos, (void)first, (void)n, (void)out;
+    return 0;
+}
+
+size_t ckc_ans_decode_avx2(const ckc_ans_tables *t, uint32_t x[16], const uint8_t *words, size_t n_words,
+                           size_t *pos, uint64_t first, size_t n, uint16_t *out)
+{
+    (void)t, (void)x, (void)words, (void)n_words, (void)pos, (void)first, (void)n, (void)out;
+    return 0;
+}
+#endif
