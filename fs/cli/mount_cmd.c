@@ -6,14 +6,96 @@
  */
 #define _GNU_SOURCE
 #include "commands.h"
+#include "inode_table.h"
 #include "mount.h"
 #include "mount_opts.h"
 #include "readpath.h"
 
 #include <errno.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* A user other than root mounts through /dev/fuse (and fusermount3): say
+ * what to change when it cannot be opened, instead of libfuse's bare
+ * "failed to open /dev/fuse: Permission denied".  @return 0 or 1 (said). */
+static int check_fuse_access(const ckfs_mount_opts *o)
+{
+    if (geteuid() == 0)
+        return 0;
+    if (access("/dev/fuse", R_OK | W_OK) != 0) {
+        int e = errno;
+        fprintf(stderr,
+                "ckptfs mount: cannot use /dev/fuse: %s.\n"
+                "%s",
+                strerror(e),
+                e == ENOENT ? "Load the FUSE module (modprobe fuse) and install fuse3, or mount as root.\n"
+                            : "A user other than root needs read and write access to it: it is normally mode "
+                              "0666 (chmod 0666 /dev/fuse, or a udev rule to keep it so); where it belongs to "
+                              "the group fuse, add the user to it (usermod -aG fuse USER, then log in again). "
+                              "Or mount as root.\n");
+        return 1;
+    }
+    if (o->allow_other) {
+        FILE *f = fopen("/etc/fuse.conf", "re");
+        char line[256];
+        int ok = 0;
+        while (f && !ok && fgets(line, sizeof line, f))
+            ok = !strncmp(line, "user_allow_other", 16);
+        if (f)
+            fclose(f);
+        if (!ok) {
+            fprintf(stderr, "ckptfs mount: allow_other: a user other than root may use it only where "
+                            "/etc/fuse.conf has a line user_allow_other.\n"
+                            "Add that line (as root), or mount as root, or leave allow_other out.\n");
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* With allow_other, warn about what other users cannot read through the
+ * mount (the kernel checks the modes shown against the owner shown:
+ * default_permissions), or a service reading a model saved 0600 gets
+ * "Permission denied" with no word at mount time.  Without uid=: files
+ * readable by their owner only (the user who mounted); with uid=: files its
+ * owner cannot read (that user is the one meant to read them). */
+static void warn_unreadable(const ckfs_ctx *c)
+{
+    if (!c->o.allow_other)
+        return;
+    int given = c->o.uid >= 0;
+    uint64_t n = 0, first = 0;
+    for (uint64_t ino = 1; ino <= cki_count(c->t); ino++) {
+        const cki_node *nd = cki_get(c->t, ino);
+        unsigned m = nd ? ckfs_apply_mask(&c->o, nd->mode) : 0;
+        unsigned r = given ? S_IRUSR : S_IROTH, x = given ? S_IXUSR : S_IXOTH;
+        if (((S_ISREG(m) && !(m & r)) || (S_ISDIR(m) && !(m & x))) && !n++)
+            first = ino;
+    }
+    if (!n)
+        return;
+    const cki_node *f = cki_get(c->t, first);
+    struct passwd *pw = getpwuid(c->uid);
+    char who[300];
+    snprintf(who, sizeof who, "%s (uid %u)", pw ? pw->pw_name : "the owner", (unsigned)c->uid);
+    fprintf(stderr, "ckptfs mount: warning: %llu %s (%s%s, mode %04o) ", (unsigned long long)n,
+            n == 1 ? "file or directory" : "files and directories", n == 1 ? "" : "first ",
+            *f->path ? f->path : "the mount's root", ckfs_apply_mask(&c->o, f->mode) & 07777u);
+    if (given)
+        fprintf(stderr, "cannot be read even by %s, the owner given by uid=.\n"
+                        "Check the modes of the source (ls -l), or set file_mode=0640,dir_mode=0750.\n",
+                who);
+    else
+        fprintf(stderr, "can be read only by %s, who mounted and owns every file here; other users get "
+                        "\"Permission denied\".\n"
+                        "For a service that runs as another user, add uid=USER,gid=GROUP of that service (or "
+                        "file_mode=0644,dir_mode=0755 to open them to everyone).\n",
+                who);
+}
 
 int ckptfs_mount_main(int argc, char **argv)
 {
@@ -25,6 +107,8 @@ int ckptfs_mount_main(int argc, char **argv)
         fputs(ckfs_mount_usage(), stdout);
         return 0;
     }
+    if (st == CKFS_OK && check_fuse_access(&c.o))
+        return 1;
     if (st == CKFS_OK)
         st = ckfs_check_mountpoint(c.o.mnt, err, sizeof err);
     if (st != CKFS_OK) {
@@ -51,6 +135,7 @@ int ckptfs_mount_main(int argc, char **argv)
         fprintf(stderr, "ckptfs mount: %s\n", err);
         status = ckfs_exit_status(st);
     } else {
+        warn_unreadable(&c);
         status = ckfs_daemon_run(&c, mnt, &served);
     }
     ckfs_ctx_free(&c);

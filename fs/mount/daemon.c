@@ -239,8 +239,9 @@ static int open_log(const char *where)
     return 0;
 }
 
-/* Mount, serve until unmounted or signalled, unmount.  @return exit status. */
-static int serve(ckfs_ctx *c, const char *mnt)
+/* Mount, serve until unmounted or signalled, unmount; *served is set once
+ * requests are answered.  @return exit status. */
+static int serve(ckfs_ctx *c, const char *mnt, int *served)
 {
     int status = 1;
     char *opts = fuse_opt_string(c);
@@ -281,6 +282,7 @@ static int serve(ckfs_ctx *c, const char *mnt)
               c->dst, mnt, c->m->n_files, human(c->total_size, size_s), human(c->o.cache_size, cache_s),
               c->o.threads, (unsigned long long)(c->o.prefetch >> 10), c->o.prefetch_threads,
               c->o.mmap ? "mapped" : "pread", c->o.drop_packed ? ", drop_packed" : "");
+    *served = 1;
     int rc = fuse_session_loop_mt(se, cfg);
     fuse_loop_cfg_destroy(cfg);
     stop_inval(se);
@@ -320,6 +322,5 @@ int ckfs_daemon_run(ckfs_ctx *c, const char *mnt, int *served)
     *served = 0;
     if (c->o.log[0] && open_log(c->o.log) != 0)
         return 1;
-    *served = 1;
-    return serve(c, mnt);
+    return serve(c, mnt, served);
 }

@@ -38,10 +38,14 @@ const char *ckfs_mount_usage(void)
            "  allow_other        let other users read (adds default_permissions)\n"
            "  stats              print cache statistics at unmount (with -f)\n"
            "  uid=USER, gid=GROUP  owner and group every file shows (names or numbers;\n"
-           "                     default: whoever mounted)\n"
-           "  umask=M            take permission bits M (octal) away from every file and\n"
-           "                     directory: files 0666 (0777 if stored executable), dirs 0777\n"
+           "                     default: whoever mounted); another user than yours\n"
+           "                     needs allow_other, which lets that user in\n"
+           "  umask=M            take permission bits M (octal) away from the stored mode\n"
+           "                     of every file and directory (a 0600 file stays 0600 under\n"
+           "                     umask=022: a mask never grants what was not stored)\n"
            "  fmask=M, dmask=M   the same for files only / directories only\n"
+           "  file_mode=M, dir_mode=M  the mode every file / directory shows instead of\n"
+           "                     its stored one (octal; a mask still applies)\n"
            "  log=FILE|stderr    log (start-up line, damaged chunks) to FILE or to stderr\n"
            "                     instead of syslog once detached\n"
            "  nonempty           allow a mount point that is not empty\n"
@@ -53,6 +57,8 @@ const char *ckfs_mount_usage(void)
            "  ro, nosuid, nodev  accepted; always in effect\n"
            "  noexec, noatime    passed to the mount\n"
            "To unmount: fusermount3 -u MOUNTPOINT (or umount as root).\n"
+           "For a service user: -o allow_other,uid=USER,gid=GROUP (files saved 0600 stay\n"
+           "readable by USER only), or allow_other,file_mode=0644,dir_mode=0755 for all.\n"
            "Exit status: 0 mounted (with -f: unmounted cleanly), 1 failure, 2 usage error.\n"
            "\n"
            "Example:  ckptfs mount -o allow_other /srv/models/llama.packed /models/llama\n";
@@ -138,11 +144,14 @@ static int parse_mask(const char *s, int *out)
 
 unsigned ckfs_apply_mask(const ckfs_mount_opts *o, unsigned mode)
 {
-    int dir = S_ISDIR(mode), mask = dir ? o->dmask : o->fmask;
-    if (mask < 0)
-        return mode;
-    unsigned perm = dir || (mode & 0111) ? 0777 : 0666;
-    return (mode & ~07777u) | (perm & ~(unsigned)mask);
+    int dir = S_ISDIR(mode);
+    if (!dir && !S_ISREG(mode))
+        return mode; /* a symbolic link's bits mean nothing */
+    int set = dir ? o->dir_mode : o->file_mode, mask = dir ? o->dmask : o->fmask;
+    unsigned perm = set >= 0 ? (unsigned)set : mode & 07777u;
+    if (mask >= 0)
+        perm &= ~(unsigned)mask;
+    return (mode & ~07777u) | perm;
 }
 
 #define MAX_THREADS 1024            /* threads= */
@@ -199,6 +208,10 @@ static ckfs_status parse_one(ckfs_mount_opts *o, const char *opt, char *err, siz
             return 0;
         if (KEY("dmask") && parse_mask(val, &o->dmask) == 0)
             return 0;
+        if (KEY("file_mode") && parse_mask(val, &o->file_mode) == 0)
+            return 0;
+        if (KEY("dir_mode") && parse_mask(val, &o->dir_mode) == 0)
+            return 0;
         if (KEY("log") && *val && strlen(val) < sizeof o->log)
             return snprintf(o->log, sizeof o->log, "%s", val), 0; /* val is freed after parsing */
         if (KEY("uid") || KEY("gid"))
@@ -217,6 +230,8 @@ static ckfs_status parse_one(ckfs_mount_opts *o, const char *opt, char *err, siz
                              MAX_READ_AHEAD_KB);
         if (KEY("umask") || KEY("fmask") || KEY("dmask"))
             return usage_err(err, cap, BAD "an octal mask from 0 to 0777 expected", opt);
+        if (KEY("file_mode") || KEY("dir_mode"))
+            return usage_err(err, cap, BAD "an octal mode from 0 to 0777 expected", opt);
         if (KEY("log"))
             return usage_err(err, cap, BAD "a file name, or stderr expected", opt);
 #undef BAD
@@ -249,6 +264,7 @@ ckfs_status ckfs_parse_mount_args(int argc, char **argv, ckfs_mount_opts *o, cha
     o->drop_packed = -1;
     o->uid = o->gid = -1;
     o->fmask = o->dmask = -1;
+    o->file_mode = o->dir_mode = -1;
     const char *pos[2];
     int npos = 0, only_pos = 0;
     for (int i = 1; i < argc; i++) {
@@ -281,6 +297,13 @@ ckfs_status ckfs_parse_mount_args(int argc, char **argv, ckfs_mount_opts *o, cha
         return usage_err(err, cap, "ckptfs mount: need PACKED and MOUNTPOINT (see ckptfs mount --help)");
     o->dst = pos[0];
     o->mnt = pos[1];
+    if (o->uid >= 0 && !o->allow_other && (uid_t)o->uid != getuid())
+        return usage_err(err, cap,
+                         "ckptfs mount: uid=%ld without allow_other: the kernel lets only the user who mounts "
+                         "(uid %ld) into a FUSE mount, so uid %ld would see its files and be refused them.\n"
+                         "Add allow_other (a user other than root needs user_allow_other in /etc/fuse.conf), "
+                         "or mount as that user.",
+                         o->uid, (long)getuid(), o->uid);
     return CKFS_OK;
 }
 

@@ -34,7 +34,10 @@ typedef struct {
     int nonempty;              /* allow a non-empty mount point */
     char log[4096];            /* log=: "" syslog (or stderr with -f), "stderr", or a file */
     long uid, gid;             /* owner shown for every file; -1: whoever mounted */
-    int fmask, dmask;          /* permission bits taken away from files / dirs; -1: stored modes */
+    int fmask, dmask;          /* permission bits taken away from the stored modes of files /
+                                * dirs (mode & ~mask); -1: none */
+    int file_mode, dir_mode;   /* file_mode=/dir_mode=: the permission bits every file / dir
+                                * shows, whatever was stored (then masked); -1: stored */
     int mmap;                  /* decode from mappings of the packed files (default 1) */
     int drop_packed;           /* drop packed pages once decoded: 1 on, 0 off,
                                 * -1 auto (on when the files served exceed half
@@ -42,7 +45,9 @@ typedef struct {
 } ckfs_mount_opts;
 
 /* Parse argv (argv[0] = "mount").  @return CKFS_OK, or CKFS_ERR_USAGE (an
- * unknown flag or option, a bad value, missing or extra arguments) or
+ * unknown flag or option, a bad value, missing or extra arguments, uid= of
+ * another user than the caller without allow_other: the kernel would let
+ * only the caller in) or
  * CKFS_ERR_NOMEM with a message naming it in err. */
 ckfs_status ckfs_parse_mount_args(int argc, char **argv, ckfs_mount_opts *o, char *err, size_t errCapacity);
 
@@ -77,8 +82,10 @@ ckfs_status ckfs_check_mountpoint_free(const char *mnt, int nonempty, char *err,
  * CKFS_OK, or CKFS_ERR_MOUNTPOINT with a message in err. */
 ckfs_status ckfs_check_mountpoint_outside(const char *mnt, const char *packed, char *err, size_t errCapacity);
 
-/* The permission bits of a node with stored mode `mode` under the fmask and
- * dmask options (o->fmask/dmask < 0: the stored bits). */
+/* The mode a node with stored mode `mode` shows: for a file or directory,
+ * its permission bits (or file_mode= / dir_mode= where given) narrowed by
+ * fmask / dmask (bits & ~mask: a mask never grants what was not stored);
+ * any other type (a symbolic link) as stored. */
 unsigned ckfs_apply_mask(const ckfs_mount_opts *o, unsigned mode);
 
 /* Set read_ahead_kb of the bdi behind the file system mounted at mnt (found

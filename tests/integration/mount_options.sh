@@ -28,22 +28,66 @@ mount_fg m -o allow_other,uid=nobody,gid=65534
 as_nobody cat "$T/m/$SHARD" > "$T/read" || fail "uid=nobody: nobody cannot read the 0600 shard"
 cmp "$T/read" "$T/src/$SHARD" || fail "uid=nobody: the shard read back differs"
 stop_daemon TERM "$PID"
-# umask=0022: files 0644 (executable ones 0755), directories 0755: anyone reads
+# umask=0022 narrows the stored modes (mode & ~mask), never widens them: the
+# 0600 shard stays 0600 (nobody is refused), 0644/0755 stay as they are
 mount_fg m -o allow_other,umask=0022
-[ "$(stat -c %a "$T/m/$SHARD")" = 644 ] || fail "umask=0022: shard mode $(stat -c %a "$T/m/$SHARD")"
+[ "$(stat -c %a "$T/m/$SHARD")" = 600 ] || fail "umask=0022: shard mode $(stat -c %a "$T/m/$SHARD"), stored 600"
 [ "$(stat -c %a "$T/m/sub")" = 755 ] || fail "umask=0022: directory mode $(stat -c %a "$T/m/sub")"
-as_nobody cat "$T/m/$SHARD" > "$T/read" || fail "umask=0022: nobody cannot read the shard"
-cmp "$T/read" "$T/src/$SHARD" || fail "umask=0022: the shard read back differs"
+as_nobody cat "$T/m/$SHARD" >/dev/null 2>&1 && fail "umask=0022: nobody read a shard stored 0600"
 stop_daemon TERM "$PID"
+# ... and the mount said so: without uid=, the 0600 shard is root's alone
+grep -q "warning: 2 files and directories (first config.json, mode 0600) can be read only by root (uid 0).*Permission denied" "$T/log.m" ||
+    fail "no warning about the owner-only shard: $(cat "$T/log.m")"
+grep -q "add uid=USER,gid=GROUP" "$T/log.m" || fail "the warning does not say what to do: $(cat "$T/log.m")"
+# file_mode=/dir_mode= set the modes outright (a mask still narrows them)
+mount_fg m -o allow_other,file_mode=0644,dir_mode=0755
+[ "$(stat -c %a "$T/m/$SHARD") $(stat -c %a "$T/m/sub")" = "644 755" ] ||
+    fail "file_mode/dir_mode: $(stat -c %a "$T/m/$SHARD") $(stat -c %a "$T/m/sub")"
+as_nobody cat "$T/m/$SHARD" > "$T/read" || fail "file_mode=0644: nobody cannot read the shard"
+cmp "$T/read" "$T/src/$SHARD" || fail "file_mode=0644: the shard read back differs"
+grep -q warning "$T/log.m" && fail "warned although everyone can read: $(cat "$T/log.m")"
+stop_daemon TERM "$PID"
+mount_fg m -o file_mode=0666,fmask=0027
+[ "$(stat -c %a "$T/m/$SHARD")" = 640 ] || fail "file_mode=0666,fmask=0027: $(stat -c %a "$T/m/$SHARD")"
+stop_daemon TERM "$PID"
+# uid= of another user without allow_other: that user would be refused by
+# the kernel; the mount refuses it with the reason
+rc=0; "$CKPTFS" mount -o uid=nobody "$T/dst" "$T/m" 2>"$T/err" || rc=$?
+[ $rc = 2 ] || fail "uid=nobody without allow_other: exit $rc, expected 2"
+grep -q "uid=65534 without allow_other: " "$T/err" && grep -q "^Add allow_other" "$T/err" || fail "uid= without allow_other: $(cat "$T/err")"
+is_mounted "$T/m" && fail "mounted uid=nobody without allow_other"
+# the recipe of the packaged example (ckptfs@.service's OPTIONS, with its
+# service user vllm replaced by nobody), mounted by root as the unit does:
+# the service user reads the 0600 shard, and nothing is warned
+opts=$(sed -n 's/^OPTIONS=//p' "$HERE/../../packaging/systemd/example.conf")
+case $opts in *uid=vllm*gid=vllm*) ;; *) fail "example.conf's OPTIONS lack uid=/gid=: $opts" ;; esac
+opts=$(echo "$opts" | sed 's/uid=vllm/uid=nobody/; s/gid=vllm/gid=65534/; s/cache_size=1G/cache_size=64M/')
+mount_fg m -o "ro,$opts" --
+as_nobody cat "$T/m/$SHARD" > "$T/read" || fail "the recipe ($opts): the service user cannot read the 0600 shard"
+cmp "$T/read" "$T/src/$SHARD" || fail "the recipe: the shard read back differs"
+grep -q warning "$T/log.m" && fail "the recipe warned: $(cat "$T/log.m")"
+stop_daemon TERM "$PID"
+# a user without access to /dev/fuse is told what to change, and no
+# "after serving" line (nothing was served)
+mkdir "$T/nm" && chown 65534 "$T/nm"
+if as_nobody sh -c 'test -r /dev/fuse && test -w /dev/fuse'; then
+    echo "note: nobody may use /dev/fuse here; its refusal is not checked"
+else
+    rc=0; as_nobody "$CKPTFS" mount -f "$T/dst" "$T/nm" 2>"$T/err" || rc=$?
+    [ $rc = 1 ] || fail "mount by nobody without /dev/fuse: exit $rc"
+    grep -q "cannot use /dev/fuse: Permission denied" "$T/err" && grep -q "chmod 0666 /dev/fuse" "$T/err" &&
+        grep -q "group fuse" "$T/err" || fail "no /dev/fuse advice: $(cat "$T/err")"
+    grep -q "after serving" "$T/err" && fail "'after serving' though nothing was served: $(cat "$T/err")"
+fi
 mount_fg m -o fmask=0077,dmask=0022
 [ "$(stat -c %a "$T/m/config.json") $(stat -c %a "$T/m/sub")" = "600 755" ] ||
     fail "fmask/dmask: $(stat -c %a "$T/m/config.json") $(stat -c %a "$T/m/sub")"
 stop_daemon TERM "$PID"
 # the mount's root has the packed directory's mode (it was always 0755): a
-# 0700 packed directory keeps its 0644 files (fmask=0022 makes them so)
+# 0700 packed directory keeps its 0644 files (file_mode=0644 makes them so)
 # from other users through an allow_other mount as it does on disk
 chmod 0700 "$T/dst"
-mount_fg m -o allow_other,fmask=0022
+mount_fg m -o allow_other,file_mode=0644
 [ "$(stat -c %a "$T/m")" = 700 ] || fail "root of the mount: mode $(stat -c %a "$T/m"), packed directory 700"
 [ "$(stat -c %a "$T/m/config.json")" = 644 ] || fail "config.json: mode $(stat -c %a "$T/m/config.json")"
 as_nobody cat "$T/m/config.json" >/dev/null 2>&1 && fail "nobody read a file of a 0700 packed directory"

@@ -1204,7 +1204,25 @@ START_TEST(mount_options)
         ck_assert_msg(strstr(err, signed_values[i]) != NULL, "%s", err);
     }
     ck_assert_int_eq(parse(&o, err, "-o", "uid= 0", "P", "M"), CKFS_ERR_USAGE); /* not root: no user " 0" */
-    ck_assert_int_eq(parse(&o, err, "-o", "uid=0,gid=0,umask=022", "P", "M"), CKFS_OK);
+    ck_assert_int_eq(parse(&o, err, "-o", "allow_other,uid=0,gid=0,umask=022", "P", "M"), CKFS_OK);
+    /* uid= of another user needs allow_other (the kernel lets only the mounter in) */
+    char own[64], other[64];
+    snprintf(own, sizeof own, "uid=%u", (unsigned)getuid());
+    snprintf(other, sizeof other, "uid=%u", (unsigned)getuid() + 1);
+    ck_assert_int_eq(parse(&o, err, "-o", own, "P", "M"), CKFS_OK);
+    ck_assert_int_eq(parse(&o, err, "-o", other, "P", "M"), CKFS_ERR_USAGE);
+    ck_assert_msg(strstr(err, "without allow_other") && strstr(err, "Add allow_other"), "%s", err);
+    /* masks narrow the stored modes; file_mode=/dir_mode= replace them */
+    ck_assert_int_eq(parse(&o, err, "-o", "umask=022", "P", "M"), CKFS_OK);
+    ck_assert_uint_eq(ckfs_apply_mask(&o, S_IFREG | 0600), S_IFREG | 0600);
+    ck_assert_uint_eq(ckfs_apply_mask(&o, S_IFREG | 0775), S_IFREG | 0755);
+    ck_assert_uint_eq(ckfs_apply_mask(&o, S_IFDIR | 0700), S_IFDIR | 0700);
+    ck_assert_uint_eq(ckfs_apply_mask(&o, S_IFLNK | 0777), S_IFLNK | 0777);
+    ck_assert_int_eq(parse(&o, err, "-o", "file_mode=0644,dir_mode=0755,fmask=0027", "P", "M"), CKFS_OK);
+    ck_assert_uint_eq(ckfs_apply_mask(&o, S_IFREG | 0600), S_IFREG | 0640);
+    ck_assert_uint_eq(ckfs_apply_mask(&o, S_IFDIR | 0700), S_IFDIR | 0755);
+    ck_assert_int_eq(parse(&o, err, "-o", "file_mode=1777", "P", "M"), CKFS_ERR_USAGE);
+    ck_assert_msg(strstr(err, "an octal mode from 0 to 0777") != NULL, "%s", err);
     ck_assert_int_eq(parse(&o, err, "-o", "colour=blue", "P", "M"), CKFS_ERR_USAGE);
     ck_assert_msg(strstr(err, "colour=blue") != NULL, "%s", err);
     ck_assert_int_eq(parse(&o, err, "-o", "rw", "P", "M"), CKFS_ERR_USAGE);
