@@ -26,8 +26,8 @@
  *              (global or shared memory)
  *   async copy ckg_cp_async16(smem, gmem, valid) (cp.async.cg 16 bytes, zero-fill when
  *              !valid), ckg_cp_async_commit(), ckg_cp_async_wait<N>() (cp.async.wait_group N);
- *              the emulator performs a thread's copies only when its wait_group retires
- *              them, so data copied by other lanes is visible only after a barrier
+ *              in the emulator a copy lands at a random point before its wait_group, and
+ *              its race detector requires a barrier between the wait and other lanes' reads
  *   tensor     ckg_mma_bf16_16816(d[4], a0, a1, a2, a3, b0, b1): mma.sync.aligned
  *              .m16n8k16.row.col.f32.bf16.bf16.f32, d += A*B, fragments as in the PTX ISA
  *              ("Matrix Fragments for mma.m16n8k16": g = lane/4, t = lane%4; a0 = A[g][2t..2t+1],

@@ -10,6 +10,7 @@
  * registers, MXCSR and the x87 control word); other CPUs use ucontext.
  */
 #include "ckg_emu.h"
+#include "ckg_emu_race.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -61,6 +62,15 @@ struct Copy {
     const void *src;
     int n, src_bytes;
     unsigned group;
+    bool landed;      /* the bytes are in shared memory (maybe before the wait_group) */
+    uint64_t id;
+    uintptr_t pc;     /* the issuing code, for the race detector */
+};
+/* A copy that lands by itself at tick `at` unless its wait_group comes first. */
+struct Landing {
+    uint64_t at, id;
+    int fiber;
+    bool operator<(const Landing &o) const { return at > o.at; }   /* std::priority_queue: earliest on top */
 };
 
 enum State { RUNNABLE, AT_BARRIER, IN_WARP_OP, DONE };
@@ -85,6 +95,7 @@ struct Warp {
     uint32_t in[32][10];
     const void *ptr[32];
     uint32_t out[32][4];
+    uintptr_t pc[32];   /* each lane's call, for ldmatrix's loads */
 };
 
 struct Block {
@@ -100,6 +111,10 @@ struct Block {
 Block B;
 const char *kname = "";
 uint64_t rng;
+/* Ticks: shared-memory accesses and scheduling decisions; cp.async copies
+ * land at a random tick between their issue and their wait_group. */
+uint64_t ticks, copy_ids;
+std::vector<Landing> landings;   /* a heap (std::push_heap / pop_heap) */
 std::function<void()> *body;
 #if defined(__x86_64__)
 void *sched_sp;
@@ -152,13 +167,43 @@ void make_runnable(Fiber &f)
 
 namespace {
 
-void run_copies(Fiber &f, unsigned upto)   /* groups < upto */
+void land(Copy &c)
+{
+    if (c.landed)
+        return;
+    memcpy(c.dst, c.src, (size_t)c.src_bytes);
+    memset((char *)c.dst + c.src_bytes, 0, (size_t)(c.n - c.src_bytes));
+    c.landed = true;
+}
+
+/* Copies whose random tick has come land, whichever thread runs. */
+void land_due()
+{
+    while (!landings.empty() && landings.front().at <= ticks) {
+        std::pop_heap(landings.begin(), landings.end());
+        const Landing l = landings.back();
+        landings.pop_back();
+        for (Copy &c : B.f[l.fiber].copies)
+            if (c.id == l.id)
+                land(c);
+    }
+}
+
+void tick()
+{
+    ++ticks;
+    if (!landings.empty() && landings.front().at <= ticks)
+        land_due();
+}
+
+void run_copies(Fiber &f, unsigned upto)   /* retire groups < upto */
 {
     size_t k = 0;
+    const int tid = (int)(&f - B.f.data());
     for (Copy &c : f.copies) {
         if (c.group < upto) {
-            memcpy(c.dst, c.src, (size_t)c.src_bytes);
-            memset((char *)c.dst + c.src_bytes, 0, (size_t)(c.n - c.src_bytes));
+            land(c);
+            ckg_race::access(tid, c.dst, (size_t)c.n, ckg_race::ASYNC_RETIRE, c.pc);
         } else {
             f.copies[k++] = c;
         }
@@ -267,9 +312,15 @@ void run_block(dim3 grid, dim3 block, unsigned bx, unsigned by, unsigned bz)
     }
     if (B.smem_size)
         memset(B.smem, 0xA5, B.smem_size);   /* shared memory starts undefined */
+    const size_t st_size = (size_t)(__stop_ckg_emu_shared - __start_ckg_emu_shared);
+    if (st_size)
+        memset(__start_ckg_emu_shared, 0xA5, st_size);
+    landings.clear();
+    ckg_race::block_start(n, B.smem, B.smem_size, __start_ckg_emu_shared, st_size);
     while (B.live > 0) {
         if (B.runnable.empty())
             deadlock();
+        tick();
         size_t k = next_rand() % B.runnable.size();
         Fiber &f = B.f[B.runnable[k]];
         B.runnable[k] = B.runnable.back();
@@ -282,6 +333,7 @@ void run_block(dim3 grid, dim3 block, unsigned bx, unsigned by, unsigned bz)
         swapcontext(&sched_uc, &f.uc);
 #endif
         ckg_emu_cur = nullptr;
+        cur = nullptr;
     }
 }
 
@@ -322,11 +374,13 @@ void complete_mma(Warp &w)
     }
 }
 
-void complete_ldmatrix(Warp &w, int mats, bool trans)
+void complete_ldmatrix(Warp &w, int mats, bool trans, int warp)
 {
     for (int l = 0; l < 8 * mats; l++)
         if ((uintptr_t)w.ptr[l] & 15)
             ckg_emu_fail("ldmatrix row address %p of lane %d not 16-byte aligned", w.ptr[l], l);
+    for (int l = 0; l < 8 * mats; l++)   /* each row: a load by the lane that gave its address */
+        ckg_race::access(warp * 32 + l, w.ptr[l], 16, ckg_race::READ, w.pc[l]);
     for (int l = 0; l < 32; l++)
         for (int j = 0; j < mats; j++) {
             uint16_t lo, hi;
@@ -341,7 +395,7 @@ void complete_ldmatrix(Warp &w, int mats, bool trans)
         }
 }
 
-void complete(Warp &w)
+void complete(Warp &w, int warp)
 {
     const unsigned m = w.mask;
     uint32_t ballot = 0, sum = 0;
@@ -352,6 +406,7 @@ void complete(Warp &w)
         }
     switch (w.op) {
     case CKG_EMU_SYNCWARP:
+        ckg_race::syncwarp(warp, m);
         break;
     case CKG_EMU_SHFL: case CKG_EMU_SHFL_XOR: case CKG_EMU_SHFL_UP: case CKG_EMU_SHFL_DOWN: {
         const int wd = w.width;
@@ -385,10 +440,10 @@ void complete(Warp &w)
     case CKG_EMU_MMA_BF16_16816:
         complete_mma(w);
         break;
-    case CKG_EMU_LDMATRIX_X1: complete_ldmatrix(w, 1, false); break;
-    case CKG_EMU_LDMATRIX_X2: complete_ldmatrix(w, 2, false); break;
-    case CKG_EMU_LDMATRIX_X4: complete_ldmatrix(w, 4, false); break;
-    case CKG_EMU_LDMATRIX_X4_TRANS: complete_ldmatrix(w, 4, true); break;
+    case CKG_EMU_LDMATRIX_X1: complete_ldmatrix(w, 1, false, warp); break;
+    case CKG_EMU_LDMATRIX_X2: complete_ldmatrix(w, 2, false, warp); break;
+    case CKG_EMU_LDMATRIX_X4: complete_ldmatrix(w, 4, false, warp); break;
+    case CKG_EMU_LDMATRIX_X4_TRANS: complete_ldmatrix(w, 4, true, warp); break;
     default:
         ckg_emu_fail("unknown warp operation %d", w.op);
     }
@@ -418,9 +473,10 @@ void ckg_emu_warp(int op, unsigned mask, const uint32_t *in, int nin, int arg, i
     }
     memcpy(w.in[me->lane], in ? in : w.in[me->lane], (size_t)nin * 4);
     w.ptr[me->lane] = ptr;
+    w.pc[me->lane] = (uintptr_t)__builtin_return_address(0);
     w.arrived |= 1u << me->lane;
     if (w.arrived == mask) {   /* last one in: compute, wake the others */
-        complete(w);
+        complete(w, me->warp);
         w.arrived = 0;
         for (int l = 0; l < 32; l++)
             if ((mask >> l & 1) && l != me->lane)
@@ -445,6 +501,7 @@ void ckg_emu_syncthreads(int line)
         ckg_emu_fail("divergent __syncthreads: line %d and line %d", line, B.bar_line);
     if (++B.at_bar == B.live) {
         B.at_bar = 0;
+        ckg_race::barrier();
         for (int i = 0; i < B.n; i++)
             if (B.f[i].state == AT_BARRIER)
                 make_runnable(B.f[i]);
@@ -462,7 +519,15 @@ void ckg_emu_cp_async(void *smem, const void *gmem, int n, int src_bytes)
     if (((uintptr_t)smem | (uintptr_t)gmem) & (uintptr_t)(n - 1))
         ckg_emu_fail("cp.async of %d bytes from %p to %p: addresses not %d-byte aligned", n, gmem, smem, n);
     Fiber *me = self();
-    me->copies.push_back(Copy{smem, gmem, n, src_bytes, ~0u});
+    const uintptr_t pc = (uintptr_t)__builtin_return_address(0);
+    const int tid = (int)(me - B.f.data());
+    ckg_race::access(tid, smem, (size_t)n, ckg_race::ASYNC_ISSUE, pc);
+    const uint64_t id = ++copy_ids, r = next_rand();
+    me->copies.push_back(Copy{smem, gmem, n, src_bytes, ~0u, false, id, pc});
+    if (r & 3) {   /* 3 in 4 land by themselves, 1 to 2^14 ticks after the issue (log-uniform) */
+        landings.push_back(Landing{ticks + 1 + ((r >> 8) & ((1ull << ((r >> 2) % 15)) - 1)), id, tid});
+        std::push_heap(landings.begin(), landings.end());
+    }
 }
 
 void ckg_emu_cp_commit(void)
@@ -767,4 +832,97 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
     return cudaSuccess;
 }
 
+} // extern "C"
+
+/* ---- the compiler's instrumentation of kernel code ----------------------------------
+ * Kernel sources are compiled with -fsanitize=thread (and without its
+ * runtime): every load and store calls one of these.  Those to shared
+ * memory, made by a CUDA thread, go to the race detector; there the running
+ * thread may also be switched out (1 in 16 accesses), so that a plain
+ * read-modify-write of shared memory can be split by other threads.  Host
+ * code of the same sources reaches here too, and returns at once. */
+namespace {
+
+void on_access(const void *p, size_t n, ckg_race::Kind k, uintptr_t pc)
+{
+    Fiber *me = cur;
+    if (!me || !ckg_race::is_shared(p))
+        return;
+    tick();
+    if ((next_rand() & 15) == 0) {
+        make_runnable(*me);
+        to_scheduler();
+    }
+    ckg_race::access((int)(me - B.f.data()), p, n, k, pc);
+}
+
+} // namespace
+
+#define CKG_RET ((uintptr_t)__builtin_return_address(0))
+#define CKG_TSAN_RW(n)                                                                                     \
+    void __tsan_read##n(void *p) { on_access(p, n, ckg_race::READ, CKG_RET); }                             \
+    void __tsan_write##n(void *p) { on_access(p, n, ckg_race::WRITE, CKG_RET); }                           \
+    void __tsan_unaligned_read##n(void *p) { on_access(p, n, ckg_race::READ, CKG_RET); }                   \
+    void __tsan_unaligned_write##n(void *p) { on_access(p, n, ckg_race::WRITE, CKG_RET); }                 \
+    void __tsan_volatile_read##n(void *p) { on_access(p, n, ckg_race::READ, CKG_RET); }                    \
+    void __tsan_volatile_write##n(void *p) { on_access(p, n, ckg_race::WRITE, CKG_RET); }
+
+extern "C" {
+void __tsan_init(void) {}
+void __tsan_func_entry(void *) {}
+void __tsan_func_exit(void) {}
+void __tsan_vptr_update(void **, void *) {}
+void __tsan_vptr_read(void **) {}
+CKG_TSAN_RW(1)
+CKG_TSAN_RW(2)
+CKG_TSAN_RW(4)
+CKG_TSAN_RW(8)
+CKG_TSAN_RW(16)
+void __tsan_read_range(void *p, unsigned long n) { on_access(p, n, ckg_race::READ, CKG_RET); }
+void __tsan_write_range(void *p, unsigned long n) { on_access(p, n, ckg_race::WRITE, CKG_RET); }
+
+/* Atomics (the memory order is ignored: a block's threads run one at a time). */
+#define CKG_TSAN_ATOMIC(b, T)                                                                              \
+    T __tsan_atomic##b##_load(const volatile T *a, int)                                                    \
+    {                                                                                                      \
+        on_access((const void *)a, sizeof(T), ckg_race::ATOMIC_READ, CKG_RET);                             \
+        return __atomic_load_n(a, __ATOMIC_SEQ_CST);                                                       \
+    }                                                                                                      \
+    void __tsan_atomic##b##_store(volatile T *a, T v, int)                                                 \
+    {                                                                                                      \
+        on_access((const void *)a, sizeof(T), ckg_race::ATOMIC, CKG_RET);                                  \
+        __atomic_store_n(a, v, __ATOMIC_SEQ_CST);                                                          \
+    }                                                                                                      \
+    T __tsan_atomic##b##_fetch_add(volatile T *a, T v, int)                                                \
+    {                                                                                                      \
+        on_access((const void *)a, sizeof(T), ckg_race::ATOMIC, CKG_RET);                                  \
+        return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);                                                 \
+    }                                                                                                      \
+    T __tsan_atomic##b##_exchange(volatile T *a, T v, int)                                                 \
+    {                                                                                                      \
+        on_access((const void *)a, sizeof(T), ckg_race::ATOMIC, CKG_RET);                                  \
+        return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST);                                                \
+    }                                                                                                      \
+    int __tsan_atomic##b##_compare_exchange_strong(volatile T *a, T *c, T v, int, int)                     \
+    {                                                                                                      \
+        on_access((const void *)a, sizeof(T), ckg_race::ATOMIC, CKG_RET);                                  \
+        return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);            \
+    }                                                                                                      \
+    int __tsan_atomic##b##_compare_exchange_weak(volatile T *a, T *c, T v, int, int)                       \
+    {                                                                                                      \
+        on_access((const void *)a, sizeof(T), ckg_race::ATOMIC, CKG_RET);                                  \
+        return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);            \
+    }                                                                                                      \
+    T __tsan_atomic##b##_compare_exchange_val(volatile T *a, T c, T v, int, int)                           \
+    {                                                                                                      \
+        on_access((const void *)a, sizeof(T), ckg_race::ATOMIC, CKG_RET);                                  \
+        __atomic_compare_exchange_n(a, &c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                  \
+        return c;                                                                                          \
+    }
+CKG_TSAN_ATOMIC(8, uint8_t)
+CKG_TSAN_ATOMIC(16, uint16_t)
+CKG_TSAN_ATOMIC(32, uint32_t)
+CKG_TSAN_ATOMIC(64, uint64_t)
+void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+void __tsan_atomic_signal_fence(int) {}
 } // extern "C"

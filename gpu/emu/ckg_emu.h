@@ -12,6 +12,14 @@
  * outside the mask, a different operation or mask, a barrier at two different
  * lines, a thread exiting while others wait, a deadlock, a misaligned 16-byte
  * load, cp.async or ldmatrix address — aborts with "ckg-emu: kernel error".
+ * A thread is also switched out at random inside its shared-memory accesses
+ * (so a plain read-modify-write can be split), and a cp.async copy lands at
+ * a random point between its issue and its wait_group (CKG_EMU_SEED picks
+ * all of it).  Kernel sources are compiled with the compiler's
+ * thread-sanitizer instrumentation (its calls come to ckg_emu.cpp): the race
+ * detector (ckg_emu_race.cpp) sees every shared-memory access and reports
+ * two conflicting ones that no __syncthreads or __syncwarp orders as a
+ * kernel error with both source lines (CKG_EMU_RACES=0 turns it off).
  * `__shared__` variables are function statics: blocks run one after another
  * (one host thread at a time launches), so each block sees one instance.
  */
@@ -35,7 +43,10 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-#define __shared__ static
+/* static __shared__ variables live in one section, which the emulator
+ * poisons at each block start and whose bytes the race detector watches */
+#define __shared__ static __attribute__((section("ckg_emu_shared")))
+extern "C" uint8_t __start_ckg_emu_shared[] __attribute__((weak)), __stop_ckg_emu_shared[] __attribute__((weak));
 #define __align__(n) __attribute__((aligned(n)))
 
 struct uint3 { unsigned x, y, z; };

@@ -5,7 +5,12 @@
  * plain matrix product, and the faults it must refuse (each in a child
  * process that must abort with "ckg-emu: kernel error"): __syncthreads at
  * two different lines, a shuffle whose mask holds an exited lane, a
- * deadlock between a block barrier and a warp collective.
+ * deadlock between a block barrier and a warp collective.  The race
+ * detector: each kind of shared-memory race it must report (with the
+ * source lines), the same kernels with their barrier it must accept; and
+ * the schedule it relies on: with the detector off, a plain += of several
+ * threads loses updates (threads are switched inside a read-modify-write)
+ * and some cp.async copies, not all, land before their wait_group.
  */
 #include "ckg_arch.h"
 
@@ -69,21 +74,172 @@ __global__ void bad_deadlock(int)
         ckg_syncthreads();
 }
 
+/* ---- races: mode 0 has the fault, mode 1 the barrier or atomic that orders it ---- */
+__global__ void race_cross_warp(unsigned *out, int mode)   /* warp 1 reads what warp 0 wrote */
+{
+    __shared__ unsigned v[32];
+    if (threadIdx.x < 32)
+        v[threadIdx.x] = threadIdx.x;
+    if (mode)
+        ckg_syncthreads();
+    if (threadIdx.x >= 32)
+        out[threadIdx.x] = v[threadIdx.x - 32];
+}
+__global__ void race_lanes(unsigned *out, int mode)   /* lane l reads what lane l^1 wrote */
+{
+    __shared__ unsigned v[32];
+    v[threadIdx.x] = threadIdx.x * 3;
+    if (mode)
+        ckg_syncwarp();
+    out[threadIdx.x] = v[threadIdx.x ^ 1];
+}
+__global__ void race_rmw(unsigned *out, int mode)   /* 64 threads add into one word */
+{
+    __shared__ unsigned s;
+    if (threadIdx.x == 0)
+        s = 0;
+    ckg_syncthreads();
+    if (mode)
+        ckg_atomic_add(&s, 1u);
+    else
+        s += 1;
+    ckg_syncthreads();
+    if (threadIdx.x == 0)
+        out[0] = s;
+}
+/* lanes copy 16 bytes each with cp.async; lane l reads lane l^1's piece after its own wait */
+__global__ void race_cp_wait(const uint4 *src, uint4 *out, int mode)
+{
+    __shared__ uint4 buf[32];
+    ckg_cp_async16(&buf[threadIdx.x], &src[threadIdx.x], true);
+    ckg_cp_async_commit();
+    ckg_cp_async_wait<0>();
+    if (mode)
+        ckg_syncwarp();
+    out[threadIdx.x] = buf[threadIdx.x ^ 1];
+}
+/* a ring of one stage, two rounds: lane l reads lane l^1's piece, then every lane refills the stage */
+__global__ void race_cp_refill(const uint4 *src, uint4 *out, int mode)
+{
+    __shared__ uint4 buf[32];
+    uint4 acc = make_uint4(0, 0, 0, 0);
+    for (int r = 0; r < 2; r++) {
+        ckg_cp_async16(&buf[threadIdx.x], &src[32 * r + threadIdx.x], true);
+        ckg_cp_async_commit();
+        ckg_cp_async_wait<0>();
+        ckg_syncwarp();
+        acc.x += buf[threadIdx.x ^ 1].x;
+        if (mode)
+            ckg_syncwarp();
+    }
+    out[threadIdx.x] = acc;
+}
+/* a lane reads its own cp.async destination before its wait_group (out: did the copy land already?) */
+__global__ void race_cp_early(const uint4 *src, unsigned *out, int)
+{
+    __shared__ uint4 buf[32];
+    __shared__ unsigned spin[32];
+    buf[threadIdx.x] = make_uint4(0, 0, 0, 0);
+    spin[threadIdx.x] = 0;
+    ckg_cp_async16(&buf[threadIdx.x], &src[threadIdx.x], true);
+    ckg_cp_async_commit();
+    for (int i = 0; i < 64; i++)   /* shared-memory accesses: time passes */
+        spin[threadIdx.x] += 1;
+    out[threadIdx.x] = buf[threadIdx.x].x != 0;
+    ckg_cp_async_wait<0>();
+}
+/* lanes read shared data that only a shuffle (no barrier) separates from the next store */
+__global__ void race_shfl_no_order(unsigned *out, int mode)
+{
+    __shared__ unsigned v[32];
+    v[threadIdx.x] = threadIdx.x;
+    ckg_syncwarp();
+    unsigned a = v[threadIdx.x ^ 1];
+    a += ckg_shfl_xor_sync(0xFFFFFFFFu, a, 1);
+    if (mode)
+        ckg_syncwarp();
+    v[threadIdx.x] = a;
+    out[threadIdx.x] = a;
+}
+
+/* fn in a child process must abort with a kernel error whose message holds `want`. */
 template <typename F>
-static void must_abort(const char *what, F fn)
+static void must_abort(const char *what, F fn, const char *want = "")
 {
     fflush(stdout);
+    int pfd[2];
+    CHECK(pipe(pfd) == 0, "pipe");
     pid_t p = fork();
     if (p == 0) {
-        freopen("/dev/null", "w", stderr);
+        dup2(pfd[1], 2);
+        close(pfd[0]);
         fn();
         cudaDeviceSynchronize();
         _exit(0);
     }
+    close(pfd[1]);
+    char msg[4096];
+    size_t got = 0;
+    ssize_t r;
+    while (got + 1 < sizeof msg && (r = read(pfd[0], msg + got, sizeof msg - 1 - got)) > 0)
+        got += (size_t)r;
+    msg[got] = 0;
+    close(pfd[0]);
     int st = 0;
     waitpid(p, &st, 0);
     CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "%s was not refused", what);
+    CHECK(strstr(msg, "ckg-emu: kernel error") && strstr(msg, want), "%s: the report lacks \"%s\": %s", what, want, msg);
     printf("test_emu_self: refused %s\n", what);
+    if (*want)
+        printf("  %s%s", msg, got && msg[got - 1] == '\n' ? "" : "\n");
+}
+
+static void race_checks(void)
+{
+    unsigned *o;
+    uint4 *src, *o4;
+    CHECK(cudaMalloc((void **)&o, 64 * 4) == cudaSuccess && cudaMalloc((void **)&src, 64 * 16) == cudaSuccess &&
+          cudaMalloc((void **)&o4, 32 * 16) == cudaSuccess, "alloc");
+    for (unsigned i = 0; i < 64; i++)
+        src[i] = make_uint4(i + 1, 0, 0, 0);
+    const cudaStream_t s0 = 0;
+    /* the ordered versions run clean and compute what they should */
+    CHECK(CKG_LAUNCH(race_cross_warp, 1, 64, 0, s0, o, 1) == cudaSuccess && o[40] == 8, "cross warp");
+    CHECK(CKG_LAUNCH(race_lanes, 1, 32, 0, s0, o, 1) == cudaSuccess && o[5] == 12, "lanes");
+    CHECK(CKG_LAUNCH(race_rmw, 1, 64, 0, s0, o, 1) == cudaSuccess && o[0] == 64, "atomics: %u", o[0]);
+    CHECK(CKG_LAUNCH(race_cp_wait, 1, 32, 0, s0, src, o4, 1) == cudaSuccess && o4[4].x == 6, "cp wait");
+    CHECK(CKG_LAUNCH(race_cp_refill, 1, 32, 0, s0, src, o4, 1) == cudaSuccess && o4[4].x == 6 + 38, "cp refill");
+    CHECK(CKG_LAUNCH(race_shfl_no_order, 1, 32, 0, s0, o, 1) == cudaSuccess && o[0] == 1, "shfl");
+    printf("test_emu_self: the race detector accepts the ordered kernels\n");
+    must_abort("a load of another warp's store without __syncthreads",
+               [&] { CKG_LAUNCH(race_cross_warp, 1, 64, 0, s0, o, 0); }, "test_emu_self.cpp:");
+    must_abort("a load of another lane's store without __syncwarp", [&] { CKG_LAUNCH(race_lanes, 1, 32, 0, s0, o, 0); },
+               "shared-memory race");
+    must_abort("a plain += by several threads", [&] { CKG_LAUNCH(race_rmw, 1, 64, 0, s0, o, 0); }, "shared-memory race");
+    must_abort("a load of another lane's cp.async without __syncwarp after the wait",
+               [&] { CKG_LAUNCH(race_cp_wait, 1, 32, 0, s0, src, o4, 0); }, "cp.async");
+    must_abort("a stage refilled by cp.async while another lane reads it",
+               [&] { CKG_LAUNCH(race_cp_refill, 1, 32, 0, s0, src, o4, 0); }, "cp.async");
+    must_abort("a load of its own cp.async destination before the wait",
+               [&] { CKG_LAUNCH(race_cp_early, 1, 32, 0, s0, src, o, 0); }, "before its cp.async.wait_group");
+    must_abort("a store separated from other lanes' loads by a shuffle only",
+               [&] { CKG_LAUNCH(race_shfl_no_order, 1, 32, 0, s0, o, 0); }, "shared-memory race");
+    /* with the detector off: what the schedule does to such kernels */
+    setenv("CKG_EMU_RACES", "0", 1);
+    unsigned lost = 0, early = 0;
+    const unsigned runs = 8;
+    for (unsigned k = 0; k < runs; k++) {
+        CHECK(CKG_LAUNCH(race_rmw, 1, 64, 0, s0, o, 0) == cudaSuccess, "launch");
+        lost += 64 - o[0];
+        CHECK(CKG_LAUNCH(race_cp_early, 1, 32, 0, s0, src, o, 0) == cudaSuccess, "launch");
+        for (int l = 0; l < 32; l++)
+            early += o[l];
+    }
+    unsetenv("CKG_EMU_RACES");
+    CHECK(lost > 0, "no update of a plain += was lost in %u runs: threads never switched inside it", runs);
+    CHECK(early > 0 && early < 32 * runs, "%u of %u cp.async copies landed before their wait_group", early, 32 * runs);
+    printf("test_emu_self: detector off: plain += lost %u of %u updates, %u of %u copies landed before the wait\n",
+           lost, 64 * runs, early, 32 * runs);
 }
 
 int main()
@@ -128,5 +284,6 @@ int main()
     must_abort("__syncthreads at two lines", [] { CKG_LAUNCH(bad_barrier, 1, 64, 0, (cudaStream_t)0, 0); });
     must_abort("a shuffle over an exited lane", [&] { CKG_LAUNCH(bad_exited_lane, 1, 32, 0, (cudaStream_t)0, o); });
     must_abort("a deadlock", [] { CKG_LAUNCH(bad_deadlock, 1, 64, 0, (cudaStream_t)0, 0); });
+    race_checks();
     return 0;
 }

@@ -6,14 +6,49 @@
  * and writes it right; and the stream model the benchmark's fix relies on: a
  * kernel on a non-blocking stream is not waited for by a legacy-stream
  * cudaMemcpy (the emulator runs it as late as CUDA allows, so such a read
- * sees stale data, the bench_gpu bug), on a blocking stream it is.  Linked
- * against the emulated ckgpu only.
+ * sees stale data, the bench_gpu bug), on a blocking stream it is; and a
+ * decode long enough that every warp decodes several 1024-weight blocks,
+ * so that each reuses its staging buffer (the emulator has 2 SMs: 32 blocks
+ * of 8 warps), where a missing __syncwarp is a race.  Linked against the
+ * emulated ckgpu only.
  */
 #include "ckg_ref.h"
 #include "gpu_test_dev.h"
 
+static void stage_reuse_check(uint32_t enc)
+{
+    const uint64_t n = 3 * 256 * CKG_ESC_BLOCK + 300;   /* 3+ blocks per warp of 32 x 8 */
+    uint16_t *w = malloc(n * 2), *out = malloc(n * 2);
+    CHECK(w && out, "alloc");
+    tu_weights(w, n, 0.02, 0.01);
+    tu_packed p;
+    tu_pack(enc, w, n, 65536, &p);
+    ckg_planes hv = tu_planes(&p);
+    uint32_t *idx = calloc((n + CKG_ESC_BLOCK - 1) / CKG_ESC_BLOCK + 1, 4), bad = 0;
+    CHECK(idx && ckg_ref_escape_index(&hv, p.chunk_w, p.prefix, p.n_chunks, idx, &bad) == CKG_OK && !bad, "index");
+    ckg_planes v = tu_dev_planes(&p, idx);
+    uint16_t *d_out = NULL;
+    CU(cudaMalloc((void **)&d_out, n * 2));
+    for (uint64_t f = 0; f < 8; f += 5) {   /* the aligned and the gathered read-out */
+        CHECK(ckg_decode(&v, f, n - f, d_out, NULL) == CKG_OK, "decode");
+        CU(cudaMemcpy(out, d_out, (n - f) * 2, cudaMemcpyDeviceToHost));
+        CHECK(memcmp(out, w + f, (n - f) * 2) == 0, "%s decode [%llu, %llu), staging reused, differs",
+              ckc_encoding_name(enc), (unsigned long long)f, (unsigned long long)n);
+    }
+    printf("gpu_emu: %s decode of %llu weights, each warp's stage reused: exact\n", ckc_encoding_name(enc),
+           (unsigned long long)n);
+    tu_dev_planes_free(&v);
+    CU(cudaFree(d_out));
+    free(idx);
+    free(w);
+    free(out);
+    tu_free(&p);
+}
+
 int main(void)
 {
+    stage_reuse_check(CKC_ENC_K15);
+    stage_reuse_check(CKC_ENC_BSPLIT);
     const uint64_t n = 64 * 1024 + 300;
     const uint32_t encs[] = {CKC_ENC_K15, CKC_ENC_BSPLIT};
     for (int e = 0; e < 2; e++) {
