@@ -6,7 +6,7 @@
  * chunk in cache hashed at 19.4-19.7 GB/s, where ckc_hash64 with this file
  * does 55.8-56.0 GB/s (best of 2,000 interleaved rounds, the Zen 4 of this
  * project's machines): about 35 ms less per GiB decoded, some 5% of a mount
- * daemon's CPU per byte served (README, "Many readers").  This file alone is built
+ * daemon's CPU per byte served (docs/performance.md, "Many readers").  This file alone is built
  * with -mavx2 (codec/CMakeLists.txt), so xxHash selects its AVX2 loop here;
  * ckc_hash64 calls it only when the running CPU has AVX2.  XXH3 gives the
  * same value whichever loop computes it (tests/unit/test_codec.c checks

@@ -2,8 +2,8 @@
  * open_regular.c — the one way a file of a packed directory is opened for
  * reading (util.h, cku_open_regular).
  *
- * Everything in a packed directory is hostile input (README "Security and
- * trust"): a symbolic link there must not make a reader read a file outside
+ * Everything in a packed directory is hostile input (docs/security.md "Hostile
+ * input"): a symbolic link there must not make a reader read a file outside
  * it, and a FIFO, device or socket must not block or otherwise affect a
  * reader (opening a FIFO for reading waits for a writer, so `verify` hung and
  * a reader of the mount could not be killed).  So the path below the

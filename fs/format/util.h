@@ -15,7 +15,7 @@
 int cku_pread_full(int fd, void *buf, size_t len, uint64_t off);
 int cku_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
 /* Open root/rel for reading if it is a regular file: how every reader opens
- * a file of a packed directory (README "Security and trust").  root is taken
+ * a file of a packed directory (docs/security.md).  root is taken
  * as given (a link in it is the user's); below it no component of rel is
  * followed if it is a symbolic link, every one but the last must be a
  * directory, and the last a regular file: a FIFO, device, socket, directory

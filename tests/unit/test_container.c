@@ -761,7 +761,7 @@ START_TEST(ckread_rows_of_sub_byte_dtypes)
 }
 END_TEST
 
-/* No message of ckread holds a name from the pack raw (README: names are
+/* No message of ckread holds a name from the pack raw (docs/security.md: names are
  * printed escaped in every message): a tensor or file name with an escape
  * sequence or a newline reached the caller's err, which the Python binding
  * puts in its exceptions, as they were. */
