@@ -293,6 +293,16 @@ static int unpack_locked(const char *dst, const char *out_arg, int jobs)
     cku_run_threads(ckpt_files_at_once(jobs), unpack_worker, &u);
     if (atomic_load(&u.failed))
         goto out;
+    /* links as links, their targets as packed (format §7), after the files:
+     * nothing is written below a link (a link is no listed directory, R55) */
+    for (size_t i = 0; i < m->n_links; i++) {
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "%s/%s", stage, m->links[i].path);
+        if (symlink(m->links[i].target, p)) {
+            fprintf(stderr, "ckptfs unpack: %s: %s\n", CKU_ESC(p), strerror(errno));
+            goto out;
+        }
+    }
     for (size_t i = m->n_dirs; i-- > 0;) { /* modes after content: a 0555 dir must be filled first */
         char p[PATH_MAX];
         snprintf(p, sizeof p, "%s/%s", stage, m->dirs[i].path);

@@ -181,11 +181,36 @@ static size_t not_in_pack(const char *src, const char *rel, const ckm_manifest *
         }
         if (!is_dir && m->n_files && bsearch(r, m->files, m->n_files, sizeof *m->files, cmp_file_path))
             continue;
+        if (lstat(full, &lst) == 0 && S_ISLNK(lst.st_mode) && ckm_find_link(m, r))
+            continue; /* compared by links_differ */
         fprintf(stderr, "ckptfs verify: %s: %s the source but not in the pack\n", CKU_ESC(full),
                 is_dir ? "a directory in" : "in");
         n++;
     }
     closedir(d);
+    return n;
+}
+
+/* With --against a directory: each link the pack lists must be a link in
+ * SRC with the same target text (format §7), each difference named on
+ * stderr.  @return how many differ. */
+static size_t links_differ(const char *src, const ckm_manifest *m)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < m->n_links; i++) {
+        char full[PATH_MAX], t[CKM_TARGET_MAX + 2];
+        snprintf(full, sizeof full, "%s/%s", src, m->links[i].path);
+        ssize_t k = readlink(full, t, sizeof t - 1);
+        if (k >= 0)
+            t[k] = 0;
+        if (k < 0 || strcmp(t, m->links[i].target)) {
+            fprintf(stderr, "ckptfs verify: %s: %s\n", CKU_ESC(full),
+                    k >= 0 ? "the source's link has another target than the packed one"
+                    : errno == EINVAL ? "a symbolic link in the pack but not in the source"
+                                      : strerror(errno));
+            n++;
+        }
+    }
     return n;
 }
 
@@ -227,6 +252,8 @@ static int verify_locked(const char *dst, const char *against, int jobs)
     double secs = cku_progress_seconds(v.pr);
     cku_progress_done(v.pr);
     size_t extra = against && !against_file ? not_in_pack(against, "", m) : 0;
+    size_t link_differ = against && !against_file ? links_differ(against, m) : 0;
+    differ += link_differ;
     size_t bad = damaged + differ + newer + extra;
     if (newer)
         fprintf(stderr,
@@ -236,8 +263,8 @@ static int verify_locked(const char *dst, const char *against, int jobs)
     if (damaged)
         fprintf(stderr, "ckptfs verify: %s: %zu of %zu files damaged\n", dst, damaged, m->n_files);
     if (differ)
-        fprintf(stderr, "ckptfs verify: %s: %zu of %zu files differ from the source %s\n", dst, differ, m->n_files,
-                against);
+        fprintf(stderr, "ckptfs verify: %s: %zu of %zu files%s differ from the source %s\n", dst, differ,
+                m->n_files + m->n_links, m->n_links ? " and links" : "", against);
     if (extra)
         fprintf(stderr, "ckptfs verify: %s: %zu files or directories of the source %s are not in the pack\n", dst,
                 extra, against);

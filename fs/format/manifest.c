@@ -18,6 +18,7 @@
 
 #define MANIFEST_MAGIC "CKPTFS-MANIFEST 1 "
 #define MANIFEST_MAX (1u << 30)
+#define CKM_FORMAT_MAX 2 /* 1: files and dirs; 2 (format 1.1): links too */
 
 uint32_t ckm_file_mode(const ckm_file *f) { return f->mode & 07777u & ~(uint32_t)(S_ISUID | S_ISGID); }
 
@@ -34,8 +35,13 @@ void ckm_free(ckm_manifest *m)
         free(m->files[i].path);
     for (size_t i = 0; i < m->n_dirs; i++)
         free(m->dirs[i].path);
+    for (size_t i = 0; i < m->n_links; i++) {
+        free(m->links[i].path);
+        free(m->links[i].target);
+    }
     free(m->files);
     free(m->dirs);
+    free(m->links);
     free(m);
 }
 
@@ -187,6 +193,35 @@ static ckp_status parse_dirs(const cJSON *arr, ckm_manifest *m, const char *name
     return CKP_OK;
 }
 
+/* Links (format 2, §7): {"path": L, "target": T}, T any text of 1 to
+ * CKM_TARGET_MAX bytes (no NUL: parse_root refused \u0000). */
+static ckp_status parse_links(const cJSON *arr, ckm_manifest *m, const char *name, char *err, size_t cap)
+{
+    int n = cJSON_GetArraySize(arr);
+    m->links = calloc(n ? (size_t)n : 1, sizeof *m->links);
+    if (!m->links)
+        return merr(err, cap, CKP_ERR_NOMEM, "%s: out of memory", name);
+    for (const cJSON *e = arr->child; e; e = e->next) {
+        ckm_link *l = &m->links[m->n_links];
+        const char *p = NULL, *t = NULL, *why = NULL, *field = "";
+        if (!cJSON_IsObject(e))
+            why = "is not an object";
+        else if ((why = get_path(e, &p)))
+            field = "path";
+        else if ((why = get_string(e, "target", &t)) ||
+                 (why = !*t || strlen(t) > CKM_TARGET_MAX ? "is not 1 to 4095 bytes" : NULL))
+            field = "target";
+        if (why)
+            return bad_entry(err, cap, name, "link", m->n_links, e, field, why);
+        if (!(l->path = strdup(p)) || !(l->target = strdup(t))) {
+            free(l->path);
+            return merr(err, cap, CKP_ERR_NOMEM, "%s: out of memory", name);
+        }
+        m->n_links++;
+    }
+    return CKP_OK;
+}
+
 static int cmp_file(const void *a, const void *b)
 {
     return strcmp(((const ckm_file *)a)->path, ((const ckm_file *)b)->path);
@@ -195,6 +230,22 @@ static int cmp_dir(const void *a, const void *b)
 {
     return strcmp(((const ckm_dir *)a)->path, ((const ckm_dir *)b)->path);
 }
+static int cmp_link(const void *a, const void *b)
+{
+    return strcmp(((const ckm_link *)a)->path, ((const ckm_link *)b)->path);
+}
+
+const ckm_link *ckm_find_link(const ckm_manifest *m, const char *path)
+{
+    ckm_link key = {.path = (char *)path};
+    return m->n_links ? bsearch(&key, m->links, m->n_links, sizeof key, cmp_link) : NULL;
+}
+
+static int has_dir(const ckm_manifest *m, const char *path)
+{
+    ckm_dir key = {.path = (char *)path};
+    return m->n_dirs && bsearch(&key, m->dirs, m->n_dirs, sizeof key, cmp_dir) != NULL;
+}
 
 const ckm_file *ckm_find_file(const ckm_manifest *m, const char *path)
 {
@@ -202,11 +253,18 @@ const ckm_file *ckm_find_file(const ckm_manifest *m, const char *path)
     return m->n_files ? bsearch(&key, m->files, m->n_files, sizeof key, cmp_file) : NULL;
 }
 
-/* Names must be unique across files and directories, and every parent of an
- * entry must be a listed directory. */
+/* Names must be unique across files, directories and links, and every parent
+ * of an entry must be a listed directory. */
 static ckp_status check_tree(const ckm_manifest *m, const char *name, char *err, size_t cap)
 {
     char esc[CKU_ESC_NAME];
+    for (size_t i = 0; i < m->n_links; i++) {
+        const char *p = m->links[i].path, *why = i && !strcmp(m->links[i - 1].path, p) ? "is listed twice as a link"
+                                                 : ckm_find_file(m, p)                     ? "is both a file and a link"
+                                                 : has_dir(m, p) ? "is both a directory and a link" : NULL;
+        if (why)
+            return merr(err, cap, CKP_ERR_CORRUPT, "%s: \"%s\" %s", name, cku_escape(p, esc, sizeof esc), why);
+    }
     for (size_t i = 1; i < m->n_files; i++)
         if (!strcmp(m->files[i - 1].path, m->files[i].path))
             return merr(err, cap, CKP_ERR_CORRUPT, "%s: duplicate file \"%s\"", name,
@@ -215,10 +273,12 @@ static ckp_status check_tree(const ckm_manifest *m, const char *name, char *err,
         if (!strcmp(m->dirs[i - 1].path, m->dirs[i].path))
             return merr(err, cap, CKP_ERR_CORRUPT, "%s: duplicate directory \"%s\"", name,
                         cku_escape(m->dirs[i].path, esc, sizeof esc));
-    for (size_t i = 0; i < m->n_files + m->n_dirs; i++) {
-        const char *p = i < m->n_files ? m->files[i].path : m->dirs[i - m->n_files].path;
+    for (size_t i = 0; i < m->n_files + m->n_dirs + m->n_links; i++) {
+        const char *p = i < m->n_files                ? m->files[i].path
+                        : i < m->n_files + m->n_dirs ? m->dirs[i - m->n_files].path
+                                                      : m->links[i - m->n_files - m->n_dirs].path;
         const char *slash = strrchr(p, '/');
-        if (i >= m->n_files) {
+        if (i >= m->n_files && i < m->n_files + m->n_dirs) {
             if (ckm_find_file(m, p))
                 return merr(err, cap, CKP_ERR_CORRUPT, "%s: \"%s\" is both a file and a directory", name,
                             cku_escape(p, esc, sizeof esc));
@@ -228,8 +288,7 @@ static ckp_status check_tree(const ckm_manifest *m, const char *name, char *err,
         char *parent = strndup(p, (size_t)(slash - p));
         if (!parent)
             return merr(err, cap, CKP_ERR_NOMEM, "%s: out of memory", name);
-        ckm_dir key = {.path = parent};
-        int found = m->n_dirs && bsearch(&key, m->dirs, m->n_dirs, sizeof key, cmp_dir) != NULL;
+        int found = has_dir(m, parent);
         free(parent);
         if (!found)
             return merr(err, cap, CKP_ERR_CORRUPT, "%s: parent directory of \"%s\" is not listed", name,
@@ -379,13 +438,13 @@ static cJSON *parse_root(const char *json, size_t n, size_t at0, const char *nam
     else if (!cJSON_IsNumber(fmt))
         *st = merr(err, cap, CKP_ERR_CORRUPT, "%s: invalid manifest JSON: \"format\" is %s", name,
                    fmt ? "not a number" : "missing");
-    else if (fmt->valuedouble > 1)
+    else if (fmt->valuedouble > CKM_FORMAT_MAX)
         *st = merr(err, cap, CKP_ERR_VERSION,
                    "%s: manifest format %g was written by a newer ckptfs; upgrade ckptfs to read it", name,
                    fmt->valuedouble);
-    else if (fmt->valuedouble != 1)
-        *st = merr(err, cap, CKP_ERR_VERSION, "%s: unknown manifest format %g (this ckptfs reads format 1)", name,
-                   fmt->valuedouble);
+    else if (fmt->valuedouble != 1 && fmt->valuedouble != 2)
+        *st = merr(err, cap, CKP_ERR_VERSION, "%s: unknown manifest format %g (this ckptfs reads formats 1 and 2)",
+                   name, fmt->valuedouble);
     else
         return root;
     cJSON_Delete(root);
@@ -416,18 +475,26 @@ ckp_status ckm_load(const char *dst, ckm_manifest **out, char *err, size_t cap)
         goto out;
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
     const cJSON *dirs = cJSON_GetObjectItemCaseSensitive(root, "dirs");
-    if (!cJSON_IsArray(files) || !cJSON_IsArray(dirs)) {
-        st = merr(err, cap, CKP_ERR_CORRUPT, "%s: invalid manifest JSON: \"%s\" is %s", name,
-                  !cJSON_IsArray(files) ? "files" : "dirs",
-                  !(cJSON_IsArray(files) ? dirs : files) ? "missing" : "not an array");
+    /* "links" means something from format 2 on; in format 1 it is an unknown key (ignored) */
+    int v2 = cJSON_GetObjectItemCaseSensitive(root, "format")->valuedouble == 2;
+    const cJSON *links = v2 ? cJSON_GetObjectItemCaseSensitive(root, "links") : NULL;
+    const char *bad = !cJSON_IsArray(files) ? "files" : !cJSON_IsArray(dirs) ? "dirs"
+                      : v2 && !cJSON_IsArray(links) ? "links" : NULL;
+    if (bad) {
+        const cJSON *b = !strcmp(bad, "files") ? files : !strcmp(bad, "dirs") ? dirs : links;
+        st = merr(err, cap, CKP_ERR_CORRUPT, "%s: invalid manifest JSON: \"%s\" is %s", name, bad,
+                  !b ? "missing" : "not an array");
         goto out;
     }
-    if ((st = parse_files(files, m, name, err, cap)) != CKP_OK || (st = parse_dirs(dirs, m, name, err, cap)) != CKP_OK)
+    if ((st = parse_files(files, m, name, err, cap)) != CKP_OK || (st = parse_dirs(dirs, m, name, err, cap)) != CKP_OK ||
+        (links && (st = parse_links(links, m, name, err, cap)) != CKP_OK))
         goto out;
     if (m->n_files)
         qsort(m->files, m->n_files, sizeof *m->files, cmp_file);
     if (m->n_dirs)
         qsort(m->dirs, m->n_dirs, sizeof *m->dirs, cmp_dir);
+    if (m->n_links)
+        qsort(m->links, m->n_links, sizeof *m->links, cmp_link);
     if ((st = check_tree(m, name, err, cap)) != CKP_OK)
         goto out;
     *out = m;
@@ -471,10 +538,23 @@ ckp_status ckm_write_at(int dfd, const char *dst, ckm_manifest *m, unsigned mode
         qsort(m->files, m->n_files, sizeof *m->files, cmp_file);
     if (m->n_dirs)
         qsort(m->dirs, m->n_dirs, sizeof *m->dirs, cmp_dir);
+    if (m->n_links)
+        qsort(m->links, m->n_links, sizeof *m->links, cmp_link);
     cJSON *root = cJSON_CreateObject(), *files = cJSON_CreateArray(), *dirs = cJSON_CreateArray();
-    cJSON_AddNumberToObject(root, "format", 1);
+    /* the lowest format that holds it (format §10): 1 unless it has links */
+    cJSON_AddNumberToObject(root, "format", m->n_links ? 2 : 1);
     cJSON_AddItemToObject(root, "files", files);
     cJSON_AddItemToObject(root, "dirs", dirs);
+    if (m->n_links) {
+        cJSON *links = cJSON_CreateArray();
+        cJSON_AddItemToObject(root, "links", links);
+        for (size_t i = 0; i < m->n_links; i++) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "path", m->links[i].path);
+            cJSON_AddStringToObject(o, "target", m->links[i].target);
+            cJSON_AddItemToArray(links, o);
+        }
+    }
     for (size_t i = 0; i < m->n_files; i++)
         cJSON_AddItemToArray(files, file_json(&m->files[i]));
     for (size_t i = 0; i < m->n_dirs; i++) {

@@ -33,11 +33,23 @@ typedef struct {
     uint32_t mode;
 } ckm_dir;
 
+/* A symbolic link of the source (format §7 "links", manifest format 2): its
+ * target text as readlink gave it, relative or absolute, within the tree or
+ * not; readers present it as a link and never follow it themselves. */
+typedef struct {
+    char *path;          /* relative, like a file's; nothing of it is in DST */
+    char *target;        /* 1 .. CKM_TARGET_MAX bytes, no NUL */
+} ckm_link;
+
+#define CKM_TARGET_MAX 4095 /* PATH_MAX less its NUL: what symlink(2) takes */
+
 typedef struct {
     ckm_file *files;
     size_t n_files;
     ckm_dir *dirs;
     size_t n_dirs;
+    ckm_link *links;     /* sorted by path; none in a format 1 manifest */
+    size_t n_links;
 } ckm_manifest;
 
 /* The mode a reader gives file f back with (unpack's file, the mount's
@@ -54,6 +66,8 @@ int ckm_path_ok(const char *rel);
 /* The file of m whose path is path, or NULL (a binary search: ckm_load
  * sorts the files by path). */
 const ckm_file *ckm_find_file(const ckm_manifest *m, const char *path);
+/* The link of m whose path is path, or NULL (binary search, as above). */
+const ckm_link *ckm_find_link(const ckm_manifest *m, const char *path);
 
 /* Load DST/ckptfs.manifest.  @return CKP_OK with *out set, or one of these
  * with *out NULL and a message naming the file and the problem (the field
@@ -62,7 +76,7 @@ const ckm_file *ckm_find_file(const ckm_manifest *m, const char *path);
  *                    says whether a pack is unfinished there), DST not a
  *                    directory, or the manifest not a regular file reached
  *                    without links (R51);
- *   CKP_ERR_VERSION  "format" is not 1: written by a newer ckptfs (R53);
+ *   CKP_ERR_VERSION  "format" is not 1 or 2: written by a newer ckptfs (R53);
  *   CKP_ERR_CORRUPT  damaged or inconsistent: its first line or checksum
  *                    (R50), its JSON (R56), a field of an entry (R54),
  *                    duplicate names, unlisted parents (R55), over 1 GiB;
@@ -73,14 +87,17 @@ const ckm_file *ckm_find_file(const ckm_manifest *m, const char *path);
  *       the name limit the mount reports), and a file's ckp_file_path_problem
  *       too (its last component at most 250 bytes, so R.ckpt is a name);
  *   M2. files are sorted by path (byte order) with no path twice, and so are
- *       directories;
- *   M3. no path is both a file and a directory;
+ *       directories and links;
+ *   M3. no path is two of a file, a directory and a link;
  *   M4. the parent of every entry that has one is a listed directory;
+ *   M6. a link's target is 1 to CKM_TARGET_MAX bytes without NUL (any text:
+ *       it may point anywhere, and nothing in ckptfs follows it);
  *   M5. sizes are at most 2^53, modes at most 07777. */
 ckp_status ckm_load(const char *dst_dir, ckm_manifest **out, char *err, size_t errCapacity);
 
 /* Sort entries and write DST/ckptfs.manifest atomically (temporary file,
- * fsync, rename, fsync of the directory).  @return CKP_OK, CKP_ERR_IO (the
+ * fsync, rename, fsync of the directory): format 1, or 2 if it lists links
+ * (a reader of format 1 alone must refuse it rather than leave them out).  @return CKP_OK, CKP_ERR_IO (the
  * file named in err with errno's text) or CKP_ERR_NOMEM. */
 ckp_status ckm_write(const char *dst_dir, ckm_manifest *m, char *err, size_t errCapacity);
 /* ckm_write into the directory open at dfd (named dst_dir in messages),

@@ -39,7 +39,7 @@ static void fill_stat(const ckfs_ctx *c, uint64_t ino, const cki_node *n, struct
 {
     memset(st, 0, sizeof *st);
     st->st_ino = ino;
-    st->st_mode = ckfs_apply_mask(&c->o, n->mode);
+    st->st_mode = S_ISLNK(n->mode) ? n->mode : ckfs_apply_mask(&c->o, n->mode);
     st->st_nlink = S_ISDIR(n->mode) ? 2 + n->n_subdirs : 1;
     st->st_uid = c->uid;
     st->st_gid = c->gid;
@@ -127,8 +127,8 @@ static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         fuse_reply_err(req, ENOENT);
         return;
     }
-    if (S_ISDIR(n->mode)) {
-        fuse_reply_err(req, EISDIR);
+    if (!S_ISREG(n->mode)) { /* the kernel opens the target of a link, never the link */
+        fuse_reply_err(req, S_ISDIR(n->mode) ? EISDIR : ELOOP);
         return;
     }
     if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
@@ -146,6 +146,17 @@ static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     fi->noflush = 1;
     if (fuse_reply_open(req, fi) != 0)  /* interrupted: no release will come */
         ckfs_file_close(of);
+}
+
+/* A symbolic link's target, as packed (format §7): the kernel resolves it. */
+static void ll_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+    ckfs_ctx *c = fuse_req_userdata(req);
+    const cki_node *n = cki_get(c->t, ino);
+    if (!n || !S_ISLNK(n->mode))
+        fuse_reply_err(req, n ? EINVAL : ENOENT);
+    else
+        fuse_reply_readlink(req, n->target);
 }
 
 static void ll_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -338,6 +349,7 @@ const struct fuse_lowlevel_ops ckfs_ll_ops = {
     .forget = ll_forget,
     .forget_multi = ll_forget_multi,
     .getattr = ll_getattr,
+    .readlink = ll_readlink,
     .access = ll_access,
     .open = ll_open,
     .read = ll_read,

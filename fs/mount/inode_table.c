@@ -6,6 +6,8 @@
  *   2 .. 1+n_dirs             the manifest's directories, in manifest order
  *   2+n_dirs .. 1+n_dirs+n_files
  *                             the manifest's files, in manifest order
+ *   2+n_dirs+n_files .. 1+n_dirs+n_files+n_links
+ *                             the manifest's symbolic links, in manifest order
  * Inode numbers are never reused during a mount, so FUSE's lookup counts
  * need no bookkeeping (forget is a no-op) and generation numbers stay 0.
  *
@@ -188,6 +190,13 @@ ckfs_status cki_build(const ckm_manifest *m, uint32_t rootMode, int64_t dirMtime
         if (!add_node(t, strdup(f->path), S_IFREG | ckm_file_mode(f), f->size, f->mtime_ns, (int64_t)i))
             goto nomem;
     }
+    for (size_t i = 0; i < m->n_links; i++) {
+        const ckm_link *l = &m->links[i];
+        assert(ckp_path_ok(l->path)); /* M1 */
+        uint64_t ino = add_node(t, strdup(l->path), S_IFLNK | 0777, strlen(l->target), dirMtimeNs, -1);
+        if (!ino || !(t->nodes[ino].target = strdup(l->target)))
+            goto nomem;
+    }
     link_parents(t);
     if (fill_children(t) != 0)
         goto nomem;
@@ -207,6 +216,7 @@ void cki_free(cki_table *t)
         return;
     for (uint64_t ino = 1; ino <= t->n; ino++) {
         free((char *)t->nodes[ino].path);
+        free((char *)t->nodes[ino].target);
         free(t->nodes[ino].children);
     }
     free(t->nodes);

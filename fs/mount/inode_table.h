@@ -20,10 +20,11 @@ typedef struct {
     const char *name;      /* last path component; "" for the root */
     const char *path;      /* relative path; "" for the root */
     uint64_t parent;       /* inode of the parent (the root is its own parent) */
-    uint32_t mode;         /* S_IFDIR or S_IFREG | permission bits */
-    uint64_t size;         /* files: original size; dirs: 0 */
+    uint32_t mode;         /* S_IFDIR or S_IFREG | permission bits; S_IFLNK | 0777 */
+    uint64_t size;         /* files: original size; dirs: 0; links: their target's length */
     int64_t mtime_ns;
-    int64_t file;          /* files: index in the manifest's files; dirs: -1 */
+    int64_t file;          /* files: index in the manifest's files; dirs, links: -1 */
+    const char *target;    /* links: the target text, as packed (never followed here) */
     uint64_t *children;    /* dirs: child inodes sorted by name (byte order) */
     uint32_t n_children;
     uint32_t n_subdirs;
@@ -32,8 +33,9 @@ typedef struct {
 typedef struct cki_table cki_table;
 
 /* Build the tree of m, a manifest as ckm_load returns it: its guarantees
- * M1-M4 (manifest.h: safe unique paths, none both a file and a directory,
- * every parent listed) are preconditions, asserted in debug builds.
+ * M1-M4 (manifest.h: safe unique paths, none two of a file, a directory and
+ * a link, every parent listed) are preconditions, asserted in debug builds.
+ * Links get the time of directories (the manifest records none).
  * rootMode is the root's permission bits: the packed directory's own, so
  * the mount is no more open than it (pack makes it no more open than SRC).
  * dirMtimeNs is the time given to directories (the manifest does not record

@@ -218,6 +218,14 @@ def cases():
                                                      spans[1][0] + 100, spans[2][0] + 1000])])
     case("st-tensors-share-extent", "§4 several tensors in one extent, with the header", A,
          [st_tiled("m.safetensors", lambda spans, n: [spans[1][0] + 2])])
+    # §7 links (manifest format 2): targets as written, inside the tree or not
+    case("links", "§7 links: any target text, inside the tree or not", A,
+         [blob("blobs/abc"), blob("top.bin")], dirs=[("blobs", 0o755), ("snap", 0o755), ("snap/r1", 0o755)],
+         links=[("snap/r1/config.json", "../../blobs/abc"), ("snap/r1/outside", "../../../../elsewhere"),
+                ("abs", "/etc/hostname"), ("dangling", "no such file"), ("l" * 255, "t" * 4095),
+                ("snap/dirlink", "r1")])
+    case("links-ignored-in-format-1", "§7 links is an unknown key in format 1", A, [blob()],
+         manifest_edit=lambda d: dict(d, links=[{"path": "x", "target": "y"}, 5]))
     case("multi-extent-blob", "§4 a blob in several extents", A,
          [File("b.bin", [Extent(RAW, T[:1000], chunk_size=300), Extent(ZSTD, T[1000:3000], chunk_size=700),
                          Extent(RAW, T[3000:], chunk_size=4096)])])
@@ -441,7 +449,32 @@ def cases():
         manifest_edit=lambda d: add_file(d, "ghost.bin"))
     rej("manifest-size", "R52 manifest = TOC", "does not match its manifest entry", manifest_edit=lambda d: set_file(d, size=1))
     rej("manifest-sha", "R52 manifest = TOC", "does not match its manifest entry", manifest_edit=lambda d: set_file(d, sha256="ab" * 32))
-    rej("manifest-format-2", "R53 format 1", "manifest format 2", manifest_edit=lambda d: dict(d, format=2))
+    rej("manifest-format-3", "R53 format 1 or 2", "manifest format 3", manifest_edit=lambda d: dict(d, format=3))
+
+    def links(*ls):
+        return lambda d: dict(d, format=2, links=list(ls))
+    rej("manifest-format-2-no-links", "R56 links an array in format 2", '"links" is missing',
+        manifest_edit=lambda d: dict(d, format=2))
+    rej("manifest-links-object", "R56 links an array in format 2", '"links" is not an array',
+        manifest_edit=lambda d: dict(d, format=2, links={}))
+    rej("manifest-link-not-object", "R54 entries are objects", "link entry 0 is not an object",
+        manifest_edit=links(5))
+    rej("manifest-link-target-empty", "R54 link target 1 to 4095 bytes", '"target" is not 1 to 4095 bytes',
+        manifest_edit=links({"path": "l", "target": ""}))
+    rej("manifest-link-target-4096", "R54 link target 1 to 4095 bytes", '"target" is not 1 to 4095 bytes',
+        manifest_edit=links({"path": "l", "target": "t" * 4096}))
+    rej("manifest-link-target-number", "R54 link target a string", '"target" is not a string',
+        manifest_edit=links({"path": "l", "target": 5}))
+    rej("manifest-link-target-missing", "R54 link target a string", '"target" is missing',
+        manifest_edit=links({"path": "l"}))
+    rej("manifest-link-path-dotdot", "R54 link path", '"path" "../l"', manifest_edit=links({"path": "../l", "target": "x"}))
+    rej("manifest-link-is-file", "R55 unique names", "is both a file and a link",
+        manifest_edit=links({"path": "config.json", "target": "x"}))
+    rej("manifest-link-is-dir", "R55 unique names", "is both a directory and a link", blob("d/x.json"),
+        dirs=[("d", 0o755)], manifest_edit=links({"path": "d", "target": "x"}))
+    rej("manifest-link-twice", "R55 unique names", "is listed twice as a link",
+        manifest_edit=links({"path": "l", "target": "x"}, {"path": "l", "target": "y"}))
+    rej("manifest-link-parent", "R55 parents listed", "parent directory of", manifest_edit=links({"path": "d/l", "target": "x"}))
     rej("manifest-kind", "R54 kind", '"kind" is neither', manifest_edit=lambda d: set_file(d, kind="tensor"))
     rej("manifest-mode", "R54 mode <= 07777", '"mode" is not an integer from 0 to 07777', manifest_edit=lambda d: set_file(d, mode=0o100644))
     rej("manifest-mtime", "R54 mtime_ns grammar", '"mtime_ns" is not a string of', manifest_edit=lambda d: set_file(d, mtime_ns="1e9"))

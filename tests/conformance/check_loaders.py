@@ -47,7 +47,7 @@ def tensors_of(f):
 
 def check_case(lib, c, dst):
     ckpack.write_pack(dst, c["files"], c.get("dirs", ()), c.get("manifest_edit"),
-                      c.get("manifest_damage"), c.get("extra"))
+                      c.get("manifest_damage"), c.get("extra"), c.get("links", ()))
     want = {}
     for f in c["files"]:
         if f.kind:

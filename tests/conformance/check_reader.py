@@ -34,7 +34,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import ckpack  # noqa: E402
-from ckread import Packed, Reject, parse_manifest, read_pack, xxh3  # noqa: E402
+from ckread import Packed, Reject, parse_manifest, read_links, read_pack, xxh3  # noqa: E402
 from cases import cases  # noqa: E402
 
 TESTS = os.path.join(HERE, "..")
@@ -95,7 +95,7 @@ def check_cases(tmp, only):
             continue
         dst = os.path.join(tmp, c["name"])
         ckpack.write_pack(dst, c["files"], c.get("dirs", ()), c.get("manifest_edit"),
-                          c.get("manifest_damage"), c.get("extra"))
+                          c.get("manifest_damage"), c.get("extra"), c.get("links", ()))
         if c.get("post"):
             c["post"](dst)
         try:
@@ -110,6 +110,9 @@ def check_cases(tmp, only):
                 for f in c["files"]:
                     if got.get(f.path) != f.original():
                         why = "ckread read other bytes for %r" % f.path
+                want = {p.encode(): t.encode() for p, t in c.get("links", ())}
+                if read_links(dst) != want:
+                    why = "ckread read other links: %r" % read_links(dst)
         elif not err:
             why = "ckread accepted it"
         elif err.rule not in re.findall(r"R\d+", c["rule"]):
@@ -177,7 +180,7 @@ def check_statuses(tmp, replay, only):
             continue
         dst = os.path.join(tmp, c["name"])
         ckpack.write_pack(dst, c["files"], c.get("dirs", ()), c.get("manifest_edit"),
-                          c.get("manifest_damage"), c.get("extra"))
+                          c.get("manifest_damage"), c.get("extra"), c.get("links", ()))
         data = open(os.path.join(dst, "ckptfs.manifest"), "rb").read()
         try:
             files, _ = parse_manifest(data)

@@ -241,9 +241,10 @@ def serialize_toc(t, recs):
 
 # ---- a packed directory (§2, §7) --------------------------------------------
 
-def manifest_bytes(files, dirs, edit=None, damage=None):
-    """files: [(File, bytes_of_ckpt)]; dirs: [(path, mode)]."""
-    doc = {"format": 1,
+def manifest_bytes(files, dirs, edit=None, damage=None, links=()):
+    """files: [File]; dirs: [(path, mode)]; links: [(path, target)] (§7: format 2
+    when there are any)."""
+    doc = {"format": 2 if links else 1,
            "files": [{"path": f.path.decode("utf-8", "surrogateescape"), "size": len(f.original()),
                       "sha256": hashlib.sha256(f.original()).hexdigest(), "mode": f.mode & 0o7777,
                       "mtime_ns": str(f.mtime_ns), "kind": "safetensors" if f.kind else "blob"}
@@ -251,6 +252,8 @@ def manifest_bytes(files, dirs, edit=None, damage=None):
            "dirs": [{"path": p, "mode": m} for p, m in dirs]}
     doc["files"].sort(key=lambda e: e["path"].encode("utf-8", "surrogateescape"))
     doc["dirs"].sort(key=lambda e: e["path"].encode())
+    if links:
+        doc["links"] = sorted(({"path": p, "target": t} for p, t in links), key=lambda e: e["path"].encode())
     if edit:
         doc = edit(doc)
     js = doc if isinstance(doc, bytes) else json.dumps(doc, indent=1).encode()
@@ -258,8 +261,8 @@ def manifest_bytes(files, dirs, edit=None, damage=None):
     return damage(text) if damage else text
 
 
-def write_pack(dst, files, dirs=(), manifest_edit=None, manifest_damage=None, extra=None):
-    """Write DST/<path>.ckpt for every File and DST/ckptfs.manifest."""
+def write_pack(dst, files, dirs=(), manifest_edit=None, manifest_damage=None, extra=None, links=()):
+    """Write DST/<path>.ckpt for every File and DST/ckptfs.manifest (links: in it only)."""
     os.makedirs(dst)
     for p, _ in dirs:
         os.makedirs(os.path.join(dst, p), exist_ok=True)
@@ -270,4 +273,4 @@ def write_pack(dst, files, dirs=(), manifest_edit=None, manifest_damage=None, ex
         with open(os.path.join(dst, name), "wb") as o:
             o.write(data)
     with open(os.path.join(dst, "ckptfs.manifest"), "wb") as o:
-        o.write(manifest_bytes(files, list(dirs), manifest_edit, manifest_damage))
+        o.write(manifest_bytes(files, list(dirs), manifest_edit, manifest_damage, list(links)))

@@ -357,8 +357,9 @@ def bf16_chunk(x, codes, low, esc, w0, nw, e0, e1):
 
 # ---- the manifest (§7) ------------------------------------------------------------
 
-def parse_manifest(b):
-    """{path: entry} of files and {path: mode} of dirs, or Reject (R50, R53-R56)."""
+def parse_manifest(b, links_out=None):
+    """{path: entry} of files and {path: mode} of dirs, or Reject (R50, R53-R56);
+    links_out (a dict), if given, gets {path: target} of the links (format 2)."""
     if len(b) > 1 << 30:
         corrupt("R56", "over 1 GiB")
     m = re.match(rb"CKPTFS-MANIFEST 1 ([0-9a-f]{16})\n", b)
@@ -414,10 +415,12 @@ def parse_manifest(b):
     fmt = doc.get("format")
     if not isinstance(fmt, float):
         corrupt("R56", "format missing or not a number")
-    if fmt != 1:
+    if fmt not in (1, 2):
         raise Reject("unsupported", "R53", "format %r" % fmt)
     if not isinstance(doc.get("files"), list) or not isinstance(doc.get("dirs"), list):
         corrupt("R56", "files or dirs not an array")
+    if fmt == 2 and not isinstance(doc.get("links"), list):  # format 1: an unknown key
+        corrupt("R56", "links not an array")
 
     def number(e, k, hi):
         v = e.get(k)
@@ -458,11 +461,23 @@ def parse_manifest(b):
         p = path_of(e, False)
         dirs[p] = number(e, "mode", 0o7777)
         dpaths.append(p)
-    if len(files) != len(fpaths) or len(dirs) != len(dpaths):
+    links, lpaths = {}, []
+    for e in doc["links"] if fmt == 2 else []:
+        if not isinstance(e, dict):
+            corrupt("R54", "a link entry that is not an object")
+        p = path_of(e, False)
+        t = e.get("target")
+        if not isinstance(t, str) or not 1 <= len(t.encode("utf-8")) <= 4095:
+            corrupt("R54", "link target %r" % (t,))
+        links[p] = t.encode("utf-8")
+        lpaths.append(p)
+    if len(files) != len(fpaths) or len(dirs) != len(dpaths) or len(links) != len(lpaths):
         corrupt("R55", "a duplicate path")
-    if set(files) & set(dirs):
-        corrupt("R55", "a path both a file and a directory")
-    for p in fpaths + dpaths:
+    if set(files) & set(dirs) or set(links) & (set(files) | set(dirs)):
+        corrupt("R55", "a path that is two of a file, a directory and a link")
+    if links_out is not None:
+        links_out.update(links)
+    for p in fpaths + dpaths + lpaths:
         if b"/" in p and p.rsplit(b"/", 1)[0] not in dirs:
             corrupt("R55", "parent of %r not listed" % p)
     return files, dirs
@@ -485,6 +500,13 @@ def open_regular(dst, rel):
             raise Reject("not-ckptfs", "R51", "%r: a link, or not a regular file / directory" % rel)
     with open(p, "rb") as f:
         return f.read()
+
+
+def read_links(dst):
+    """{path: target} of the links the manifest lists (§7), or Reject."""
+    links = {}
+    parse_manifest(open_regular(dst, b"ckptfs.manifest"), links)
+    return links
 
 
 def read_pack(dst):

@@ -135,7 +135,7 @@ def main():
                         ckpack.write_pack(dst, frame_files(rnd))
                     else:
                         ckpack.write_pack(dst, c["files"], c.get("dirs", ()), c.get("manifest_edit"),
-                                          c.get("manifest_damage"), c.get("extra"))
+                                          c.get("manifest_damage"), c.get("extra"), c.get("links", ()))
                         if not (mutate_packed if what == "packed" else mutate_manifest)(rnd, dst):
                             continue
                     trials += 1

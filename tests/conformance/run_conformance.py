@@ -82,6 +82,17 @@ def check_accept(ck, c, dst, out):
         with open(p, "rb") as fh:
             if fh.read() != f.original():
                 return "unpack wrote other bytes for %r" % f.path
+    return check_links(c, out, "unpack")
+
+
+def check_links(c, root, who):
+    """Every link of the case is a symbolic link under root with its target (§7)."""
+    for path, target in c.get("links", ()):
+        p = os.path.join(root, path)
+        if not os.path.islink(p):
+            return "%s: %r is not a symbolic link" % (who, path)
+        if os.readlink(p) != target:
+            return "%s: %r links to %r, not %r" % (who, path, os.readlink(p), target)
     return None
 
 
@@ -152,6 +163,8 @@ def check_mount(ck, c, dst, mnt):
                 return "mount returned other bytes for %r" % f.path
             if c["verdict"] == "reject" and got != f.original():
                 return "mount returned bytes other than the original for a rejected %r" % f.path
+        if c["verdict"] == "accept" and check_links(c, mnt, "mount"):
+            return check_links(c, mnt, "mount")
         if "damaged" in c:
             return check_pages(os.path.join(mnt.encode(), c["files"][0].path), c["files"][0].original(),
                                c["damaged"])
@@ -193,7 +206,7 @@ def main():
             for d in (dst, out):
                 shutil.rmtree(d, ignore_errors=True)
             ckpack.write_pack(dst, c["files"], c.get("dirs", ()), c.get("manifest_edit"),
-                              c.get("manifest_damage"), c.get("extra"))
+                              c.get("manifest_damage"), c.get("extra"), c.get("links", ()))
             if c.get("post"):
                 c["post"](dst)
             why = (check_accept if c["verdict"] == "accept" else check_reject)(a.ckptfs, c, dst, out)

@@ -51,7 +51,7 @@ static void check_tree(const ckm_manifest *m)
     ckfs_status st = cki_build(m, 0755, 0, &t, err, sizeof err);
     if (st == CKFS_ERR_NOMEM)
         return;
-    if (st != CKFS_OK || cki_count(t) != 1 + m->n_dirs + m->n_files)
+    if (st != CKFS_OK || cki_count(t) != 1 + m->n_dirs + m->n_files + m->n_links)
         abort();
     for (size_t i = 0; i < m->n_files; i++) {
         uint64_t ino = CKI_ROOT;

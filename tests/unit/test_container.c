@@ -515,12 +515,24 @@ START_TEST(manifest_roundtrip_and_damage)
     ckm_manifest m3 = {.files = &orphan, .n_files = 1};
     ck_assert_int_eq(ckm_write(tmpdir, &m3, err, sizeof err), CKP_OK);
     ck_assert_int_eq(ckm_load(tmpdir, &l, err, sizeof err), CKP_ERR_CORRUPT);
+    /* links (format 2): written only when there are some, read back sorted,
+     * targets as given (outside the tree too) */
+    ckm_dir sd[] = {{.path = "s", .mode = 0755}};
+    ckm_link ln[] = {{.path = "s/b", .target = "/abs/x"}, {.path = "s/a", .target = "../../blobs/h"}};
+    ckm_manifest m4 = {.dirs = sd, .n_dirs = 1, .links = ln, .n_links = 2};
+    ck_assert_int_eq(ckm_write(tmpdir, &m4, err, sizeof err), CKP_OK);
+    ck_assert_int_eq(ckm_load(tmpdir, &l, err, sizeof err), CKP_OK);
+    ck_assert_uint_eq(l->n_links, 2);
+    ck_assert_str_eq(l->links[0].path, "s/a");
+    ck_assert_str_eq(l->links[0].target, "../../blobs/h");
+    ck_assert_str_eq(ckm_find_link(l, "s/b")->target, "/abs/x");
+    ckm_free(l);
     /* the other classes stay apart: not a packed directory, a newer format,
      * a directory that cannot be read, a write that fails */
     unlink(path);
     ck_assert_int_eq(ckm_load(tmpdir, &l, err, sizeof err), CKP_ERR_FORMAT);
     ck_assert_ptr_nonnull(strstr(err, "not a packed directory"));
-    static const char newer[] = "{\"format\":2,\"files\":[],\"dirs\":[]}";
+    static const char newer[] = "{\"format\":3,\"files\":[],\"dirs\":[]}";
     FILE *mf = fopen(path, "w");
     fprintf(mf, "CKPTFS-MANIFEST 1 %016llx\n%s", (unsigned long long)ckc_hash64(newer, strlen(newer)), newer);
     fclose(mf);
