@@ -1,0 +1,539 @@
+/*
+ * s3_ops.c — the S3 operations of s3.h on top of cks3_perform: object
+ * reads (HEAD, ranged and whole GET), ListObjectsV2, PUT, DELETE and the
+ * multipart upload calls, with their responses checked and parsed.
+ */
+#define _GNU_SOURCE
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "s3_internal.h"
+
+static cks3_status nomem(char *err, size_t cap)
+{
+    snprintf(err, cap, "out of memory");
+    return CKS3_ERR_NOMEM;
+}
+
+static cks3_status protocol(const cks3_req *r, const char *what, const char *why, char *err, size_t cap)
+{
+    snprintf(err, cap, "s3://%s/%s: %s: %s", r->bucket, r->key ? r->key : "", what, why);
+    return CKS3_ERR_PROTOCOL;
+}
+
+cks3_status cks3_head(cks3_client *c, const char *bucket, const char *key, cks3_object *out, char *err, size_t cap)
+{
+    cks3_req r = {.method = "HEAD", .bucket = bucket, .key = key};
+    cks3_status st = cks3_perform(c, &r, "HEAD", err, cap);
+    if (st == CKS3_OK && (!r.has_length || !r.etag[0]))
+        st = protocol(&r, "HEAD", "no Content-Length or ETag in the response", err, cap);
+    if (st == CKS3_OK) {
+        out->size = r.content_length;
+        snprintf(out->etag, sizeof out->etag, "%s", r.etag);
+    }
+    cks3_req_free(&r);
+    return st;
+}
+
+cks3_status cks3_get_range(cks3_client *c, const char *bucket, const char *key, const char *ifMatch, uint64_t off,
+                           size_t len, void *dst, char *err, size_t cap)
+{
+    if (!len)
+        return CKS3_OK;
+    char what[96];
+    snprintf(what, sizeof what, "GET bytes %" PRIu64 "-%" PRIu64, off, off + len - 1);
+    cks3_req r = {.method = "GET", .bucket = bucket, .key = key, .if_match = ifMatch, .has_range = 1,
+                  .off = off, .len = len, .dst = dst, .max_body = 1u << 20};
+    cks3_status st = cks3_perform(c, &r, what, err, cap);
+    if (st == CKS3_OK) {
+        unsigned long long a = 0, b = 0;
+        int whole = r.http == 200 && off == 0 && r.got == len && (!r.has_length || r.content_length == len);
+        int ranged = r.http == 206 && sscanf(r.content_range, "bytes %llu-%llu/", &a, &b) == 2 && a == off &&
+                     b == off + len - 1 && r.got == len;
+        if (!whole && !ranged)
+            st = r.got < len && (r.http == 200 || r.http == 206)
+                     ? (snprintf(err, cap, "s3://%s/%s: %s: %" PRIu64 " bytes came (the object is shorter)", bucket,
+                                 key, what, r.got),
+                        CKS3_ERR_RANGE)
+                     : protocol(&r, what, "the response is not the range asked for", err, cap);
+    }
+    if (st == CKS3_OK)
+        atomic_fetch_add_explicit(&c->get_bytes, len, memory_order_relaxed);
+    cks3_req_free(&r);
+    return st;
+}
+
+cks3_status cks3_get_object(cks3_client *c, const char *bucket, const char *key, size_t maxSize, cks3_object *obj,
+                            char **buf, size_t *len, char *err, size_t cap)
+{
+    *buf = NULL;
+    *len = 0;
+    cks3_req r = {.method = "GET", .bucket = bucket, .key = key, .max_body = maxSize};
+    cks3_status st = cks3_perform(c, &r, "GET", err, cap);
+    if (st == CKS3_OK && r.has_length && r.content_length != r.resp.n)
+        st = protocol(&r, "GET", "the body is not Content-Length bytes", err, cap);
+    if (st == CKS3_OK) {
+        if (!r.resp.p && !(r.resp.p = calloc(1, 1))) {
+            cks3_req_free(&r);
+            return nomem(err, cap);
+        }
+        if (obj) {
+            obj->size = r.resp.n;
+            snprintf(obj->etag, sizeof obj->etag, "%s", r.etag);
+        }
+        *buf = r.resp.p;
+        *len = r.resp.n;
+        r.resp.p = NULL;
+    }
+    cks3_req_free(&r);
+    return st;
+}
+
+/* ---- listings --------------------------------------------------------------- */
+
+typedef struct {
+    cks3_list_result *out;
+    size_t cap;
+    cks3_entry cur;
+    int truncated;
+    char *token;
+    int nomem;
+} list_state;
+
+static int list_field(void *arg, const char *parent, const char *name, const char *text)
+{
+    list_state *s = arg;
+    if (!parent && !strcmp(name, "IsTruncated"))
+        s->truncated = !strcmp(text, "true");
+    else if (!parent && !strcmp(name, "NextContinuationToken")) {
+        free(s->token);
+        s->token = strdup(text);
+        s->nomem |= !s->token;
+    } else if (parent && !strcmp(parent, "Contents") && name && text) {
+        if (!strcmp(name, "Key") && !s->cur.key)
+            s->nomem |= !(s->cur.key = strdup(text));
+        else if (!strcmp(name, "Size"))
+            s->cur.size = strtoull(text, NULL, 10);
+        else if (!strcmp(name, "ETag"))
+            snprintf(s->cur.etag, sizeof s->cur.etag, "%s", text);
+    } else if (parent && !strcmp(parent, "Contents") && !name) { /* the record ends */
+        if (s->out->n == s->cap) {
+            size_t ncap = s->cap ? 2 * s->cap : 64;
+            cks3_entry *v = realloc(s->out->v, ncap * sizeof *v);
+            if (!v)
+                return s->nomem = 1;
+            s->out->v = v;
+            s->cap = ncap;
+        }
+        if (s->cur.key)
+            s->out->v[s->out->n++] = s->cur;
+        memset(&s->cur, 0, sizeof s->cur);
+    }
+    return s->nomem;
+}
+
+cks3_status cks3_list(cks3_client *c, const char *bucket, const char *prefix, cks3_list_result *out, char *err,
+                      size_t cap)
+{
+    memset(out, 0, sizeof *out);
+    list_state s = {.out = out};
+    cks3_status st = CKS3_OK;
+    char *eprefix = cks3_uri_encode(prefix ? prefix : "", 0);
+    if (!eprefix)
+        return nomem(err, cap);
+    do {
+        char *etok = s.token ? cks3_uri_encode(s.token, 0) : NULL, *query = NULL;
+        /* the canonical query: parameters sorted by name */
+        int rc = asprintf(&query, "%s%s%slist-type=2&prefix=%s", etok ? "continuation-token=" : "", etok ? etok : "",
+                          etok ? "&" : "", eprefix);
+        free(etok);
+        if (rc < 0) {
+            st = nomem(err, cap);
+            break;
+        }
+        cks3_req r = {.method = "GET", .bucket = bucket, .query = query};
+        s.truncated = 0;
+        st = cks3_perform(c, &r, "LIST", err, cap);
+        if (st == CKS3_OK) {
+            char root[64];
+            int w = cks3_xml_walk(r.resp.p ? r.resp.p : "", r.resp.n, root, sizeof root, list_field, &s);
+            if (s.nomem)
+                st = nomem(err, cap);
+            else if (w || strcmp(root, "ListBucketResult"))
+                st = protocol(&r, "LIST", "not a ListBucketResult", err, cap);
+            else if (s.truncated && !s.token)
+                st = protocol(&r, "LIST", "truncated without a continuation token", err, cap);
+        }
+        free(query);
+        cks3_req_free(&r);
+    } while (st == CKS3_OK && s.truncated);
+    free(s.cur.key);
+    free(s.token);
+    free(eprefix);
+    if (st != CKS3_OK)
+        cks3_list_free(out);
+    return st;
+}
+
+void cks3_list_free(cks3_list_result *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i].key);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+/* ---- writes ------------------------------------------------------------------ */
+
+static cks3_status put_body(cks3_client *c, const char *bucket, const char *key, const char *query,
+                            const void *data, size_t len, const char *what, char etagOut[CKS3_ETAG_MAX], char *err,
+                            size_t cap)
+{
+    static const char empty[1];
+    cks3_req r = {.method = "PUT", .bucket = bucket, .key = key, .query = query, .body = data ? data : empty,
+                  .body_len = len};
+    cks3_status st = cks3_perform(c, &r, what, err, cap);
+    if (st == CKS3_OK && !r.etag[0])
+        st = protocol(&r, what, "no ETag in the response", err, cap);
+    if (st == CKS3_OK && etagOut)
+        snprintf(etagOut, CKS3_ETAG_MAX, "%s", r.etag);
+    cks3_req_free(&r);
+    return st;
+}
+
+cks3_status cks3_put(cks3_client *c, const char *bucket, const char *key, const void *data, size_t len,
+                     char etagOut[CKS3_ETAG_MAX], char *err, size_t cap)
+{
+    return put_body(c, bucket, key, NULL, data, len, "PUT", etagOut, err, cap);
+}
+
+cks3_status cks3_delete(cks3_client *c, const char *bucket, const char *key, char *err, size_t cap)
+{
+    cks3_req r = {.method = "DELETE", .bucket = bucket, .key = key};
+    cks3_status st = cks3_perform(c, &r, "DELETE", err, cap);
+    cks3_req_free(&r);
+    return st == CKS3_ERR_NOT_FOUND ? CKS3_OK : st;
+}
+
+/* ---- multipart ---------------------------------------------------------------- */
+
+typedef struct {
+    char *upload_id;
+    char etag[CKS3_ETAG_MAX];
+    char code[128], message[512];
+    int nomem;
+} mpu_state;
+
+static int mpu_field(void *arg, const char *parent, const char *name, const char *text)
+{
+    mpu_state *s = arg;
+    if (parent || !text)
+        return 0;
+    if (!strcmp(name, "UploadId") && !s->upload_id)
+        s->nomem |= !(s->upload_id = strdup(text));
+    else if (!strcmp(name, "ETag"))
+        snprintf(s->etag, sizeof s->etag, "%s", text);
+    else if (!strcmp(name, "Code"))
+        snprintf(s->code, sizeof s->code, "%s", text);
+    else if (!strcmp(name, "Message"))
+        snprintf(s->message, sizeof s->message, "%s", text);
+    return s->nomem;
+}
+
+cks3_status cks3_mpu_create(cks3_client *c, const char *bucket, const char *key, char **uploadId, char *err,
+                            size_t cap)
+{
+    *uploadId = NULL;
+    static const char empty[1];
+    cks3_req r = {.method = "POST", .bucket = bucket, .key = key, .query = "uploads=", .body = empty, .body_len = 0};
+    cks3_status st = cks3_perform(c, &r, "CreateMultipartUpload", err, cap);
+    mpu_state s = {0};
+    char root[64];
+    if (st == CKS3_OK) {
+        int w = cks3_xml_walk(r.resp.p ? r.resp.p : "", r.resp.n, root, sizeof root, mpu_field, &s);
+        if (s.nomem)
+            st = nomem(err, cap);
+        else if (w || strcmp(root, "InitiateMultipartUploadResult") || !s.upload_id || !s.upload_id[0])
+            st = protocol(&r, "CreateMultipartUpload", "no UploadId in the response", err, cap);
+    }
+    if (st == CKS3_OK)
+        *uploadId = s.upload_id;
+    else
+        free(s.upload_id);
+    cks3_req_free(&r);
+    return st;
+}
+
+cks3_status cks3_mpu_upload_part(cks3_client *c, const char *bucket, const char *key, const char *uploadId,
+                                 int number, const void *data, size_t len, char etagOut[CKS3_ETAG_MAX], char *err,
+                                 size_t cap)
+{
+    char *eid = cks3_uri_encode(uploadId, 0), *query = NULL, what[64];
+    if (!eid || asprintf(&query, "partNumber=%d&uploadId=%s", number, eid) < 0) {
+        free(eid);
+        return nomem(err, cap);
+    }
+    snprintf(what, sizeof what, "UploadPart %d", number);
+    cks3_status st = put_body(c, bucket, key, query, data, len, what, etagOut, err, cap);
+    free(eid);
+    free(query);
+    return st;
+}
+
+/* The XML body of CompleteMultipartUpload. */
+static char *complete_xml(const cks3_part *parts, size_t n)
+{
+    size_t cap = 128 + n * (64 + 2 * CKS3_ETAG_MAX), at = 0;
+    char *x = malloc(cap);
+    if (!x)
+        return NULL;
+    at += (size_t)snprintf(x + at, cap - at, "<CompleteMultipartUpload>");
+    for (size_t i = 0; i < n; i++) {
+        at += (size_t)snprintf(x + at, cap - at, "<Part><PartNumber>%d</PartNumber><ETag>", parts[i].number);
+        for (const char *e = parts[i].etag; *e; e++) /* an ETag has quotes: escape XML's specials */
+            at += (size_t)snprintf(x + at, cap - at, "%s",
+                                   *e == '"' ? "&quot;" : *e == '&' ? "&amp;" : *e == '<' ? "&lt;" : (char[2]){*e, 0});
+        at += (size_t)snprintf(x + at, cap - at, "</ETag></Part>");
+    }
+    snprintf(x + at, cap - at, "</CompleteMultipartUpload>");
+    return x;
+}
+
+cks3_status cks3_mpu_complete(cks3_client *c, const char *bucket, const char *key, const char *uploadId,
+                              const cks3_part *parts, size_t n, char etagOut[CKS3_ETAG_MAX], char *err, size_t cap)
+{
+    char *eid = cks3_uri_encode(uploadId, 0), *query = NULL, *body = complete_xml(parts, n);
+    if (!eid || !body || asprintf(&query, "uploadId=%s", eid) < 0) {
+        free(eid);
+        free(body);
+        return nomem(err, cap);
+    }
+    cks3_req r = {.method = "POST", .bucket = bucket, .key = key, .query = query, .body = body,
+                  .body_len = strlen(body)};
+    cks3_status st = cks3_perform(c, &r, "CompleteMultipartUpload", err, cap);
+    mpu_state s = {0};
+    char root[64];
+    if (st == CKS3_OK) {
+        /* S3 may answer 200 and put the error in the body */
+        int w = cks3_xml_walk(r.resp.p ? r.resp.p : "", r.resp.n, root, sizeof root, mpu_field, &s);
+        if (s.nomem)
+            st = nomem(err, cap);
+        else if (!w && !strcmp(root, "Error")) {
+            snprintf(err, cap, "s3://%s/%s: CompleteMultipartUpload: %s: %s", bucket, key, s.code, s.message);
+            st = !strcmp(s.code, "NoSuchUpload") ? CKS3_ERR_NOT_FOUND
+                 : strstr(s.code, "Internal") || !strcmp(s.code, "SlowDown") ? CKS3_ERR_SERVER
+                                                                             : CKS3_ERR_HTTP;
+        } else if (w || strcmp(root, "CompleteMultipartUploadResult"))
+            st = protocol(&r, "CompleteMultipartUpload", "not a CompleteMultipartUploadResult", err, cap);
+        else if (etagOut)
+            snprintf(etagOut, CKS3_ETAG_MAX, "%s", s.etag);
+    }
+    free(s.upload_id);
+    free(eid);
+    free(query);
+    free(body);
+    cks3_req_free(&r);
+    return st;
+}
+
+cks3_status cks3_mpu_abort(cks3_client *c, const char *bucket, const char *key, const char *uploadId, char *err,
+                           size_t cap)
+{
+    char *eid = cks3_uri_encode(uploadId, 0), *query = NULL;
+    if (!eid || asprintf(&query, "uploadId=%s", eid) < 0) {
+        free(eid);
+        return nomem(err, cap);
+    }
+    cks3_req r = {.method = "DELETE", .bucket = bucket, .key = key, .query = query};
+    cks3_status st = cks3_perform(c, &r, "AbortMultipartUpload", err, cap);
+    cks3_req_free(&r);
+    free(eid);
+    free(query);
+    return st == CKS3_ERR_NOT_FOUND ? CKS3_OK : st;
+}
+
+typedef struct {
+    cks3_upload_list *ul;
+    cks3_part_list *pl;
+    size_t cap;
+    cks3_upload u;
+    cks3_part p;
+    int truncated, nomem;
+    char *next_key, *next_id; /* uploads: key-marker, upload-id-marker; parts: part-number-marker */
+} page_state;
+
+static int grow(void **v, size_t *cap, size_t n, size_t size)
+{
+    if (n < *cap)
+        return 0;
+    size_t ncap = *cap ? 2 * *cap : 32;
+    void *nv = realloc(*v, ncap * size);
+    if (!nv)
+        return -1;
+    *v = nv;
+    *cap = ncap;
+    return 0;
+}
+
+static void set_str(char **slot, const char *text, int *nomem)
+{
+    free(*slot);
+    *nomem |= !(*slot = strdup(text));
+}
+
+static int uploads_field(void *arg, const char *parent, const char *name, const char *text)
+{
+    page_state *s = arg;
+    if (!parent && !strcmp(name, "IsTruncated"))
+        s->truncated = !strcmp(text, "true");
+    else if (!parent && !strcmp(name, "NextKeyMarker"))
+        set_str(&s->next_key, text, &s->nomem);
+    else if (!parent && !strcmp(name, "NextUploadIdMarker"))
+        set_str(&s->next_id, text, &s->nomem);
+    else if (parent && !strcmp(parent, "Upload") && name) {
+        if (!strcmp(name, "Key"))
+            set_str(&s->u.key, text, &s->nomem);
+        else if (!strcmp(name, "UploadId"))
+            set_str(&s->u.upload_id, text, &s->nomem);
+        else if (!strcmp(name, "Initiated"))
+            snprintf(s->u.initiated, sizeof s->u.initiated, "%s", text);
+    } else if (parent && !strcmp(parent, "Upload") && !name) {
+        if (s->u.key && s->u.upload_id) {
+            if (grow((void **)&s->ul->v, &s->cap, s->ul->n, sizeof *s->ul->v))
+                return s->nomem = 1;
+            s->ul->v[s->ul->n++] = s->u;
+        } else {
+            free(s->u.key);
+            free(s->u.upload_id);
+        }
+        memset(&s->u, 0, sizeof s->u);
+    }
+    return s->nomem;
+}
+
+cks3_status cks3_mpu_list_uploads(cks3_client *c, const char *bucket, const char *prefix, cks3_upload_list *out,
+                                  char *err, size_t cap)
+{
+    memset(out, 0, sizeof *out);
+    page_state s = {.ul = out};
+    cks3_status st = CKS3_OK;
+    char *ep = cks3_uri_encode(prefix ? prefix : "", 0);
+    if (!ep)
+        return nomem(err, cap);
+    do {
+        char *ek = s.next_key ? cks3_uri_encode(s.next_key, 0) : NULL;
+        char *ei = s.next_id ? cks3_uri_encode(s.next_id, 0) : NULL, *query = NULL;
+        int rc = asprintf(&query, "%s%s%sprefix=%s%s%s%suploads=", ek ? "key-marker=" : "", ek ? ek : "",
+                          ek ? "&" : "", ep, ei ? "&upload-id-marker=" : "", ei ? ei : "", "&");
+        free(ek);
+        free(ei);
+        if (rc < 0) {
+            st = nomem(err, cap);
+            break;
+        }
+        cks3_req r = {.method = "GET", .bucket = bucket, .query = query};
+        s.truncated = 0;
+        st = cks3_perform(c, &r, "ListMultipartUploads", err, cap);
+        if (st == CKS3_OK) {
+            char root[64];
+            int w = cks3_xml_walk(r.resp.p ? r.resp.p : "", r.resp.n, root, sizeof root, uploads_field, &s);
+            if (s.nomem)
+                st = nomem(err, cap);
+            else if (w || strcmp(root, "ListMultipartUploadsResult"))
+                st = protocol(&r, "ListMultipartUploads", "not a ListMultipartUploadsResult", err, cap);
+            else if (s.truncated && !s.next_key)
+                st = protocol(&r, "ListMultipartUploads", "truncated without a next marker", err, cap);
+        }
+        free(query);
+        cks3_req_free(&r);
+    } while (st == CKS3_OK && s.truncated);
+    free(s.u.key);
+    free(s.u.upload_id);
+    free(s.next_key);
+    free(s.next_id);
+    free(ep);
+    if (st != CKS3_OK)
+        cks3_upload_list_free(out);
+    return st;
+}
+
+void cks3_upload_list_free(cks3_upload_list *l)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        free(l->v[i].key);
+        free(l->v[i].upload_id);
+    }
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+static int parts_field(void *arg, const char *parent, const char *name, const char *text)
+{
+    page_state *s = arg;
+    if (!parent && !strcmp(name, "IsTruncated"))
+        s->truncated = !strcmp(text, "true");
+    else if (!parent && !strcmp(name, "NextPartNumberMarker"))
+        set_str(&s->next_key, text, &s->nomem);
+    else if (parent && !strcmp(parent, "Part") && name) {
+        if (!strcmp(name, "PartNumber"))
+            s->p.number = atoi(text);
+        else if (!strcmp(name, "Size"))
+            s->p.size = strtoull(text, NULL, 10);
+        else if (!strcmp(name, "ETag"))
+            snprintf(s->p.etag, sizeof s->p.etag, "%s", text);
+    } else if (parent && !strcmp(parent, "Part") && !name) {
+        if (grow((void **)&s->pl->v, &s->cap, s->pl->n, sizeof *s->pl->v))
+            return s->nomem = 1;
+        s->pl->v[s->pl->n++] = s->p;
+        memset(&s->p, 0, sizeof s->p);
+    }
+    return s->nomem;
+}
+
+cks3_status cks3_mpu_list_parts(cks3_client *c, const char *bucket, const char *key, const char *uploadId,
+                                cks3_part_list *out, char *err, size_t cap)
+{
+    memset(out, 0, sizeof *out);
+    page_state s = {.pl = out};
+    cks3_status st = CKS3_OK;
+    char *eid = cks3_uri_encode(uploadId, 0);
+    if (!eid)
+        return nomem(err, cap);
+    do {
+        char *query = NULL;
+        int rc = asprintf(&query, "%s%s%suploadId=%s", s.next_key ? "part-number-marker=" : "",
+                          s.next_key ? s.next_key : "", s.next_key ? "&" : "", eid);
+        if (rc < 0) {
+            st = nomem(err, cap);
+            break;
+        }
+        cks3_req r = {.method = "GET", .bucket = bucket, .key = key, .query = query};
+        s.truncated = 0;
+        st = cks3_perform(c, &r, "ListParts", err, cap);
+        if (st == CKS3_OK) {
+            char root[64];
+            int w = cks3_xml_walk(r.resp.p ? r.resp.p : "", r.resp.n, root, sizeof root, parts_field, &s);
+            if (s.nomem)
+                st = nomem(err, cap);
+            else if (w || strcmp(root, "ListPartsResult"))
+                st = protocol(&r, "ListParts", "not a ListPartsResult", err, cap);
+            else if (s.truncated && !s.next_key)
+                st = protocol(&r, "ListParts", "truncated without a next marker", err, cap);
+        }
+        free(query);
+        cks3_req_free(&r);
+    } while (st == CKS3_OK && s.truncated);
+    free(s.next_key);
+    free(eid);
+    if (st != CKS3_OK)
+        cks3_part_list_free(out);
+    return st;
+}
+
+void cks3_part_list_free(cks3_part_list *l)
+{
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}

@@ -1,0 +1,116 @@
+/*
+ * s3_xml.c — S3's XML responses read with libexpat (s3_internal.h): the
+ * two levels below the root that every S3 result uses (fields of the
+ * result, records such as <Contents> and their fields).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <expat.h>
+
+#include "s3_internal.h"
+
+#define MAX_NAME 64
+#define MAX_TEXT (64u << 10)       /* longest text kept (a key is at most 1 KiB) */
+
+typedef struct {
+    XML_Parser p;
+    int depth;
+    char names[4][MAX_NAME];       /* names[d]: the open element of depth d (1..3) */
+    int children[4];               /* the open element of depth d has children */
+    char *text;
+    size_t n;
+    int over;
+    char *root;
+    size_t root_cap;
+    cks3_xml_cb cb;
+    void *arg;
+    int rc;
+} walker;
+
+/* "ns:Name" and "uri Name" (namespaces) both give "Name". */
+static const char *local_name(const char *n)
+{
+    const char *s = strrchr(n, ' ');
+    s = s ? s + 1 : n;
+    const char *c = strrchr(s, ':');
+    return c ? c + 1 : s;
+}
+
+static void XMLCALL on_start(void *ud, const XML_Char *name, const XML_Char **atts)
+{
+    walker *w = ud;
+    (void)atts;
+    if (w->depth >= 1 && w->depth <= 3)
+        w->children[w->depth] = 1;
+    w->depth++;
+    if (w->depth == 1 && w->root)
+        snprintf(w->root, w->root_cap, "%s", local_name(name));
+    if (w->depth <= 3) {
+        snprintf(w->names[w->depth], MAX_NAME, "%s", local_name(name));
+        w->children[w->depth] = 0;
+    }
+    w->n = 0;
+    w->over = 0;
+}
+
+static void XMLCALL on_text(void *ud, const XML_Char *s, int len)
+{
+    walker *w = ud;
+    if (w->depth < 2 || w->depth > 3 || len <= 0)
+        return;
+    if (w->n + (size_t)len > MAX_TEXT) {
+        w->over = 1;
+        return;
+    }
+    memcpy(w->text + w->n, s, (size_t)len);
+    w->n += (size_t)len;
+}
+
+static void XMLCALL on_end(void *ud, const XML_Char *name)
+{
+    walker *w = ud;
+    (void)name;
+    int d = w->depth--;
+    if (w->rc || d < 2 || d > 3)
+        return;
+    w->text[w->over ? 0 : w->n] = 0;
+    if (d == 2 && w->children[2])
+        w->rc = w->cb(w->arg, w->names[2], NULL, NULL);
+    else if (d == 2)
+        w->rc = w->cb(w->arg, NULL, w->names[2], w->text);
+    else if (!w->children[3])
+        w->rc = w->cb(w->arg, w->names[2], w->names[3], w->text);
+    w->n = 0;
+    if (w->rc)
+        XML_StopParser(w->p, XML_FALSE);
+}
+
+int cks3_xml_walk(const char *xml, size_t len, char *root, size_t rootCap, cks3_xml_cb cb, void *arg)
+{
+    walker w;
+    memset(&w, 0, sizeof w);
+    if (root && rootCap)
+        root[0] = 0;
+    w.root = root;
+    w.root_cap = rootCap;
+    w.cb = cb;
+    w.arg = arg;
+    w.text = malloc(MAX_TEXT + 1);
+    w.p = XML_ParserCreate(NULL);
+    if (!w.text || !w.p) {
+        free(w.text);
+        if (w.p)
+            XML_ParserFree(w.p);
+        return -1;
+    }
+    XML_SetUserData(w.p, &w);
+    XML_SetElementHandler(w.p, on_start, on_end);
+    XML_SetCharacterDataHandler(w.p, on_text);
+    int ok = XML_Parse(w.p, xml, (int)len, XML_TRUE) == XML_STATUS_OK;
+    int rc = w.rc ? w.rc : ok ? 0 : -1;
+    XML_ParserFree(w.p);
+    free(w.text);
+    return rc;
+}
