@@ -408,8 +408,38 @@ static void bench_load(const std::string &work, uint64_t mib, cudaStream_t s, FI
     CU(cudaFree(dev));
 }
 
+/* The device facts check.sh's table starts with: one row per device. */
+static int print_devices(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        printf("no CUDA device visible (%s)\n", cudaGetErrorString(cudaGetLastError()));
+        return 3;
+    }
+    int drv = 0, rt = 0;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    for (int d = 0; d < n; d++) {
+        cudaDeviceProp p;
+        CU(cudaGetDeviceProperties(&p, d));
+        int clk = 0, mclk = 0, bus = 0, smem = 0;
+        cudaDeviceGetAttribute(&clk, cudaDevAttrClockRate, d);
+        cudaDeviceGetAttribute(&mclk, cudaDevAttrMemoryClockRate, d);
+        cudaDeviceGetAttribute(&bus, cudaDevAttrGlobalMemoryBusWidth, d);
+        cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, d);
+        printf("| device %d | %s, cc %d.%d | %d SMs at %.0f MHz, %.1f GiB, memory %.0f MHz x %d bit = %.0f GB/s peak, "
+               "L2 %d MiB, %d KiB shared per block, driver %d, runtime %d |\n",
+               d, p.name, p.major, p.minor, p.multiProcessorCount, clk / 1e3, p.totalGlobalMem / 1073741824.0, mclk / 1e3,
+               bus, 2.0 * mclk * 1e3 * bus / 8 / 1e9, p.l2CacheSize >> 20, smem >> 10, drv, rt);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    /* every figure reaches the terminal (and the log) the moment it is printed,
+     * so a benchmark cut short keeps what it measured */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     bool quick = false;
     std::string work = "/tmp/ckgpu_bench";
     uint64_t load_mib = 1024;
@@ -421,14 +451,16 @@ int main(int argc, char **argv)
             work = argv[++i];
         else if (a == "--load-mib" && i + 1 < argc)
             load_mib = strtoull(argv[++i], NULL, 10);
+        else if (a == "--devices")
+            return print_devices();
         else {
-            fprintf(stderr, "usage: bench_gpu [--quick] [--workdir DIR] [--load-mib N]\n");
+            fprintf(stderr, "usage: bench_gpu [--quick] [--workdir DIR] [--load-mib N] | --devices\n");
             return 2;
         }
     }
     if (ckg_device_count() == 0) {
-        printf("SKIP bench_gpu: no CUDA device\n");
-        return 0;
+        printf("SKIP bench_gpu: no CUDA device (nothing measured)\n");
+        return 3;
     }
     cudaDeviceProp prop;
     CU(cudaGetDeviceProperties(&prop, 0));
@@ -440,6 +472,7 @@ int main(int argc, char **argv)
     FILE *log = fopen((work + ".log").c_str(), "w");
     if (!log)
         log = stderr;
+    setvbuf(log, NULL, _IOLBF, 0);
     /* a blocking stream: the legacy-stream cudaMemcpy/cudaMemset of the checks
      * and uploads wait for the kernels on s (a non-blocking one let the
      * cuBLAS comparison read y while the GEMV still ran) */

@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# gpu/check.sh — one-shot GPU check of ckgpu: build the GPU targets (or take
-# a prebuilt bundle), run the gpu-labelled tests on the device, the kernel
-# test under compute-sanitizer memcheck and racecheck, then ALWAYS the
-# benchmark (a failed test does not lose the figures), and end with one table
-# (tests and benchmark reported apart).  Meant for one call on a machine with
-# one GPU, under 5 minutes.  Installs nothing.
+# gpu/check.sh — one-shot GPU check of ckgpu, built so that a first device run
+# cannot be lost: one deadline for the whole run (--deadline, 540 s by
+# default, under a 600 s command limit), each step limited to what is left
+# of it; every table row printed (and written to the log) the moment its step
+# ends, so a kill keeps every row before it.  Order: device facts, the gpu
+# tests, the benchmark (always, whatever the tests said; its figures become
+# rows as it prints them), the serving check, then compute-sanitizer
+# memcheck and racecheck on the kernel test's small case (test_gpu_kernels
+# --small) with the time left; a sanitizer cut short is TIMEOUT, not FAIL.
+# A test that skipped its device part is SKIP, never PASS; with no GPU
+# visible the last row is "| result | NO DEVICE |" and the exit status 3.
+# Installs nothing.
 #
 #   gpu/check.sh                 build in $BUILD (default /tmp/ckgpu-build) and run
 #   gpu/check.sh --quick         smaller benchmark (batches 1 and 8, 256 MiB load test)
+#   gpu/check.sh --deadline S    the whole run's limit in seconds (default 540)
 #   gpu/check.sh --no-sanitize   skip the compute-sanitizer runs
 #   gpu/check.sh --bundle DIR    (on a build machine, no GPU needed) build and copy the
 #                                binaries and the non-CUDA shared libraries they need to DIR
@@ -20,20 +27,22 @@
 # folders or in PyTorch's wheels (site-packages/nvidia/cu13/lib, nvidia/*/lib)
 # and put on LD_LIBRARY_PATH.  Typical use from a session:
 #   here:   gpu/check.sh --bundle gpu-bundle
-#   device: gpu/check.sh --prebuilt gpu-bundle      (carry gpu-bundle)
-# Logs go to ${OUT:-$BUILD}/ckgpu_check.log.
+#   device: gpu/check.sh --prebuilt gpu-bundle      (carry gpu-bundle; timeout_s 600)
+# Logs go to ${OUT:-$BUILD}/ckgpu_check.log (and bench_gpu_raw.log, serve_check.json).
+# Exit status: 0 all passed, 1 a failure or a skipped device part, 3 no device visible.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-${TMPDIR:-/tmp}/ckgpu-build}
-MODE=build QUICK= SANITIZE=1 DIR=
+MODE=build QUICK= SANITIZE=1 DIR= DEADLINE=540
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=--quick ;;
     --sanitize) SANITIZE=1 ;;   # the default; kept for old command lines
     --no-sanitize) SANITIZE= ;;
+    --deadline) DEADLINE=${2:?--deadline SECONDS}; shift ;;
     --bundle) MODE=bundle; DIR=${2:?--bundle DIR}; shift ;;
     --prebuilt) MODE=prebuilt; DIR=${2:?--prebuilt DIR}; shift ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) echo "check.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -168,44 +177,132 @@ resolve_libs() {
 }
 resolve_libs
 
-# ---- results: one row per test and per benchmark figure, printed as one table ----------
+# ---- the table: one row the moment each step ends -----------------------------------------
+# From here on stdout carries only table rows (everything else goes to the
+# log), so the output ends with one table even when the run is cut short.
 WORK=$(mktemp -d /tmp/ckgpu_check.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-ROWS=$WORK/rows
-: >"$ROWS"
-FAILED=
-row() { printf '| %s | %s | %s |\n' "$1" "$2" "$3" >>"$ROWS"; say "| $1 | $2 | $3 |"; }
-runt() {  # name, timeout, command...
-    local name=$1 lim=$2; shift 2
-    local t=$(date +%s) rc
-    echo "== $name: $*" >>"$LOG"
-    timeout "$lim" "$@" >>"$LOG" 2>&1
+FAILED= SKIPPED= NODEV=
+row() { printf '| %s | %s | %s |\n' "$1" "$2" "$3" | tee -a "$LOG"; }
+note() { printf '%s\n' "$*" >>"$LOG"; }
+left() { echo $(( DEADLINE - 10 - ($(date +%s) - T0) )); }   # 10 s kept for the result row
+limit() {  # cap [reserve]: what is left of the deadline less reserve, at most cap
+    local l; l=$(( $(left) - ${2:-0} ))
+    [ $l -lt 30 ] && l=$(left)                             # a reserve never takes a step's last 30 s
+    [ "$1" -lt "$l" ] && l=$1
+    echo $l
+}
+echo
+row "ckgpu check $(date -u +%F)" "GPU: ${GPU:-none}" "deadline ${DEADLINE} s"
+printf '| --- | --- | --- |\n' | tee -a "$LOG"
+
+runt() {  # name, cap, command...: a test; SKIP where it skipped its device part
+    local name=$1 lim; lim=$(limit "$2"); shift 2
+    if [ "$lim" -lt 5 ]; then row "test $name" "SKIP (deadline)" "no time left"; SKIPPED="$SKIPPED $name"; return; fi
+    local t=$(date +%s) rc out=$WORK/$name.out
+    note "== $name (limit $lim s): $*"
+    timeout -k 5 "$lim" "$@" >"$out" 2>&1
     rc=$?
-    if [ $rc = 0 ]; then
-        row "test $name" PASS "$(( $(date +%s) - t )) s"
-    elif [ $rc = 124 ]; then
+    cat "$out" >>"$LOG"
+    local dt=$(( $(date +%s) - t ))
+    if [ $rc = 0 ] && grep -q "SKIP device part" "$out"; then
+        row "test $name" "SKIP (no device)" "$dt s: CPU part passed, device part skipped"
+        SKIPPED="$SKIPPED $name"
+    elif [ $rc = 0 ]; then
+        row "test $name" PASS "$dt s"
+    elif [ $rc = 124 ] || [ $rc = 137 ]; then
         row "test $name" "FAIL (timeout ${lim} s)" "see $LOG"; FAILED="$FAILED $name"
     else
-        row "test $name" "FAIL (rc $rc)" "see $LOG"; FAILED="$FAILED $name"
+        row "test $name" "FAIL (rc $rc)" "$(grep -m1 -E 'check failed|rror|FAIL' "$out" | cut -c1-120)"
+        FAILED="$FAILED $name"
     fi
 }
 
-# ---- tests (label gpu) ------------------------------------------------------------
+# ---- 1. device facts --------------------------------------------------------------------------
+t=$(date +%s)
+timeout -k 5 "$(limit 30)" "$BIN/bench_gpu" --devices >"$WORK/facts.out" 2>&1
+rc=$?
+cat "$WORK/facts.out" >>"$LOG"
+if [ $rc = 0 ] && grep -q '^| device' "$WORK/facts.out"; then
+    grep '^| device' "$WORK/facts.out"
+else
+    NODEV=1
+    row "device" "NO DEVICE" "bench_gpu --devices: rc $rc, $(grep -v '^$' "$WORK/facts.out" | head -1 | cut -c1-100)"
+fi
+
+# ---- 2. correctness (label gpu) ---------------------------------------------------------------------
 runt gpu_tile 60 "$BIN/test_gpu_tile"
 runt gpu_kernels 120 "$BIN/test_gpu_kernels"
 runt gpu_loader 120 "$BIN/test_gpu_loader" "$WORK/loader"
 if have python3; then
     runt gpu_python 120 python3 "$PY/test_ckptfs_gpu.py" "$LIB" "$CKPTFS" "$WORK/python"
 fi
-grep -q "SKIP device part" "$LOG" && row "note" "SKIP" "a test skipped its device part (no CUDA device visible?)"
 
-# ---- the kernel test under compute-sanitizer (memcheck, racecheck) ------------------------
-sanitize() {  # tool
-    local tool=$1 t=$(date +%s) rc out=$WORK/san_$1.log
-    timeout 90 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN/test_gpu_kernels" >"$out" 2>&1
+# ---- 3. benchmark: whatever the tests said; each figure a row as bench_gpu prints it -------------
+bench_row() {  # "| a | b | c | ... |" -> "| bench a | b | c; ... |"
+    local l a r b c
+    l=$(printf '%s' "$1" | sed -E 's/^\| *//; s/ *\|$//')
+    a=${l%% |*}; r=${l#* | }; b=${r%% |*}; c=${r#* | }; [ "$r" = "$l" ] && b= c=
+    [ "$c" = "$r" ] && c=
+    row "bench $a" "$b" "${c// | /; }"
+}
+if [ -n "$NODEV" ]; then
+    row "bench bench_gpu" "SKIP (no device)" ""
+else
+    lim=$(limit 300 150)   # keep 150 s for the serving check and the sanitizers
+    q=$QUICK
+    [ -z "$q" ] && [ "$lim" -lt 200 ] && q=--quick
+    note "-- bench_gpu $q (limit $lim s)"
+    t=$(date +%s)
+    timeout -k 5 "$lim" "$BIN/bench_gpu" $q --workdir "$WORK/bench" 2>"$WORK/bench.err" |
+        while IFS= read -r l; do
+            note "$l"
+            case "$l" in
+            '##'*) row "bench device" "" "${l#\#\# }" ;;
+            '|'*) bench_row "$l" ;;
+            esac
+        done
+    rc=${PIPESTATUS[0]}
+    cat "$WORK/bench.err" >>"$LOG"
+    [ -f "$WORK/bench.log" ] && cp "$WORK/bench.log" "$LOGDIR/bench_gpu_raw.log"
+    if [ $rc = 0 ]; then
+        row "bench bench_gpu" PASS "$(( $(date +%s) - t )) s$([ -n "$q" ] && echo ", $q")"
+    elif [ $rc = 124 ] || [ $rc = 137 ]; then
+        row "bench bench_gpu" "FAIL (timeout ${lim} s)" "the figures above are those it finished"
+        FAILED="$FAILED bench_gpu"
+    else
+        row "bench bench_gpu" "FAIL (rc $rc)" "$(tail -1 "$WORK/bench.err" | cut -c1-100)"
+        FAILED="$FAILED bench_gpu"
+    fi
+fi
+
+# ---- 4. serving: a ~400 MB model from packed weights vs its BF16 original (serve_check.py) -----
+if [ -n "$NODEV" ]; then
+    row "test serve_check" "SKIP (no device)" ""
+elif ! have python3 || [ ! -f "$PY/serve_check.py" ]; then
+    row "test serve_check" SKIP "no python3 or no $PY/serve_check.py (a bundle made before it)"
+else
+    runt serve_check "$(limit 240 60)" env CKPTFS_GPU_LIB="$LIB" CKPTFS_READ_LIB="$READLIB" \
+        python3 "$PY/serve_check.py" --ckptfs "$CKPTFS" --work "$WORK/serve" --out "$LOGDIR/serve_check.json"
+    # its table's rows "| a | b | c |" become "| serve a | b | c |"
+    [ -f "$WORK/serve_check.out" ] && awk '/^\| serve_check \|/{on=1} on && !/^\|/{exit} on' "$WORK/serve_check.out" |
+        tail -n +3 | sed -E 's/^\| *//; s/ *\|$//' |
+        while IFS= read -r l; do a=${l%% |*}; r=${l#* | }; row "serve $a" "${r%% |*}" "${r#* | }"; done
+fi
+
+# ---- 5. compute-sanitizer on the kernel test's small case, with the time left --------------------
+sanitize() {  # tool cap [reserve]
+    local tool=$1 lim t=$(date +%s) rc out=$WORK/san_$1.log
+    lim=$(limit "$2" "${3:-0}")
+    if [ "$lim" -lt 10 ]; then row "sanitizer $tool" "SKIP (deadline)" "no time left"; return; fi
+    timeout -k 5 "$lim" compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN/test_gpu_kernels" --small >"$out" 2>&1
     rc=$?
     cat "$out" >>"$LOG"
-    if [ $rc = 0 ]; then
+    if [ $rc = 124 ] || [ $rc = 137 ]; then
+        row "sanitizer $tool" "TIMEOUT (${lim} s)" "cut short, no verdict: $(grep -c 'ERROR\|Race' "$out") error lines so far"
+    elif [ $rc = 0 ] && grep -q "SKIP device part" "$out"; then
+        row "sanitizer $tool" "SKIP (no device)" ""
+    elif [ $rc = 0 ]; then
         row "sanitizer $tool" PASS "$(( $(date +%s) - t )) s, $(grep -m1 'ERROR SUMMARY' "$out" | sed 's/.*ERROR SUMMARY: //')"
     elif grep -qE 'Device not supported|Unable to find injection|Target application terminated before first instrumented API call' "$out" &&
          ! grep -q 'ERROR SUMMARY: [1-9]' "$out"; then
@@ -215,56 +312,26 @@ sanitize() {  # tool
         FAILED="$FAILED sanitize_$tool"
     fi
 }
-if [ -n "$SANITIZE" ]; then
-    if have compute-sanitizer; then
-        sanitize memcheck
-        sanitize racecheck
-    else
-        row "sanitizer" SKIP "compute-sanitizer not found"
-    fi
-fi
-
-# ---- benchmark: always, whatever the tests said, within what is left of 5 minutes ------
-left=$(( 290 - ($(date +%s) - T0) ))
-[ $left -lt 60 ] && left=60
-say "-- bench_gpu $QUICK (limit $left s)"
-t=$(date +%s)
-timeout "$left" "$BIN/bench_gpu" $QUICK --workdir "$WORK/bench" >"$WORK/bench.out" 2>"$WORK/bench.err"
-rc=$?
-cat "$WORK/bench.out" "$WORK/bench.err" >>"$LOG"
-[ -f "$WORK/bench.log" ] && cp "$WORK/bench.log" "$LOGDIR/bench_gpu_raw.log"
-if [ $rc = 0 ]; then
-    row "bench bench_gpu" PASS "$(( $(date +%s) - t )) s"
+if [ -z "$SANITIZE" ]; then
+    :
+elif [ -n "$NODEV" ]; then
+    row "sanitizer" "SKIP (no device)" ""
+elif ! have compute-sanitizer; then
+    row "sanitizer" SKIP "compute-sanitizer not found"
 else
-    row "bench bench_gpu" "FAIL (rc $rc$([ $rc = 124 ] && echo ", timeout ${left} s"))" "$(tail -1 "$WORK/bench.err" | cut -c1-100)"
-    FAILED="$FAILED bench_gpu"
+    sanitize memcheck 120 60   # keep 60 s for racecheck
+    sanitize racecheck 60
 fi
-grep -m1 '^##' "$WORK/bench.out" | sed 's/^## *//' | while read -r l; do row "bench device" "" "$l"; done
-# each figure row "| a | b | c ... |" of the benchmark becomes "| bench a | b | c; ... |"
-grep -E '^\|' "$WORK/bench.out" | sed -E 's/^\| *//; s/ *\|$//' | while IFS= read -r l; do
-    a=${l%% |*}; r=${l#* | }; b=${r%% |*}; c=${r#* | }; [ "$r" = "$l" ] && b= c=
-    [ "$c" = "$r" ] && c=
-    row "bench $a" "$b" "${c// | /; }"
-done
 
-# ---- serving: a ~400 MB model from packed weights vs its BF16 original (serve_check.py) -----
-if ! have python3 || [ ! -f "$PY/serve_check.py" ]; then
-    row "test serve_check" SKIP "no python3 or no $PY/serve_check.py (a bundle made before it)"
+# ---- result ------------------------------------------------------------------------------------
+if [ -n "$NODEV" ]; then
+    RESULT="NO DEVICE" code=3
+elif [ -n "$FAILED" ]; then
+    RESULT="FAIL:$FAILED" code=1
+elif [ -n "$SKIPPED" ]; then
+    RESULT="INCOMPLETE: skipped:$SKIPPED" code=1
 else
-    runt serve_check 300 env CKPTFS_GPU_LIB="$LIB" CKPTFS_READ_LIB="$READLIB" \
-        python3 "$PY/serve_check.py" --ckptfs "$CKPTFS" --work "$WORK/serve" --out "$LOGDIR/serve_check.json"
-    # its table's rows "| a | b | c |" become "| serve a | b | c |"
-    awk '/^\| serve_check \|/{on=1} on && !/^\|/{exit} on' "$LOG" | tail -n +3 | sed -E 's/^\| *//; s/ *\|$//' |
-        while IFS= read -r l; do a=${l%% |*}; r=${l#* | }; row "serve $a" "${r%% |*}" "${r#* | }"; done
+    RESULT=PASS code=0
 fi
-
-# ---- the table (the last lines of the output) ---------------------------------------------
-RESULT=PASS
-[ -n "$FAILED" ] && RESULT="FAIL:$FAILED"
-echo
-echo "| ckgpu check $(date -u +%F) | GPU: ${GPU:-none} | $(( $(date +%s) - T0 )) s |"
-echo "| --- | --- | --- |"
-cat "$ROWS"
-echo "| result | $RESULT | log: $LOG |"
-{ echo "| result | $RESULT | $(( $(date +%s) - T0 )) s |"; } >>"$LOG"
-[ -z "$FAILED" ]
+row result "$RESULT" "$(( $(date +%s) - T0 )) s of ${DEADLINE} s; log: $LOG"
+exit $code
