@@ -86,7 +86,7 @@ static void usage(FILE *f)
     fputs("usage: ckptfs COMMAND [options] ARGS   (ckptfs COMMAND --help for its options)\n", f);
     for (size_t i = 0; i < sizeof helps / sizeof *helps; i++)
         fprintf(f, "  %s\n", helps[i].synopsis + strlen("ckptfs "));
-    fputs("  mount [-f] [-o OPTIONS] PACKED MOUNTPOINT\n"
+    fputs("  mount [-f] [-d] [-o OPTIONS] PACKED MOUNTPOINT\n"
           "  --version\n"
           "Exit status: 0 ok, 1 failure, 2 usage error, 3 damaged (verify), 4 differs (verify).\n",
           f);
