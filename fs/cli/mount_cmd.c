@@ -10,6 +10,7 @@
 #include "mount.h"
 #include "mount_opts.h"
 #include "readpath.h"
+#include "util.h"
 
 #include <errno.h>
 #include <pwd.h>
@@ -97,6 +98,26 @@ static void warn_unreadable(const ckfs_ctx *c)
                 who);
 }
 
+/* -o log=FILE under the mount point (hidden by the mount, and there once it
+ * is unmounted, so the next mount finds the mount point not empty) or
+ * inside the packed directory (not a file of the pack): refused.  Devices
+ * and inodes, not path strings.  @return 0, or 1 after saying why. */
+static int check_log_place(const ckfs_ctx *c, const char *mnt)
+{
+    const char *log = c->o.log;
+    if (!log[0] || !strcmp(log, "stderr"))
+        return 0;
+    int under_mnt = cku_path_within(log, mnt) == 1, in_packed = !under_mnt && cku_path_within(log, c->dst) == 1;
+    if (!under_mnt && !in_packed)
+        return 0;
+    fprintf(stderr, "ckptfs mount: log=%s is %s %s: %s.\nPut the log elsewhere (/var/log/ckptfs-NAME.log, say), "
+            "or leave log= out (syslog).\n", log, under_mnt ? "under the mount point" : "inside the packed directory",
+            under_mnt ? mnt : c->dst,
+            under_mnt ? "the mount would hide it, and once unmounted it would make the mount point not empty"
+                      : "a packed directory holds only what ckptfs pack wrote");
+    return 1;
+}
+
 int ckptfs_mount_main(int argc, char **argv)
 {
     ckfs_ctx c;
@@ -134,6 +155,8 @@ int ckptfs_mount_main(int argc, char **argv)
     } else if ((st = ckfs_open_all(&c, err, sizeof err)) != CKFS_OK) {
         fprintf(stderr, "ckptfs mount: %s\n", err);
         status = ckfs_exit_status(st);
+    } else if (check_log_place(&c, mnt)) {
+        status = ckfs_exit_status(CKFS_ERR_USAGE);
     } else {
         warn_unreadable(&c);
         status = ckfs_daemon_run(&c, mnt, &served);

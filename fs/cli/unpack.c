@@ -191,9 +191,35 @@ static void *unpack_worker(void *arg)
     return NULL;
 }
 
+/* The staging directory OUT.ckptfs-partial holds the marker STAGE_MARKER
+ * (a file whose content is STAGE_MAGIC) and the tree STAGE_TREE that
+ * becomes OUT: the marker's name cannot be one of the pack's, and a
+ * directory without it was not made by ckptfs unpack. */
+#define STAGE_MARKER "ckptfs-unpack"
+#define STAGE_TREE "out"
+#define STAGE_MAGIC "ckptfs unpack staging directory: removed by the next ckptfs unpack to the same OUT\n"
+
+/* 1 if the staging directory open at fd is one of ours: it and its marker
+ * belong to the caller and the marker says what it is. */
+static int stage_is_ours(int fd)
+{
+    struct stat st;
+    char buf[sizeof STAGE_MAGIC];
+    if (fstat(fd, &st) || st.st_uid != geteuid())
+        return 0;
+    int m = openat(fd, STAGE_MARKER, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (m < 0)
+        return 0;
+    ssize_t n = fstat(m, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid()
+                    ? pread(m, buf, sizeof buf - 1, 0) : -1;
+    close(m);
+    return n == (ssize_t)sizeof STAGE_MAGIC - 1 && !memcmp(buf, STAGE_MAGIC, (size_t)n);
+}
+
 /* Make the staging directory OUT.ckptfs-partial, where unpack writes before
- * renaming it to OUT, and lock it; one left by an interrupted unpack (not
- * locked: its process is gone) is removed first.  @return its locked
+ * renaming its tree to OUT, with its marker, and lock it; one left by an
+ * interrupted unpack (marked, the caller's, not locked: its process is gone)
+ * is removed first, anything else there is left alone.  @return its locked
  * descriptor, or -1 after saying why. */
 static int make_staging(const char *out, const char *stage)
 {
@@ -204,9 +230,14 @@ static int make_staging(const char *out, const char *stage)
         return -1;
     }
     int fd = open(stage, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd >= 0 && (fstat(fd, &st) || st.st_uid != geteuid())) { /* not an unpack of ours: not ours to remove */
-        fprintf(stderr, "ckptfs unpack: %s: there already and not made by you; remove it yourself, or unpack "
-                "elsewhere\n", CKU_ESC(stage));
+    if (fd < 0 && lstat(stage, &st) == 0) {
+        fprintf(stderr, "ckptfs unpack: %s: there already and not a directory ckptfs unpack made; remove it "
+                "yourself, or unpack elsewhere\n", CKU_ESC(stage));
+        return -1;
+    }
+    if (fd >= 0 && !stage_is_ours(fd)) { /* not an unpack of ours: not ours to remove */
+        fprintf(stderr, "ckptfs unpack: %s: there already and not made by you with ckptfs unpack (no marker "
+                "%s of yours in it); remove it yourself, or unpack elsewhere\n", CKU_ESC(stage), STAGE_MARKER);
         close(fd);
         return -1;
     }
@@ -227,35 +258,27 @@ static int make_staging(const char *out, const char *stage)
         return -1;
     }
     fd = -1;
+    int m = -1;
     if (!made || (fd = open(stage, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
-        flock(fd, LOCK_EX | LOCK_NB)) {
+        flock(fd, LOCK_EX | LOCK_NB) ||
+        (m = openat(fd, STAGE_MARKER, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0 ||
+        cku_pwrite_full(m, STAGE_MAGIC, sizeof STAGE_MAGIC - 1, 0) || mkdirat(fd, STAGE_TREE, 0700)) {
         fprintf(stderr, "ckptfs unpack: %s: %s\n", stage, strerror(errno));
-        if (fd >= 0)
+        if (m >= 0)
+            close(m);
+        if (fd >= 0) {
+            remove_tree(stage);
             close(fd);
+        }
         return -1;
     }
+    close(m);
     return fd;
-}
-
-/* 1 if OUT (which does not exist yet) would be inside the packed directory
- * dst: its files would be taken for part of the pack there (a later pack
- * into dst removes temporaries and reads .ckpt files anywhere in it). */
-static int out_inside(const char *dst, const char *out)
-{
-    char parent[PATH_MAX], rp[PATH_MAX], rd[PATH_MAX];
-    snprintf(parent, sizeof parent, "%s", out);
-    char *slash = strrchr(parent, '/');
-    if (slash)
-        slash[slash == parent] = 0; /* "/x": the parent is "/" */
-    if (!realpath(slash ? parent : ".", rp) || !realpath(dst, rd))
-        return 0;                   /* staging says what is wrong with OUT */
-    size_t n = strlen(rd);
-    return !strncmp(rp, rd, n) && (rp[n] == '/' || !rp[n] || n == 1);
 }
 
 static int unpack_locked(const char *dst, const char *out_arg, int jobs)
 {
-    char err[768], out[PATH_MAX], stage[PATH_MAX + 32];
+    char err[768], out[PATH_MAX], stage[PATH_MAX + 32], tree[PATH_MAX + 48];
     ckm_manifest *m;
     ckp_status st = ckm_load(dst, &m, err, sizeof err);
     if (st != CKP_OK)
@@ -264,7 +287,12 @@ static int unpack_locked(const char *dst, const char *out_arg, int jobs)
     for (size_t n = strlen(out); n > 1 && out[n - 1] == '/'; n--)
         out[n - 1] = 0;
     snprintf(stage, sizeof stage, "%s.ckptfs-partial", out);
-    if (out_inside(dst, out)) {
+    snprintf(tree, sizeof tree, "%s/" STAGE_TREE, stage);
+    /* OUT inside the packed directory: its files would be taken for part of
+     * the pack there (a later pack into it removes temporaries and reads
+     * .ckpt files anywhere in it).  Devices and inodes, not path strings: a
+     * bind mount of the packed directory is the packed directory. */
+    if (cku_path_within(out, dst) == 1) {
         fprintf(stderr, "ckptfs unpack: %s: inside the packed directory %s; unpack it elsewhere\n", CKU_ESC(out),
                 CKU_ESC(dst));
         ckm_free(m);
@@ -281,13 +309,13 @@ static int unpack_locked(const char *dst, const char *out_arg, int jobs)
     cku_progress *pr = cku_progress_new("unpacking", total);
     for (size_t i = 0; i < m->n_dirs; i++) {
         char p[PATH_MAX];
-        snprintf(p, sizeof p, "%s/%s", stage, m->dirs[i].path);
+        snprintf(p, sizeof p, "%s/%s", tree, m->dirs[i].path);
         if (mkdir(p, m->dirs[i].mode | 0700)) {
             fprintf(stderr, "ckptfs unpack: %s: %s\n", CKU_ESC(p), strerror(errno));
             goto out;
         }
     }
-    unpack_pool u = {.dst = dst, .out = stage, .m = m, .pr = pr};
+    unpack_pool u = {.dst = dst, .out = tree, .m = m, .pr = pr};
     atomic_init(&u.next, 0);
     atomic_init(&u.failed, 0);
     cku_run_threads(ckpt_files_at_once(jobs), unpack_worker, &u);
@@ -305,8 +333,8 @@ static int unpack_locked(const char *dst, const char *out_arg, int jobs)
     }
     for (size_t i = m->n_dirs; i-- > 0;) { /* modes after content: a 0555 dir must be filled first */
         char p[PATH_MAX];
-        snprintf(p, sizeof p, "%s/%s", stage, m->dirs[i].path);
-        /* its names durable before OUT appears (stage's own just below) */
+        snprintf(p, sizeof p, "%s/%s", tree, m->dirs[i].path);
+        /* its names durable before OUT appears (the tree's own just below) */
         if (cku_sync_dirs(p, 0)) {
             fprintf(stderr, "ckptfs unpack: %s: %s\n", CKU_ESC(p), strerror(errno));
             goto out;
@@ -317,12 +345,16 @@ static int unpack_locked(const char *dst, const char *out_arg, int jobs)
      * the source), then in place at once */
     struct stat dst_st;
     if (stat(dst, &dst_st) == 0)
-        fchmod(stage_fd, dst_st.st_mode & 0777);
+        chmod(tree, dst_st.st_mode & 0777);
     cku_fault_point();
-    if (cku_fsync_dir(stage) || (cku_fault_point(), renameat2(AT_FDCWD, stage, AT_FDCWD, out, RENAME_NOREPLACE))) {
+    if (cku_fsync_dir(tree) || (cku_fault_point(), renameat2(AT_FDCWD, tree, AT_FDCWD, out, RENAME_NOREPLACE))) {
         fprintf(stderr, "ckptfs unpack: %s: %s\n", out, errno == EEXIST ? "already exists" : strerror(errno));
         goto out;
     }
+    /* the staging directory, its tree gone, goes (marker first: a crash in
+     * between leaves one without a marker, which the next unpack leaves alone) */
+    unlinkat(stage_fd, STAGE_MARKER, 0);
+    rmdir(stage);
     /* OUT's name durable before unpack says it is done (`unpack P OUT && rm
      * -r P` must not lose a file to a crash) */
     char parent[PATH_MAX];

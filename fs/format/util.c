@@ -2,6 +2,7 @@
  * util.c — I/O helpers of the format library: full reads and writes, durable
  * renames, hex, a thread fan-out, the one error formatter (cku_errf).
  */
+#define _GNU_SOURCE /* O_PATH */
 #include "util.h"
 
 #include <errno.h>
@@ -94,6 +95,45 @@ int cku_fsync_dir(const char *dir)
 {
     cku_fault_point();
     return fsync_dir(dir);
+}
+
+int cku_path_within(const char *path, const char *dir)
+{
+    struct stat d, st;
+    if (stat(dir, &d) != 0)
+        return -1;
+    char p[4096];
+    snprintf(p, sizeof p, "%s", *path ? path : ".");
+    int fd;
+    /* the nearest part of path that exists, as a directory */
+    while ((fd = open(p, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+        char *slash = strrchr(p, '/');
+        if (!slash) {
+            if (!strcmp(p, "."))
+                return 0;
+            snprintf(p, sizeof p, ".");
+        } else if (slash == p) {
+            if (!p[1])
+                return 0;
+            p[1] = 0;
+        } else {
+            *slash = 0;
+        }
+    }
+    int in = 0;
+    while (!in && fstat(fd, &st) == 0) {
+        in = st.st_dev == d.st_dev && st.st_ino == d.st_ino;
+        int up = openat(fd, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        struct stat ust;
+        int top = up < 0 || fstat(up, &ust) != 0 || (ust.st_dev == st.st_dev && ust.st_ino == st.st_ino);
+        close(fd);
+        fd = up;
+        if (top)
+            break;
+    }
+    if (fd >= 0)
+        close(fd);
+    return in;
 }
 
 int cku_sync_dirs(const char *dir, int up)

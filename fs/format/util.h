@@ -35,6 +35,12 @@ int cku_open_regular_at(int rootfd, const char *rel, struct stat *st, char *err,
 /* 1 if errno e from cku_open_regular means "there, but not a regular file
  * reached without links" rather than an I/O or permission error. */
 int cku_open_refused(int e);
+/* 1 if path (which need not exist: its nearest existing ancestor stands
+ * for it) is the directory dir or lies below it, found by walking ".." up
+ * from it and comparing devices and inodes: a bind mount of dir, a link or
+ * a ".." in path are seen through, where comparing path strings is not.
+ * 0 if not, -1 if dir cannot be stat'ed (errno). */
+int cku_path_within(const char *path, const char *dir);
 /* fsync the directory holding path (or path itself if it is a directory). */
 int cku_fsync_dir(const char *dir);
 /* fsync directory dir and, with up, each directory above it to the root: a

@@ -815,9 +815,9 @@ def item7():
     out = fresh("out7c")
     stage = out + ".ckptfs-partial"
 
-    def alias():
-        if os.path.exists(os.path.join(stage, "A.bin")):
-            os.link(os.path.join(stage, "A.bin"), os.path.join(stage, "a.bin"))
+    def alias():  # the staging directory's tree, which becomes OUT, is its "out"
+        if os.path.exists(os.path.join(stage, "out", "A.bin")):
+            os.link(os.path.join(stage, "out", "A.bin"), os.path.join(stage, "out", "a.bin"))
     res = stopped(["unpack", "--jobs", "1", d7c, out], 1, alias)
     check("7: unpack where two files of the pack take one name: exit 1 saying why, no OUT, no staging left",
           res is not None and res[0] == 1 and "does not tell the two names apart" in res[1] and
@@ -835,6 +835,40 @@ def item7():
               r.returncode == 1 and "not made by you" in r.stderr and os.path.exists(os.path.join(stage, "theirs.bin"))
               and not os.path.exists(out), r.stderr.strip())
         shutil.rmtree(stage)
+    # ... nor one of the caller's own that unpack did not make (no marker, or
+    # a marker that is not unpack's): refused, kept; one an unpack killed
+    # left (its marker in it) is removed and the unpack goes on
+    for kind in ("no marker", "a foreign marker"):
+        out = fresh("out7m")
+        stage = out + ".ckptfs-partial"
+        make_src(stage, {"mine.bin": 100} if kind == "no marker" else {"ckptfs-unpack": 10})
+        before_stage = tree(stage)
+        r = run("unpack", dst, out)
+        check("7: an OUT.ckptfs-partial of the caller's with %s: refused naming it, kept" % kind,
+              r.returncode == 1 and "no marker" in r.stderr and tree(stage) == before_stage and
+              not os.path.exists(out), r.stderr.strip())
+        shutil.rmtree(stage)
+    out = fresh("out7k")
+    r = run("unpack", dst, out, fault="step:2")
+    stage = out + ".ckptfs-partial"
+    left = os.path.isfile(os.path.join(stage, "ckptfs-unpack"))
+    r = run("unpack", dst, out)
+    check("7: an OUT.ckptfs-partial a killed unpack left (its marker in it): removed, the unpack done",
+          left and r.returncode == 0 and tree(out) == want and not os.path.exists(stage), r.stderr.strip())
+    # OUT inside the packed directory reached through a bind mount of it: the
+    # check compares devices and inodes, not path strings
+    if os.geteuid() == 0 and shutil.which("mount"):
+        bind = fresh("bind7")
+        os.makedirs(bind, exist_ok=True)
+        before = tree(dst)
+        if subprocess.run(["mount", "--bind", dst, bind], capture_output=True).returncode == 0:
+            try:
+                r = run("unpack", dst, os.path.join(bind, "out"))
+            finally:
+                subprocess.run(["umount", bind], capture_output=True)
+            check("7: unpack to an OUT inside a bind mount of the packed directory: refused, nothing written",
+                  r.returncode == 1 and "inside the packed directory" in r.stderr and tree(dst) == before,
+                  r.stderr.strip())
     # OUT that exists (a file, a link to a directory, a dangling link) is
     # refused and left alone; OUT inside the packed directory is refused too
     # (it was unpacked there, where a later pack into DST takes its files

@@ -179,6 +179,18 @@ for lf in link.log fifo.log; do
     is_mounted "$T/lg" && fail "mounted despite log=$lf"
 done
 [ "$(cat "$T/victim")" = precious ] || fail "the file a log= link names was written: $(cat "$T/victim")"
+# ... nor under the mount point (hidden once mounted; after, the mount point
+# is not empty) or inside the packed directory, also reached another way
+mkdir -p "$T/lgsub" && ln -s "$T/lg" "$T/lgsub/to-mnt"
+for lf in "$T/lg/daemon.log" "$T/lgsub/to-mnt/daemon.log" "$T/dst/daemon.log" "$T/dst/sub/../daemon.log"; do
+    rc=0; "$CKPTFS" mount -o log="$lf" "$T/dst" "$T/lg" 2>"$T/err" || rc=$?
+    is_mounted "$T/lg" && { fusermount3 -u "$T/lg"; fail "mounted with log=$lf"; }
+    [ $rc = 2 ] || fail "log=$lf: exit $rc, expected 2"
+    grep -q "log=$lf is \(under the mount point\|inside the packed directory\)" "$T/err" ||
+        fail "log=$lf: $(cat "$T/err")"
+    [ -e "$lf" ] && fail "log=$lf was created"
+done
+[ -z "$(ls -A "$T/lg")" ] || fail "the mount point is not empty after the refused log= mounts"
 
 # unreadable packs: the mount command fails with the reason, nothing mounted
 cp -a "$T/dst" "$T/newer"
