@@ -9,7 +9,8 @@ a number in a table row, a time of day, a commit a measurement names) with
 how often it occurred, and the check fails if README.md + docs/*.md together
 hold one of them fewer times.  Figures may move and be repeated, never
 disappear.  It also checks that README.md is a guide: at most 300 lines, and
-its first commands are `./dev demo` and `./dev test`.
+its first commands are `./dev demo` and `./dev test`; and that the links of
+README.md and docs/*.md lead to files and sections that exist.
 
   check_figures.py ROOT             check ROOT/README.md + ROOT/docs/*.md
   check_figures.py --self-test ROOT also check that deleting any one figure
@@ -23,6 +24,7 @@ import glob
 import os
 import re
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIGURES = os.path.join(HERE, "figures.txt")
@@ -127,9 +129,47 @@ def readme_problems(readme):
     return problems
 
 
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def slug(heading):
+    """The anchor GitHub gives a heading."""
+    h = re.sub(r"[`*_]", "", heading.strip().lower())
+    h = re.sub(r"[^\w\- ]", "", h)
+    return h.replace(" ", "-")
+
+
+def anchors(path):
+    with open(path, encoding="utf-8") as f:
+        return {slug(m.group(1)) for m in re.finditer(r"^#+\s+(.*)$", f.read(), re.M)}
+
+
+def link_problems(root):
+    """Every relative link of README.md and docs/*.md names a file that
+    exists, and a #section of a markdown file one of its headings."""
+    problems = []
+    files = [os.path.join(root, "README.md")]
+    files += sorted(glob.glob(os.path.join(root, "docs", "*.md")))
+    for path in files:
+        with open(path, encoding="utf-8") as f:
+            text = re.sub(r"```.*?```", "", f.read(), flags=re.S)
+        for m in LINK.finditer(text):
+            target = m.group(1)
+            if re.match(r"[a-z]+:", target):
+                continue
+            name, _, anchor = target.partition("#")
+            dest = os.path.normpath(os.path.join(os.path.dirname(path), name)) if name else path
+            where = os.path.relpath(path, root)
+            if not os.path.exists(dest):
+                problems.append(f"{where}: link to {target}: no such file")
+            elif anchor and dest.endswith(".md") and anchor not in anchors(dest):
+                problems.append(f"{where}: link to {target}: no such section")
+    return problems
+
+
 def check(root, want):
     texts = corpus(root)
-    problems = readme_problems(texts[0])
+    problems = readme_problems(texts[0]) + link_problems(root)
     for fig, (n, h) in sorted(missing_figures(want, texts).items()):
         problems.append(f"figure '{fig}': {n}x in the README at 157e8f3, "
                         f"{h}x in README.md + docs/*.md")
@@ -152,6 +192,14 @@ def self_test(root, want):
         bad.append("a README whose first commands are not the two passes")
     if not readme_problems("```sh\nmake\n```\n" + readme):
         bad.append("a README with another command first passes")
+    with tempfile.TemporaryDirectory() as tmp:
+        os.mkdir(os.path.join(tmp, "docs"))
+        with open(os.path.join(tmp, "README.md"), "w", encoding="utf-8") as f:
+            f.write("[a](docs/a.md#there) [b](docs/b.md)\n")
+        with open(os.path.join(tmp, "docs", "a.md"), "w", encoding="utf-8") as f:
+            f.write("# A\n\n## Not there\n")
+        if len(link_problems(tmp)) != 2:
+            bad.append("a link to a missing file or section passes")
     per_text = [figures(t) for t in texts]
     for fig in want:
         # remove every occurrence of this figure (with its unit) everywhere
