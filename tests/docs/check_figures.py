@@ -5,7 +5,8 @@ The README was a guide and a lab notebook at once (816 lines at 157e8f3);
 issue 24 moved its measurements to docs/*.md.  This check keeps that move
 honest: figures.txt lists each figure of the README at 157e8f3 (a number with
 its unit or ratio sign, a decimal, a count written with thousands separators,
-a number in a table row, a time of day, a commit a measurement names) with
+either end of a range, a shape, an estimate, a number in a table row, a time
+of day, a commit a measurement names) with
 how often it occurred, and the check fails if README.md + docs/*.md together
 hold one of them fewer times.  Figures may move and be repeated, never
 disappear.  It also checks that README.md is a guide: at most 300 lines, and
@@ -32,12 +33,12 @@ MAX_LINES = 300
 FIRST_COMMANDS = ["./dev demo", "./dev test"]
 
 UNITS = (r"GB/s|MB/s|GiB/s|MiB/s|b/w|bits/weight|GiB|MiB|KiB|GB|MB|kB|KB|"
-         r"TB|ms|s|B|%|×|x|UTC|cores?|ticks|instructions")
+         r"TB|ms|s|B|%|×|x|UTC|cores?|ticks|instructions|minutes|min")
 NUM = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
 # A number not glued to a name, a version or a path on its left; its unit,
 # if any, right after it (one space allowed) and not the start of a word.
 FIGURE = re.compile(
-    r"(?<![\w.\-/§@:])(" + NUM + r")(?:\s?(" + UNITS + r")(?![\w/]))?(?![\w.]\d|[\w])")
+    r"(?<![\w.\-/§@:])(" + NUM + r")(?:\s?(" + UNITS + r")(?![\w/]))?(?![\w.:]\d|[\w])")
 TIME = re.compile(r"(?<![\d:])(\d{2}:\d{2})(?![\d:])")
 COMMIT = re.compile(r"`([0-9a-f]{7})`")
 
@@ -65,13 +66,24 @@ def blocks(text):
         yield False, normalize(" ".join(para))
 
 
+def measured_context(block, start, end):
+    """An integer without a unit that is still a figure: one end of a range
+    (12–14%, 116–122 CPU ticks), a matrix shape (8192×8192), an estimate
+    (~800, ≈ 5 min)."""
+    before, after = block[max(0, start - 2):start], block[end:end + 2]
+    return (before.endswith("–") or after.startswith("–") or
+            re.match(r"×\d", after) is not None or re.search(r"\d×$", before) is not None or
+            re.search(r"[~≈]\s?$", before) is not None)
+
+
 def figures(text):
     """Multiset of the figures in markdown text."""
     found = collections.Counter()
     for in_table, block in blocks(text):
         for m in FIGURE.finditer(block):
             num, unit = m.group(1), m.group(2)
-            if unit or in_table or "." in num or "," in num:
+            if unit or in_table or "." in num or "," in num or \
+                    measured_context(block, m.start(1), m.end(1)):
                 found[num + (" " + unit if unit else "")] += 1
     for m in TIME.finditer(text):
         found[m.group(1)] += 1
@@ -210,7 +222,7 @@ def self_test(root, want):
         else:
             pat = re.compile(r"(?<![\w.\-/§@:])" + re.escape(num) +
                              (r"\s?" + re.escape(unit) if unit else "") +
-                             r"(?![\w.]\d|[\w])")
+                             r"(?![\w.:]\d|[\w])")
         have = collections.Counter()
         for t, counted in zip(texts, per_text):
             cut = pat.sub("", t)
