@@ -118,14 +118,44 @@ def load_library(path=None):
     return lib
 
 
-def device_count(lib=None):
-    return load_library(lib).ckg_device_count()
+_ndev = None
 
 
-def _stream(torch, stream):
-    if stream is not None:
-        return stream
-    return torch.cuda.current_stream().cuda_stream
+def device_count(lib=None, refresh=False):
+    """CUDA devices libckgpu sees; asked once (a server asks per layer it loads), refresh=True asks again."""
+    global _ndev
+    if _ndev is None or refresh:
+        _ndev = load_library(lib).ckg_device_count()
+    return _ndev
+
+
+def _stream(torch, stream, device=None):
+    """(handle, other) for a call enqueued on stream (None: the current one;
+    a torch.cuda.Stream, or a raw cudaStream_t as an int): handle is the raw
+    stream, other the torch stream object when it is not the current stream.
+    Then other first waits for the current stream's work (the inputs were
+    made there), and the caller marks every torch tensor the call uses with
+    record_stream(other): without it, a tensor freed on the current stream
+    (the temporaries here, or the caller's) could be handed to a new
+    allocation while the kernel on other still reads or writes it."""
+    cur = torch.cuda.current_stream(device)
+    if stream is None:
+        return cur.cuda_stream, None
+    if not hasattr(stream, "cuda_stream"):
+        if int(stream) == cur.cuda_stream:
+            return cur.cuda_stream, None
+        stream = torch.cuda.ExternalStream(int(stream), device=device)
+    if stream.cuda_stream == cur.cuda_stream:
+        return cur.cuda_stream, None
+    stream.wait_stream(cur)
+    return stream.cuda_stream, stream
+
+
+def _keep(other, *tensors):
+    """record_stream(other) on each tensor a call on another stream uses."""
+    if other is not None:
+        for t in tensors:
+            t.record_stream(other)
 
 
 class _Handle:
@@ -191,7 +221,9 @@ class DeviceTensor(_Handle):
         return t
 
     def decode(self, out=None, stream=None):
-        """Decode to a new (or the given) torch tensor on the GPU, enqueued on the stream."""
+        """Decode to a new (or the given) torch tensor on the GPU, enqueued on
+        stream (default: the current one; another one first waits for the
+        current one, and the result is ready on it, not on the current one)."""
         import torch
         dev = self.device or "cuda"
         if out is None:
@@ -204,14 +236,16 @@ class DeviceTensor(_Handle):
         if self.device is not None and out.device != self.device:
             raise ValueError(f"out is on {out.device}, {self.info.name} on {self.device}")
         with self._on_device(torch):
-            st = self._lib.ckg_tensor_decode(self._h, out.data_ptr(), out.numel() * out.element_size(),
-                                             _stream(torch, stream))
+            handle, other = _stream(torch, stream, self.device)
+            st = self._lib.ckg_tensor_decode(self._h, out.data_ptr(), out.numel() * out.element_size(), handle)
+            _keep(other, out)
         if st:
             raise CkgError(st, f"decode {self.info.name}", self._lib)
         return out
 
     def gemv(self, x, out_dtype=None, stream=None):
-        """y = x @ W.T for x [batch <= 8, cols] (or [cols]) BF16 on the GPU; returns [batch, rows]."""
+        """y = x @ W.T for x [batch <= 8, cols] (or [cols]) BF16 on the GPU; returns [batch, rows].
+        On another stream than the current one (stream=), as decode()."""
         import torch
         out_dtype = out_dtype or torch.float32
         if out_dtype not in (torch.bfloat16, torch.float32):
@@ -228,8 +262,9 @@ class DeviceTensor(_Handle):
         y = torch.empty((x.shape[0], self.rows), dtype=out_dtype, device=x.device)
         ot = OUT_BF16 if out_dtype == torch.bfloat16 else OUT_F32
         with self._on_device(torch):
-            st = self._lib.ckg_tensor_gemv(self._h, x.data_ptr(), x.shape[0], y.data_ptr(), ot,
-                                           _stream(torch, stream))
+            handle, other = _stream(torch, stream, self.device)
+            st = self._lib.ckg_tensor_gemv(self._h, x.data_ptr(), x.shape[0], y.data_ptr(), ot, handle)
+            _keep(other, x, y)   # x may be a temporary (the bf16 / contiguous copy)
         if st:
             raise CkgError(st, f"gemv {self.info.name}", self._lib)
         return y[0] if squeeze else y

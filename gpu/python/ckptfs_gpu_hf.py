@@ -333,17 +333,50 @@ def row_slice(n_rows, rank, world_size):
 class _Scratch:
     """One reused BF16 buffer per model and device: the decode target of
     every PackedLinear for inputs the GEMV does not take.  Threads running
-    the model at once share it: each decode and the use of its result hold
-    self.lock, or one thread's layer ran with another's decoded weight."""
+    the model at once share it: each decode and the use of its result run
+    inside use(), or one thread's layer ran with another's decoded weight.
+    use() holds self.lock, which orders the host; on a GPU the work is only
+    enqueued then, so use() orders the streams too: the current stream
+    waits for an event recorded after the last use on another stream (a
+    decode on stream B cannot overwrite the buffer while a matmul on stream
+    A still reads it), and the buffer is marked with record_stream for each
+    stream that used it (a reallocation cannot hand its memory to a new
+    tensor while another stream still works on it)."""
 
     def __init__(self, device):
         self.device, self.buf = device, None
         self.lock = threading.Lock()
+        self._last = None           # the stream of the last use on a GPU
+        self._events = {}           # stream -> its event, recorded after each use on it
+        self._marked = set()        # streams the current buffer was record_stream'ed for
+
+    @contextlib.contextmanager
+    def use(self):
+        with self.lock:
+            if self.device.type != "cuda":
+                yield self
+                return
+            torch = _torch()
+            s = torch.cuda.current_stream(self.device)
+            if self._last is not None and self._last != s:
+                s.wait_event(self._events[self._last])
+            try:
+                yield self
+            finally:
+                if self.buf is not None and s not in self._marked:
+                    self.buf.record_stream(s)
+                    self._marked.add(s)
+                ev = self._events.get(s)
+                if ev is None:
+                    ev = self._events[s] = torch.cuda.Event()
+                ev.record(s)
+                self._last = s
 
     def reserve(self, numel):
         import torch
         if self.buf is None or self.buf.numel() < numel:
             self.buf = torch.empty(numel, dtype=torch.bfloat16, device=self.device)
+            self._marked = set()
 
     def view(self, rows, cols):
         self.reserve(rows * cols)
@@ -384,7 +417,8 @@ class PackedWeight(_linear_base()):
     def decoded_weight(self, out=None):
         """The weight as a BF16 [rows, cols] tensor (in the shared scratch
         buffer unless out is given: valid until the next decode into it, so
-        hold self.scratch.lock while using it if threads share the model)."""
+        decode and use it inside `with self.scratch.use():` if threads or
+        streams share the model)."""
         if out is None:
             out = self.scratch.view(self.n_rows, self.n_cols)
         if self.device_tensor is not None:
@@ -416,7 +450,7 @@ class PackedLinear(PackedWeight):
             y = self.device_tensor.gemv(x.reshape(n, self.in_features), out_dtype=x.dtype)
             y = y.view(*x.shape[:-1], self.out_features)
             return y + self.bias if self.bias is not None else y
-        with self.scratch.lock:
+        with self.scratch.use():
             return F.linear(x, self.decoded_weight(), self.bias)
 
 
@@ -431,7 +465,7 @@ class PackedEmbedding(PackedWeight):
 
     def forward(self, ids):
         import torch.nn.functional as F
-        with self.scratch.lock:
+        with self.scratch.use():
             return F.embedding(ids, self.decoded_weight(), self.padding_idx)
 
 

@@ -186,7 +186,16 @@ def main():
         yr = (x.double() @ ref.cuda().double().T)
         tol = (x.double().abs() @ ref.cuda().double().abs().T) * 2.0 ** -14 + 1e-30
         assert bool(((y.double() - yr).abs() <= tol).all()), "gemv outside tolerance"
-        print("gpu_python: device decode, zero-copy raw view, row range, gemv ok")
+        # on a side stream, once that stream is waited for (x, a float32 input, becomes a
+        # temporary bf16 copy that record_stream keeps alive there)
+        side = torch.cuda.Stream()
+        for _ in range(20):
+            ys = w.gemv(x.float(), stream=side)
+            ds = w.decode(stream=side)
+            torch.cuda.current_stream().wait_stream(side)
+            assert bool(((ys.double() - yr).abs() <= tol).all()), "side-stream gemv outside tolerance"
+            assert torch.equal(ds.cpu(), ref), "side-stream decode differs"
+        print("gpu_python: device decode, zero-copy raw view, row range, gemv ok (also on a side stream)")
     return 0
 
 

@@ -550,3 +550,103 @@ def test_serve_check_cpu_parts(work):
     assert len(shards) >= 3
     m = ckhf.from_pretrained(os.path.join(w, "packed"), device="cpu")
     assert m.config.num_hidden_layers == 2 and isinstance(m.lm_head, ckhf.PackedLinear)
+
+
+# ---- serving on CUDA streams (issue 26 item 5): no GPU needed, torch's stream calls stubbed ----------
+
+class _FakeStream:
+    """A torch.cuda.Stream stand-in that records what it was made to wait for."""
+    def __init__(self, handle):
+        self.cuda_stream, self.waited = handle, []
+
+    def wait_event(self, ev):
+        self.waited.append(ev)
+
+    def wait_stream(self, s):
+        self.waited.append(s)
+
+
+class _FakeEvent:
+    def __init__(self):
+        self.recorded_on = []
+
+    def record(self, s):
+        self.recorded_on.append(s)
+
+
+def test_scratch_orders_streams(monkeypatch):
+    # the shared decode scratch on a GPU: the host lock only orders the
+    # enqueueing, so a decode into it on stream B must wait for an event
+    # recorded after the last use on stream A (a matmul still reading it);
+    # on the same stream, no wait; the buffer is record_stream'ed for each
+    # stream that used it, once
+    import types
+    a, b = _FakeStream(1), _FakeStream(2)
+    cur = [a]
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: cur[0])
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    marked = []
+    sc = ckhf._Scratch(torch.device("cuda", 0))
+    sc.buf = types.SimpleNamespace(record_stream=marked.append, numel=lambda: 1 << 20)
+    for s in (a, a, b, b, a):
+        cur[0] = s
+        with sc.use():
+            pass
+    assert a.waited[0].recorded_on[-1] is b and len(a.waited) == 1, "A's second turn did not wait for B's use"
+    assert len(b.waited) == 1 and a in b.waited[0].recorded_on, "B did not wait for A's last use"
+    assert marked == [a, b], f"record_stream calls: {marked}"
+
+
+def test_calls_on_another_stream_keep_their_tensors(monkeypatch):
+    # gemv/decode enqueued on a stream that is not the current one: that
+    # stream first waits for the current one (x was made there), and every
+    # tensor the kernel uses, the bf16 copy of x a temporary among them, is
+    # record_stream'ed for it, or the allocator could reuse its memory while
+    # the kernel runs; on the current stream, neither
+    import types
+    cg = ckhf._cg
+    cur, other = _FakeStream(1), _FakeStream(2)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: cur)
+    kept = []
+    monkeypatch.setattr(torch.Tensor, "record_stream", lambda t, s: kept.append((t, s)))
+    calls = []
+
+    class Lib:
+        def ckg_tensor_gemv(self, h, x, batch, y, ot, stream):
+            calls.append(("gemv", stream))
+            return 0
+
+        def ckg_tensor_decode(self, h, out, n, stream):
+            calls.append(("decode", stream))
+            return 0
+    t = object.__new__(cg.DeviceTensor)
+    t._lib, t._h, t.rows, t.cols, t.device = Lib(), 1, 24, 1024, None
+    t.info, t.shape, t.nbytes = types.SimpleNamespace(name="w", dtype="BF16"), (24, 1024), 24 * 1024 * 2
+    x = torch.zeros(2, 1024, device="meta")                 # float32: gemv makes a bf16 copy
+    y = t.gemv(x, stream=other)
+    assert calls == [("gemv", 2)] and other.waited == [cur]
+    assert len(kept) == 2 and kept[0][0].dtype == torch.bfloat16 and kept[1][0] is y
+    assert all(s is other for _, s in kept)
+    out = torch.empty(24, 1024, dtype=torch.bfloat16, device="meta")
+    t.decode(out=out, stream=other)
+    assert calls[-1] == ("decode", 2) and kept[-1] == (out, other) and other.waited == [cur, cur]
+    kept.clear()
+    t.gemv(x)
+    t.decode(out=out, stream=cur)
+    assert calls[-2:] == [("gemv", 1), ("decode", 1)] and not kept and other.waited == [cur, cur] and not cur.waited
+
+
+def test_device_count_asked_once(monkeypatch):
+    # libckgpu's device count is a driver call: asked once, not per load
+    cg = ckhf._cg
+    n = []
+
+    class Lib:
+        def ckg_device_count(self):
+            n.append(1)
+            return 1
+    monkeypatch.setattr(cg, "_lib", Lib())
+    monkeypatch.setattr(cg, "_ndev", None)
+    assert [cg.device_count() for _ in range(5)] == [1] * 5 and len(n) == 1
+    cg.device_count(refresh=True)
+    assert len(n) == 2
