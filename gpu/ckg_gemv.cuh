@@ -2,20 +2,28 @@
  * ckg_gemv.cuh — the fused K15/byte-split GEMV (y = W x, batch 1..8) and
  * the upload-time escape patch list it reads; included by ckg_kernels.cu
  * (one translation unit, so the emulator build compiles it too).  The
- * instruction budget behind every choice here is in gpu/NOTES.md.
+ * instruction budget and the latency model behind every choice here are in
+ * gpu/NOTES.md (gpu/gemv_model.py reads the constants of ckg_tile.h).
  *
  * Work: a tile is 8 rows; a warp step ("unit") is 8 rows x 512 columns, lane
  * (g, t) = (lane/4, lane%4) owning row g, columns [128t, 128t+128) of it.
- * The grid is persistent (one block per SM); block b takes tile groups b,
- * b + grid, ...  A group is TG tiles with TG * steps-per-row a multiple of
- * the block's warps, and the warps split the group's units evenly (split-K
- * inside the block), adding their partial sums into shared memory.
+ * The grid is persistent (one block per SM, ckg_gemv_plan_for); block b
+ * takes tile groups b, b + grid, ...  A group is TG tiles, its TG * S units
+ * split into CKG_GEMV_SLOTS slots of L consecutive units (a slot never
+ * straddles two tiles); warp w does slots [w*SPW, (w+1)*SPW), SPW = slots /
+ * warps.  Each slot's partial sums go to shared memory once (no atomics);
+ * after the group's barrier, one thread per (batch, row) adds the row's
+ * slots in slot order, then its escapes' sum: a fixed reduction order that
+ * does not depend on the grid, the warps or the scheduling, so the output is
+ * bitwise the same run to run and across launch configurations.
  *
  * Streaming: each warp has a 3-stage cp.async ring; lane (g, t) copies
  * 16-byte pieces t, t+4, ... of row g (so each copy instruction reads
  * 64 contiguous bytes per row) into swizzled slots (code_slot, low_slot)
  * from which the owner of each piece reads its own 64 + 112 (K15) or 128
  * (byte-split) contiguous bytes with 16-byte loads, free of bank conflicts.
+ * The ring runs across group boundaries, and the first units are issued
+ * before the table is built.
  *
  * Decode: a BF16 pair (weights 2p, 2p+1) is one code byte; its two symbols
  * come from a 256-entry shared table replicated per lane (entry of code byte
@@ -28,22 +36,33 @@
  * (8 rows in N), FP32 accumulators.
  *
  * Escapes: the patch list (built at upload by patch_kernel: per row, the
- * escapes' column and exact BF16 value) is applied once per group, outside
- * the unit loop: a warp per row, a lane per escape, w*x in FP32, a warp sum.
+ * escapes' column and exact BF16 value) streams through the same cp.async
+ * path into shared memory ahead of use, so no chain of dependent global
+ * loads is left on the critical path: the row ranks of group i+2 and the
+ * entries of group i+1 (their range read from ranks already in shared
+ * memory) are copied while group i streams, the entries into the free half
+ * of the table (bytes 128..255 of each 256-byte row; 4093 escapes per
+ * group, more are read from global memory).  After its units, each warp
+ * sums its rows' escapes, w*x in FP32: a lane per escape, 4 escapes per lane
+ * in flight (only x at the escape columns is loaded, from L2), in escape
+ * order per lane, then a fixed butterfly.
  */
-
 namespace fused {
 
-constexpr int kStages = 3;
-constexpr int kStepCols = 512;                         /* columns per unit */
-constexpr int kRowPieces = 50;                         /* 16-byte slots per staged row */
+constexpr int kStages = CKG_GEMV_STAGES;
+constexpr int kStepCols = CKG_GEMV_STEP_COLS;          /* columns per unit */
+constexpr int kSlots = CKG_GEMV_SLOTS;                 /* slots per group; warps divide it */
+constexpr int kRowPieces = CKG_GEMV_ROW_PIECES;        /* 16-byte slots per staged row */
 constexpr int kStageBytes = 8 * kRowPieces * 16;       /* 6400 */
-constexpr int kLutBytes = 256 * 256;                   /* 256 code bytes x 32 lanes x 4 B, 256 B apart */
-constexpr int kMaxTG = 8;                              /* tiles per group (<= warps) */
-constexpr int kAccRows = kMaxTG * 8;
-constexpr int kAccFloats = 2 * CKG_MAX_BATCH * kAccRows; /* two groups in flight */
-constexpr int kAccOff = kLutBytes;
-constexpr int kRingOff = kLutBytes + kAccFloats * 4;
+constexpr int kLutBytes = CKG_GEMV_LUT_BYTES;          /* 256 code bytes x 32 lanes x 4 B, 256 B apart */
+constexpr int kUnroll = CKG_GEMV_PATCH_UNROLL;
+constexpr int kMaxRows = kSlots * 8;                   /* rows of a group (TG <= slots) */
+constexpr int kEnPieces = kLutBytes / 2 / 2 / 16;      /* 16-byte pieces of one entry buffer: 1024 */
+constexpr int kPrWords = 80;                           /* a group's row ranks, aligned: <= 68 used */
+constexpr int kPartOff = kLutBytes;                    /* [2][slots][batch][8] slot partials */
+constexpr int kPaccOff = kPartOff + 2 * kSlots * CKG_MAX_BATCH * 8 * 4;   /* [2][batch][rows] escape sums */
+constexpr int kPrOff = kPaccOff + 2 * CKG_MAX_BATCH * kMaxRows * 4;      /* [3][kPrWords] row ranks */
+constexpr int kRingOff = kPrOff + 3 * kPrWords * 4;
 
 __device__ __forceinline__ uint32_t umin(uint32_t a, uint32_t b) { return a < b ? a : b; }
 
@@ -51,9 +70,10 @@ inline int smem_bytes(int warps) { return kRingOff + warps * kStages * kStageByt
 
 struct Args {
     GemvArgs A;
-    const uint32_t *prow;   /* patch ranks of rows 0..rows of this call, NULL: no escapes */
-    const uint32_t *patch;
+    const uint32_t *prow;   /* patch ranks of rows 0..rows of this call (16-byte pieces readable), NULL: no escapes */
+    const uint32_t *patch;  /* 16-byte aligned */
     uint32_t S, T, TG, NG;  /* units per row, tiles, tiles per group, groups */
+    uint32_t L, SPW;        /* units per slot, slots per warp */
 };
 
 /* Slot of code piece q (0..15) of a staged row: lane t reads pieces 4t..4t+3,
@@ -214,22 +234,32 @@ __device__ __forceinline__ void compute(const GemvArgs &A, const Lane<K15> &L, c
     }
 }
 
-/* The units [u0, u1) of this warp in group grp. */
-__device__ __forceinline__ void units_of(const Args &F, uint32_t grp, int warp, int W, uint32_t &u0, uint32_t &u1)
+static_assert(kStages == 3, "wait_older_than and the ring assume 3 stages");
+
+/* Rows [r0, r0 + nr) of group grp. */
+__device__ __forceinline__ void group_rows(const Args &F, uint32_t grp, uint32_t &r0, uint32_t &nr)
 {
-    const uint32_t t0 = grp * F.TG, nt = umin(F.TG, F.T - t0), U = nt * F.S;
-    u0 = U * warp / W;
-    u1 = U * (warp + 1) / W;
+    r0 = grp * F.TG * 8;
+    nr = umin(F.TG * 8, F.A.rows - r0);
+}
+
+/* The units [u0, u1) of this warp in group grp: its slots' units, clipped to
+ * the group's tiles (a last group may have fewer than TG). */
+__device__ __forceinline__ void units_of(const Args &F, uint32_t grp, int warp, uint32_t &u0, uint32_t &u1)
+{
+    const uint32_t nt = umin(F.TG, F.T - grp * F.TG), U = nt * F.S, per = F.SPW * F.L;
+    u0 = umin((uint32_t)warp * per, U);
+    u1 = umin((uint32_t)(warp + 1) * per, U);
 }
 
 /* A walk over this warp's units in the order it consumes them; divides
  * once per group, not per unit. */
 struct Walk {
     uint32_t grp, u, u1, tile, step;
-    __device__ void enter(const Args &F, int warp, int W)   /* first unit of group grp or a later one */
+    __device__ void enter(const Args &F, int warp)   /* first unit of group grp or a later one */
     {
         for (; grp < F.NG; grp += gridDim.x) {
-            units_of(F, grp, warp, W, u, u1);
+            units_of(F, grp, warp, u, u1);
             if (u < u1) {
                 tile = grp * F.TG + u / F.S;
                 step = u % F.S;
@@ -237,14 +267,14 @@ struct Walk {
             }
         }
     }
-    __device__ void start(const Args &F, int warp, int W)
+    __device__ void start(const Args &F, int warp)
     {
         grp = blockIdx.x;
         u = u1 = tile = step = 0;
-        enter(F, warp, W);
+        enter(F, warp);
     }
     __device__ bool valid(const Args &F) const { return grp < F.NG; }
-    __device__ void next(const Args &F, int warp, int W)
+    __device__ void next(const Args &F, int warp)
     {
         if (++u < u1) {
             if (++step == F.S) {
@@ -253,30 +283,102 @@ struct Walk {
             }
         } else {
             grp += gridDim.x;
-            enter(F, warp, W);
+            enter(F, warp);
         }
     }
 };
 
-/* Escapes of the group's rows [r0, r0 + nr): a warp per row, a lane per
- * escape; each adds exactly w*x (FP32) into acc[b][row - r0]. */
-__device__ __forceinline__ void apply_patches(const Args &F, uint32_t r0, uint32_t nr, float *acc, int warp, int W,
-                                              int lane)
+/* Wait for this thread's copies committed before its last n commits. */
+__device__ __forceinline__ void wait_older_than(uint32_t n)
+{
+    if (n >= 2)
+        ckg_cp_async_wait<2>();
+    else if (n == 1)
+        ckg_cp_async_wait<1>();
+    else
+        ckg_cp_async_wait<0>();
+}
+
+/* ---- escape patches through shared memory ---------------------------------------
+ * A group's row ranks are copied as the 16-byte pieces that hold them (F.prow
+ * lies in a 16-byte aligned allocation): rank of row r0 + i at pr[skew + i]. */
+__device__ __forceinline__ uint32_t rank_skew(const Args &F, uint32_t r0)
+{
+    return (uint32_t)(((uintptr_t)(F.prow + r0) & 15) >> 2);
+}
+
+__device__ __forceinline__ void issue_ranks(const Args &F, uint32_t grp, uint32_t *pr, int tid)
+{
+    uint32_t r0, nr;
+    group_rows(F, grp, r0, nr);
+    const uint32_t skew = rank_skew(F, r0), pieces = (skew + nr + 1 + 3) / 4;
+    if ((uint32_t)tid < pieces)
+        ckg_cp_async16(pr + 4 * tid, F.prow + r0 - skew + 4 * tid, true);
+}
+
+/* Byte offset of entry piece q (4 entries) of entry buffer buf: the free
+ * bytes 128..255 of table rows 128*buf + q/8. */
+__device__ __forceinline__ uint32_t en_off(int buf, uint32_t q)
+{
+    return (uint32_t)(128 * buf + (q >> 3)) * 256u + 128u + 16u * (q & 7u);
+}
+
+/* The entries of group grp (its ranks in pr) into entry buffer buf, from
+ * rank kb = first & ~3, at most kEnPieces pieces (the rest stays global). */
+__device__ __forceinline__ void issue_entries(const Args &F, uint32_t grp, const uint32_t *pr, uint8_t *smem, int buf,
+                                              int tid, int nthreads)
+{
+    uint32_t r0, nr;
+    group_rows(F, grp, r0, nr);
+    const uint32_t skew = rank_skew(F, r0), k0 = pr[skew], k1 = pr[skew + nr], kb = k0 & ~3u;
+    const uint32_t pieces = k1 > k0 ? umin((k1 - kb + 3) / 4, (uint32_t)kEnPieces) : 0;
+    for (uint32_t q = (uint32_t)tid; q < pieces; q += (uint32_t)nthreads)
+        ckg_cp_async16(smem + en_off(buf, q), F.patch + kb + 4 * q, true);
+}
+
+/* Escapes of group grp: a warp per row, a lane per escape, kUnroll escapes
+ * per lane in flight (entries from shared memory, x at their columns from
+ * L2); each lane adds its escapes in rank order (FMA), then a fixed
+ * butterfly; lane 0 writes pacc[b][row] once. */
+__device__ __forceinline__ void apply_patches(const Args &F, uint32_t grp, const uint32_t *pr, const uint8_t *smem,
+                                              int buf, float *pacc, int warp, int W, int lane)
 {
     const GemvArgs &A = F.A;
-    for (uint32_t i = warp; i < nr; i += W) {
-        const uint32_t lo = F.prow[r0 + i] + CKG_PLANT(1), hi = F.prow[r0 + i + 1];  /* planted fault: rank off by one */
+    uint32_t r0, nr;
+    group_rows(F, grp, r0, nr);
+    const uint32_t skew = rank_skew(F, r0), kb = pr[skew] & ~3u, kcap = kb + 4u * kEnPieces;
+    for (uint32_t i = (uint32_t)warp; i < nr; i += (uint32_t)W) {
+        const uint32_t lo = pr[skew + i] + CKG_PLANT(1), hi = pr[skew + i + 1];   /* planted fault: rank off by one */
         float s[CKG_MAX_BATCH];
 #pragma unroll
         for (int b = 0; b < CKG_MAX_BATCH; b++)
             s[b] = 0.f;
-        for (uint32_t k = lo + lane; k < hi; k += 32) {
-            const uint32_t e = F.patch[k], col = e & 0xFFFFu;
-            const float wf = ckg_u32_as_f32(e & 0xFFFF0000u);
+        for (uint32_t k0 = lo; k0 < hi; k0 += 32 * kUnroll) {
+            uint32_t e[kUnroll];
+            float xv[kUnroll][CKG_MAX_BATCH];
 #pragma unroll
-            for (int b = 0; b < CKG_MAX_BATCH; b++)
-                if (b < A.batch)
-                    s[b] += wf * bf16f(A.x[(size_t)b * A.cols + col]);
+            for (int u = 0; u < kUnroll; u++) {
+                const uint32_t k = k0 + (uint32_t)lane + 32u * u, q = k - kb;
+                e[u] = k >= hi ? 0u
+                       : k < kcap ? *reinterpret_cast<const uint32_t *>(smem + en_off(buf, q >> 2) + 4 * (q & 3))
+                                  : F.patch[k];
+            }
+#pragma unroll
+            for (int u = 0; u < kUnroll; u++)
+#pragma unroll
+                for (int b = 0; b < CKG_MAX_BATCH; b++)
+                    xv[u][b] = b < A.batch && k0 + (uint32_t)lane + 32u * u < hi
+                                   ? bf16f(A.x[(size_t)b * A.cols + (e[u] & 0xFFFFu)]) : 0.f;
+#pragma unroll
+            for (int u = 0; u < kUnroll; u++) {
+                if (k0 + (uint32_t)lane + 32u * u >= hi)
+                    break;
+                const float wf = ckg_u32_as_f32(e[u] & 0xFFFF0000u);
+#pragma unroll
+                for (int b = 0; b < CKG_MAX_BATCH; b++)
+                    if (b < A.batch)
+                        s[b] = fmaf(wf, xv[u][b], s[b]);
+            }
         }
 #pragma unroll
         for (int b = 0; b < CKG_MAX_BATCH; b++) {
@@ -285,68 +387,121 @@ __device__ __forceinline__ void apply_patches(const Args &F, uint32_t r0, uint32
             for (int o = 16; o > 0; o >>= 1)
                 s[b] += ckg_shfl_xor_sync(kFull, s[b], o);
             if (lane == 0)
-                ckg_atomic_add_f32(&acc[b * kAccRows + i], s[b]);
+                pacc[b * kMaxRows + i] = s[b];
         }
     }
 }
+
+/* y of group grp: per (batch, row), its tile's slots in slot order, then
+ * its escapes. */
+__device__ __forceinline__ void write_out(const Args &F, uint32_t grp, const float *part, const float *pacc, int tid,
+                                          int nthreads)
+{
+    const GemvArgs &A = F.A;
+    uint32_t r0, nr;
+    group_rows(F, grp, r0, nr);
+    const uint32_t per_tile = kSlots / F.TG;
+    for (uint32_t i = (uint32_t)tid; i < (uint32_t)A.batch * nr; i += (uint32_t)nthreads) {
+        const uint32_t b = i / nr, r = i % nr, j0 = (r >> 3) * per_tile;
+        float v = part[(j0 * CKG_MAX_BATCH + b) * 8 + (r & 7)];
+        for (uint32_t j = j0 + 1; j < j0 + per_tile; j++)
+            v += part[(j * CKG_MAX_BATCH + b) * 8 + (r & 7)];
+        if (F.prow)
+            v += pacc[b * kMaxRows + r];
+        const uint64_t o = (uint64_t)b * A.rows + r0 + r;
+        if (A.out_bf16)
+            reinterpret_cast<uint16_t *>(A.y)[o] = ckg_f32_to_bf16_rn(v);
+        else
+            reinterpret_cast<float *>(A.y)[o] = v;
+    }
+}
+
+/* Partials buffer of the i-th group of a block (planted fault 5: one buffer,
+ * so a group's slot sums race the reduction of the group before). */
+__device__ __forceinline__ uint32_t pbuf(uint32_t i) { return CKG_PLANT(5) ? 0u : (i & 1u); }
 
 template <bool K15>
 __global__ void __launch_bounds__(256, 1) gemv_fused_kernel(Args F)
 {
     CKG_DYN_SMEM(uint8_t, smem);
     const GemvArgs &A = F.A;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, W = blockDim.x >> 5;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, NT = blockDim.x, W = NT >> 5;
+    const uint32_t G = gridDim.x;
     const uint8_t *lut = smem;
-    float *acc_all = reinterpret_cast<float *>(smem + kAccOff);
+    float *const part_all = reinterpret_cast<float *>(smem + kPartOff);
+    float *const pacc_all = reinterpret_cast<float *>(smem + kPaccOff);
+    uint32_t *const pr_all = reinterpret_cast<uint32_t *>(smem + kPrOff);
     uint8_t *const ring = smem + kRingOff + warp * kStages * kStageBytes, *const ring_end = ring + kStages * kStageBytes;
     Lane<K15> L;
     L.init(lane);
 
-    /* table: entry of code byte b for lane l (see the top of the file) */
-    for (int i = tid; i < 256 * 32; i += blockDim.x) {
-        const int b = i >> 5, l = i & 31;
-        uint32_t half[2];
-        for (int h = 0; h < 2; h++) {
-            const int c = (b >> (4 * h)) & 15;
-            half[h] = c == (int)CKC_ESCAPE ? (K15 ? 0x7Fu : 0xFFu) : (uint32_t)A.P.codebook.sym[c] << (K15 ? 7 : 8);
-        }
-        *reinterpret_cast<uint32_t *>(smem + b * 256 + 4 * l) = half[0] | half[1] << 16;
+    /* copies first: the ranks of this block's first two groups, the ring's first units */
+    if (F.prow) {
+        issue_ranks(F, blockIdx.x, pr_all, tid);
+        if (blockIdx.x + G < F.NG)
+            issue_ranks(F, blockIdx.x + G, pr_all + kPrWords, tid);
     }
-    for (int i = tid; i < kAccFloats; i += blockDim.x)
-        acc_all[i] = 0.f;
-    ckg_syncthreads();
-
+    ckg_cp_async_commit();
     Walk pf;                                               /* the next unit to copy */
-    pf.start(F, warp, W);
+    pf.start(F, warp);
     uint8_t *st_in = ring, *st_out = ring;                 /* stage to copy into / to decode */
     for (int s = 0; s < kStages - 1; s++) {
         if (pf.valid(F)) {
             issue<K15>(A, L, pf.tile, pf.step, st_in);
-            pf.next(F, warp, W);
+            pf.next(F, warp);
         }
         st_in = st_in + kStageBytes == ring_end ? ring : st_in + kStageBytes;
         ckg_cp_async_commit();
     }
 
-    uint32_t parity = 0;
-    for (uint32_t grp = blockIdx.x; grp < F.NG; grp += gridDim.x, parity ^= 1) {
-        /* planted fault 5: one accumulator buffer, so the flush below races the next group's adds */
-        float *acc = acc_all + (CKG_PLANT(5) ? 0u : parity) * CKG_MAX_BATCH * kAccRows;
-        const uint32_t r0 = grp * F.TG * 8, nr = umin(F.TG * 8, A.rows - r0);
-        if (F.prow)
-            apply_patches(F, r0, nr, acc, warp, W, lane);
+    /* the table under those loads: the entry of code byte b (see the top of
+     * the file) stored for all 32 lanes with 8 16-byte stores, rotated by lane
+     * so that a warp's stores spread over the 8 bank groups */
+    for (int b = tid; b < 256; b += NT) {
+        uint32_t half[2];
+        for (int h = 0; h < 2; h++) {
+            const int c = (b >> (4 * h)) & 15;
+            half[h] = c == (int)CKC_ESCAPE ? (K15 ? 0x7Fu : 0xFFu) : (uint32_t)A.P.codebook.sym[c] << (K15 ? 7 : 8);
+        }
+        const uint32_t v = half[0] | half[1] << 16;
+        const uint4 v4 = make_uint4(v, v, v, v);
+        for (int q = 0; q < 8; q++)
+            *reinterpret_cast<uint4 *>(smem + b * 256 + 16 * ((q + lane) & 7)) = v4;
+    }
+    ckg_cp_async_wait<kStages - 1>();                      /* this thread's ranks */
+    ckg_syncthreads();                                     /* the table, every thread's ranks */
+    if (F.prow)                                            /* the first group's entries */
+        issue_entries(F, blockIdx.x, pr_all, smem, 0, tid, NT);
+    ckg_cp_async_commit();
+
+    uint32_t i = 0, since = 0;                             /* group count; commits since the newest patch copies */
+    for (uint32_t grp = blockIdx.x; grp < F.NG; grp += G, i++) {
+        float *const part = part_all + pbuf(i) * kSlots * CKG_MAX_BATCH * 8;
+        float *const pacc = pacc_all + pbuf(i) * CKG_MAX_BATCH * kMaxRows;
+        if (F.prow) {   /* entries of the next group (its ranks arrived before the last barrier), ranks of the one after */
+            if (grp + G < F.NG)
+                issue_entries(F, grp + G, pr_all + ((i + 1) % 3) * kPrWords, smem, (int)((i + 1) & 1), tid, NT);
+            if (grp + 2 * G < F.NG)
+                issue_ranks(F, grp + 2 * G, pr_all + ((i + 2) % 3) * kPrWords, tid);
+            ckg_cp_async_commit();
+            since = 0;
+        }
+        if (i > 0)                                         /* the group before: its slots and escapes, past the barrier */
+            write_out(F, grp - G, part_all + pbuf(i - 1) * kSlots * CKG_MAX_BATCH * 8,
+                      pacc_all + pbuf(i - 1) * CKG_MAX_BATCH * kMaxRows, tid, NT);
 
         uint32_t u0, u1;
-        units_of(F, grp, warp, W, u0, u1);
-        uint32_t tl = u0 / F.S, step = u0 % F.S;           /* tile within the group, step within the row */
+        units_of(F, grp, warp, u0, u1);
+        uint32_t step = u0 % F.S, slot = u0 / F.L, in_slot = 0;   /* column step in the row, slot, unit in the slot */
         float dA[4] = {0.f, 0.f, 0.f, 0.f}, dB[4] = {0.f, 0.f, 0.f, 0.f};
         for (uint32_t u = u0; u < u1; u++) {
             if (pf.valid(F)) {
                 issue<K15>(A, L, pf.tile, pf.step, st_in);
-                pf.next(F, warp, W);
+                pf.next(F, warp);
             }
             st_in = st_in + kStageBytes == ring_end ? ring : st_in + kStageBytes;
             ckg_cp_async_commit();
+            since++;
             ckg_cp_async_wait<kStages - 1>();
             if (!CKG_PLANT(2))   /* planted fault: other lanes' copies not waited for */
                 ckg_syncwarp();
@@ -355,35 +510,38 @@ __global__ void __launch_bounds__(256, 1) gemv_fused_kernel(Args F)
             else
                 compute<K15, false>(A, L, st_out, lut, step, dA, dB);
             st_out = st_out + kStageBytes == ring_end ? ring : st_out + kStageBytes;
-            if (++step == F.S || u + 1 == u1) {            /* tile done: its partial sums out */
-                if (L.g < A.batch && CKG_PLANT(6)) {   /* planted fault: a plain += where warps add into one sum */
-                    acc[L.g * kAccRows + tl * 8 + 2 * L.t] += dA[0] + dB[2];
-                    acc[L.g * kAccRows + tl * 8 + 2 * L.t + 1] += dA[1] + dB[3];
+            if (++in_slot == F.L) {                        /* slot done: its partial sums out, written once */
+                if (L.g < A.batch && CKG_PLANT(6)) {       /* planted fault: the tile's slots += into its first, unsynchronised */
+                    float *d = part + ((slot - slot % (kSlots / F.TG)) * CKG_MAX_BATCH + L.g) * 8 + 2 * L.t;
+                    d[0] += dA[0] + dB[2];
+                    d[1] += dA[1] + dB[3];
                 } else if (L.g < A.batch) {
-                    ckg_atomic_add_f32(&acc[L.g * kAccRows + tl * 8 + 2 * L.t], dA[0] + dB[2]);
-                    ckg_atomic_add_f32(&acc[L.g * kAccRows + tl * 8 + 2 * L.t + 1], dA[1] + dB[3]);
+                    float *d = part + (slot * CKG_MAX_BATCH + L.g) * 8 + 2 * L.t;
+                    d[0] = dA[0] + dB[2];
+                    d[1] = dA[1] + dB[3];
                 }
                 dA[0] = dA[1] = dA[2] = dA[3] = dB[0] = dB[1] = dB[2] = dB[3] = 0.f;
-                if (step == F.S) {
-                    step = 0;
-                    tl++;
-                }
+                in_slot = 0;
+                slot++;
             }
+            if (++step == F.S)
+                step = 0;
             if (!CKG_PLANT(7))                             /* planted fault: the stage refilled while lanes read it */
                 ckg_syncwarp();                            /* the stage is free for the next copy */
         }
-        ckg_syncthreads();
-        for (uint32_t i = tid; i < (uint32_t)A.batch * nr; i += blockDim.x) {
-            const uint32_t b = i / nr, r = i % nr;
-            const float v = acc[b * kAccRows + r];
-            const uint64_t o = (uint64_t)b * A.rows + r0 + r;
-            if (A.out_bf16)
-                reinterpret_cast<uint16_t *>(A.y)[o] = ckg_f32_to_bf16_rn(v);
-            else
-                reinterpret_cast<float *>(A.y)[o] = v;
-            acc[b * kAccRows + r] = 0.f;
+        if (F.prow) {
+            if (i == 0) {                                  /* the first group's entries, copied after the first barrier */
+                wait_older_than(since + 1);
+                ckg_syncthreads();
+            }
+            apply_patches(F, grp, pr_all + (i % 3) * kPrWords, smem, (int)(i & 1), pacc, warp, W, lane);
+            wait_older_than(since);                        /* this thread's copies for the groups ahead */
         }
+        ckg_syncthreads();
     }
+    if (i > 0)
+        write_out(F, blockIdx.x + (i - 1) * G, part_all + pbuf(i - 1) * kSlots * CKG_MAX_BATCH * 8,
+                  pacc_all + pbuf(i - 1) * CKG_MAX_BATCH * kMaxRows, tid, NT);
     ckg_cp_async_wait<0>();
 }
 

@@ -377,16 +377,21 @@ ckg_status launch_generic(const GemvArgs &A, cudaStream_t s)
     return launched();
 }
 
+/* Test hook (ckgpu.h: ckg_gemv_test_launch): at most this many blocks, this
+ * many warps; 0: the defaults. */
+unsigned g_test_blocks = 0;
+int g_test_warps = 0;
+
 /* The fused kernel's launch: 8 warps per block where the shared memory
- * allows (4 on smaller parts), one block per SM, tile groups of TG tiles
- * with TG * units-per-row a multiple of the warps. */
+ * allows (4 on smaller parts), one block per SM, the plan of ckg_tile.h
+ * (which gpu/gemv_model.py models). */
 template <bool K15>
 ckg_status launch_fused(const GemvArgs &A, const uint32_t *prow, cudaStream_t s)
 {
-    int dev = 0, sms = 0, warps = 8;
+    int dev = 0, sms = 0, warps = g_test_warps ? g_test_warps : CKG_GEMV_WARPS;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
         return CKG_ERR_CUDA;
-    /* 8 warps need 218 KiB of shared memory (sm_90), 4 warps 143 KiB (sm_80) */
+    /* 8 warps need 223 KiB of shared memory (sm_90), 4 warps 148 KiB (sm_80) */
     while (cudaFuncSetAttribute(fused::gemv_fused_kernel<K15>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 fused::smem_bytes(warps)) != cudaSuccess) {
         cudaGetLastError();
@@ -394,22 +399,18 @@ ckg_status launch_fused(const GemvArgs &A, const uint32_t *prow, cudaStream_t s)
             return launch_generic(A, s);
     }
     const size_t smem = (size_t)fused::smem_bytes(warps);
+    const ckg_gemv_plan P = ckg_gemv_plan_for(A.rows, A.cols, g_test_blocks ? g_test_blocks : (uint32_t)sms);
     fused::Args F;
     F.A = A;
     F.prow = prow;
     F.patch = A.P.patch;
-    F.S = (A.cols + fused::kStepCols - 1) / fused::kStepCols;
-    F.T = (A.rows + 7) / 8;
-    uint32_t gcd = F.S, b = (uint32_t)warps;
-    while (b) {
-        uint32_t r = gcd % b;
-        gcd = b;
-        b = r;
-    }
-    F.TG = (uint32_t)warps / gcd;
-    F.NG = (F.T + F.TG - 1) / F.TG;
-    const unsigned grid = F.NG < (uint32_t)sms ? F.NG : (unsigned)sms;
-    CKG_LAUNCH(fused::gemv_fused_kernel<K15>, grid, warps * 32, smem, s, F);
+    F.S = P.S;
+    F.T = P.T;
+    F.TG = P.TG;
+    F.NG = P.NG;
+    F.L = P.L;
+    F.SPW = (uint32_t)(fused::kSlots / warps);
+    CKG_LAUNCH(fused::gemv_fused_kernel<K15>, P.grid, warps * 32, smem, s, F);
     return launched();
 }
 
@@ -500,6 +501,12 @@ ckg_status ckg_decode(const ckg_planes *p, uint64_t first, uint64_t count, uint1
     return launched();
 }
 
+void ckg_gemv_test_launch(unsigned max_blocks, int warps)
+{
+    g_test_blocks = max_blocks;
+    g_test_warps = warps == 4 || warps == 8 ? warps : 0;
+}
+
 ckg_status ckg_gemv_generic(const ckg_planes *p, uint64_t elem_off, uint64_t rows, uint64_t cols,
                             const uint16_t *x, int batch, void *y, ckg_out_type y_type, ckg_stream stream)
 {
@@ -516,8 +523,10 @@ ckg_status ckg_gemv(const ckg_planes *p, uint64_t elem_off, uint64_t rows, uint6
     if (st != CKG_OK)
         return st;
     const uint32_t *prow = p->n_escapes ? patch_rows_for(p, elem_off, rows, cols) : NULL;
+    /* the patch list is copied in 16-byte pieces: its buffers 16-byte aligned (cudaMalloc's are) */
     bool fast = cols % 128 == 0 && elem_off % 128 == 0 && cols <= 65536 && (prow || !p->n_escapes) &&
-                ((uintptr_t)p->codes & 15) == 0 && ((uintptr_t)p->low & 15) == 0 && ((uintptr_t)x & 15) == 0;
+                ((uintptr_t)p->codes & 15) == 0 && ((uintptr_t)p->low & 15) == 0 && ((uintptr_t)x & 15) == 0 &&
+                (!prow || (((uintptr_t)p->patch_row & 15) == 0 && ((uintptr_t)p->patch & 15) == 0));
     if (!fast)
         return launch_generic(A, (cudaStream_t)stream);
     return p->encoding == CKC_ENC_K15 ? launch_fused<true>(A, prow, (cudaStream_t)stream)

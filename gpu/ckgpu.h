@@ -131,8 +131,12 @@ typedef enum { CKG_OUT_F32 = 0, CKG_OUT_BF16 = 1 } ckg_out_type;
  * in FP32 (tensor cores or FMA); an escaped weight contributes exactly its
  * own product.  The fused kernel needs cols % 128 == 0, elem_off % 128 == 0,
  * cols <= 65536, 16-byte aligned planes and x, and (when the run has
- * escapes) a patch list covering these rows; other calls use a slower
- * warp-per-row kernel.  Needs p->esc_index. */
+ * escapes) a patch list covering these rows in 16-byte aligned buffers (it
+ * copies them in 16-byte pieces, so the piece holding the last entry must be
+ * readable: cudaMalloc's buffers are); other calls use a slower
+ * warp-per-row kernel.  Needs p->esc_index.  The fused kernel's sums are
+ * added in a fixed order: the same inputs give the same bits, whatever the
+ * device's SM count. */
 ckg_status ckg_gemv(const ckg_planes *p, uint64_t elem_off, uint64_t rows, uint64_t cols,
                     const uint16_t *x, int batch, void *y, ckg_out_type y_type, ckg_stream stream);
 
@@ -140,6 +144,12 @@ ckg_status ckg_gemv(const ckg_planes *p, uint64_t elem_off, uint64_t rows, uint6
 ckg_status ckg_gemv_generic(const ckg_planes *p, uint64_t elem_off, uint64_t rows, uint64_t cols,
                             const uint16_t *x, int batch, void *y, ckg_out_type y_type,
                             ckg_stream stream);
+
+/* For tests: the fused GEMV runs on at most max_blocks blocks of `warps`
+ * warps (4 or 8; 0, 0: the defaults, a block per SM and 8 warps where the
+ * shared memory allows).  The output bits must not change with either.  Not
+ * thread-safe: call it before the GEMVs it is meant for. */
+void ckg_gemv_test_launch(unsigned max_blocks, int warps);
 
 /* ---- loader ---------------------------------------------------------------- */
 

@@ -55,6 +55,7 @@ def main():
     work = keep or tempfile.mkdtemp()
     obj = os.path.join(work, 'ckg_kernels.o')
     subprocess.run([nvcc, '-std=c++17', '-arch=sm_90', '-I' + os.path.join(ROOT, 'gpu'), '-I' + os.path.join(ROOT, 'codec'),
+                    '-I' + os.path.join(ROOT, 'fs', 'format'),
                     '-c', os.path.join(ROOT, 'gpu', 'ckg_kernels.cu'), '-o', obj], check=True)
     names = subprocess.run([dump, '-symbols', obj], check=True, capture_output=True, text=True).stdout
     for k15, enc in ((1, 'k15'), (0, 'bytesplit')):

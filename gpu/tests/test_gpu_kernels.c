@@ -4,7 +4,8 @@
  * device is present, every kernel against those references: escape index
  * and decode bit for bit, GEMV within ckg_gemv_tolerance, every output
  * written (outputs are poisoned with NaN first), escapes exact, planes at
- * unaligned addresses handled.  Without a device the
+ * unaligned addresses handled, the same output bits run to run and on any
+ * grid and block size.  Without a device the
  * device part prints "SKIP device part: no CUDA device" and the test passes
  * (gpu/check.sh reports it as SKIP, and ctest's gpu-emu entries as a
  * failure).  --small: one case only (compute-sanitizer's run).
@@ -152,6 +153,45 @@ static void patch_checks(const tu_packed *p, const uint16_t *w, ckg_planes *v, g
     bufs[1] = d_patch;
 }
 
+/* Determinism: ckg_gemv's output bits are the same run to run (on the
+ * emulator each run schedules the threads with another seed) and whatever
+ * the grid and block size (ckg_gemv_test_launch), at batch 8. */
+static void determinism_checks(const ckg_planes *v, gshape s, const uint16_t *d_x, void *d_y)
+{
+    static const struct {
+        unsigned blocks;
+        int warps;
+        const char *seed;
+    } cfg[] = {{0, 0, "11"}, {0, 0, "12"}, {1, 8, "13"}, {3, 4, "14"}};
+    const char *env = getenv("CKG_EMU_SEED");
+    char *seed0 = env ? strdup(env) : NULL;
+    float *y0 = malloc(8 * s.rows * 4), *y1 = malloc(8 * s.rows * 4);
+    CHECK(y0 && y1, "alloc");
+    for (int batch = 8; batch <= 8; batch++)
+        for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+            ckg_gemv_test_launch(cfg[c].blocks, cfg[c].warps);
+            setenv("CKG_EMU_SEED", cfg[c].seed, 1);
+            CU(cudaMemset(d_y, 0xFF, 8 * s.rows * 4));
+            CHECK(ckg_gemv(v, s.elem_off, s.rows, s.cols, d_x, batch, d_y, CKG_OUT_F32, NULL) == CKG_OK, "gemv");
+            CU(cudaDeviceSynchronize());
+            CU(cudaMemcpy(c ? y1 : y0, d_y, (size_t)batch * s.rows * 4, cudaMemcpyDeviceToHost));
+            for (uint64_t i = 0; c && i < batch * s.rows; i++)
+                CHECK(memcmp(&y0[i], &y1[i], 4) == 0,
+                      "gemv rows %llu cols %llu off %llu batch %d: y[%llu] = %a on %u blocks of %d warps (seed %s), %a "
+                      "with the defaults: the sums' order changed",
+                      (unsigned long long)s.rows, (unsigned long long)s.cols, (unsigned long long)s.elem_off, batch,
+                      (unsigned long long)i, y1[i], cfg[c].blocks, cfg[c].warps, cfg[c].seed, y0[i]);
+        }
+    ckg_gemv_test_launch(0, 0);
+    if (seed0)
+        setenv("CKG_EMU_SEED", seed0, 1);
+    else
+        unsetenv("CKG_EMU_SEED");
+    free(seed0);
+    free(y0);
+    free(y1);
+}
+
 static void device_checks(const tu_packed *p, const uint16_t *w, const uint32_t *idx, const gshape *shapes, int n_shapes,
                           int small)
 {
@@ -231,6 +271,8 @@ static void device_checks(const tu_packed *p, const uint16_t *w, const uint32_t 
                                   got, ry[o], tol);
                         }
                 }
+        if (!small)   /* not under the sanitizers: --small is sized for them */
+            determinism_checks(&v, s, d_x, d_y);
         CHECK(ckg_gemv(&v, s.elem_off, s.rows, s.cols, d_x, 9, d_y, CKG_OUT_F32, NULL) == CKG_ERR_ARG, "batch 9 accepted");
         CHECK(ckg_gemv(&v, s.elem_off, p->n, s.cols, d_x, 1, d_y, CKG_OUT_F32, NULL) == CKG_ERR_SHAPE, "too many rows accepted");
         if (pbufs[0] && p->n_esc) {   /* rows of the patched matrix: its list serves them too */
