@@ -49,6 +49,32 @@ static size_t remove_empty_dirs(pack_ctx *c)
     return n;
 }
 
+/* With --delete-source, once the manifest that lists them is durable: remove
+ * the source's links (those still holding the target packed; a link of
+ * SRC is no file, so pack_files deleted none), before the directories
+ * they leave empty.  @return 0, or -1 after naming one that could not go. */
+int delete_links(pack_ctx *c)
+{
+    for (size_t i = 0; i < c->links.n; i++) {
+        const src_entry *l = &c->links.v[i];
+        char p[PATH_MAX], t[CKM_TARGET_MAX + 2];
+        join_path(p, sizeof p, c->src_root, l->rel, "");
+        ssize_t n = readlink(p, t, sizeof t - 1);
+        if (n < 0 && errno == ENOENT)
+            continue; /* gone already */
+        if (n >= 0)
+            t[n] = 0;
+        cku_fault_point();
+        if (n < 0 || strcmp(t, l->target) || unlink(p)) {
+            fprintf(stderr, "ckptfs pack: %s: %s; kept (the pack lists the link as it was)\n", CKU_ESC(p),
+                    n >= 0 && strcmp(t, l->target) ? "changed since it was packed" : strerror(errno));
+            return -1;
+        }
+        c->links_deleted++;
+    }
+    return 0;
+}
+
 /* DST's directories, and its name and those above it, durable before a
  * packed file is (a source deleted once its packed file's own directory is
  * synced must not lose it to a crash that loses a directory's name above).
@@ -89,9 +115,9 @@ static void print_summary(pack_ctx *c, double secs, uint64_t worked, size_t dirs
         printf(" (%llu files already packed by an earlier run, kept)", (unsigned long long)kept);
     printf("\n");
     if (c->o->delete_source)
-        printf("deleted %llu source files (%s) and %zu empty source directories\n",
+        printf("deleted %llu source files (%s)%s%.0zu%s and %zu empty source directories\n",
                (unsigned long long)atomic_load(&c->deleted), cku_human(atomic_load(&c->deleted_bytes), del),
-               dirs_removed);
+               c->links_deleted ? ", " : "", c->links_deleted, c->links_deleted ? " symbolic links" : "", dirs_removed);
 }
 
 int ckpt_pack(const ckpt_pack_opts *o)
@@ -113,6 +139,13 @@ int ckpt_pack(const ckpt_pack_opts *o)
         goto out;
     if (c.list.n) /* an emptied SRC (rerun after --delete-source) has no list: qsort(NULL) is UB */
         qsort(c.list.v, c.list.n, sizeof *c.list.v, cmp_entry);
+    if (c.links.n)
+        qsort(c.links.v, c.links.n, sizeof *c.links.v, cmp_entry);
+    if (c.links_outside) /* stored as written: through a mount the kernel resolves them (format §7) */
+        fprintf(stderr,
+                "ckptfs pack: note: %zu symbolic links of %s point outside it; the pack keeps them as links (not "
+                "what they point to), and a mount or unpack shows them pointing there\n",
+                c.links_outside, CKU_ESC(o->src));
     uint64_t total;
     if (check_names(&c) || validate_all(&c, &total))
         goto out;
@@ -164,7 +197,7 @@ int ckpt_pack(const ckpt_pack_opts *o)
     }
     if (sync_dst_dirs(&c) || pack_files(&c, n_files))
         goto out;
-    if (write_manifest(&c))
+    if (write_manifest(&c) || (o->delete_source && delete_links(&c)))
         goto out;
     size_t dirs_removed = o->delete_source && !c.single_file ? remove_empty_dirs(&c) : 0;
     double secs = cku_progress_seconds(c.progress);
@@ -180,5 +213,7 @@ out:
     if (c.lock_fd >= 0)
         close(c.lock_fd);
     list_free(&c.list);
+    list_free(&c.links);
+    cJSON_Delete(c.hold_links);
     return rc;
 }

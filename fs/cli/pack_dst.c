@@ -301,8 +301,21 @@ int write_manifest(pack_ctx *c)
     char err[512];
     struct stat st, ds;
     int rc = dst_lost(c) || fstat(c->lock_fd, &ds) ? -1 : scan_dst(c, "", &b);
+    /* the links (format §7): in the manifest only, as write_state recorded them */
+    size_t n_links = (size_t)cJSON_GetArraySize(c->hold_links);
+    ckm_link *links = calloc(n_links ? n_links : 1, sizeof *links);
+    if (!links)
+        rc = -1;
+    for (const cJSON *l = c->hold_links ? c->hold_links->child : NULL; links && l; l = l->next, b.m.n_links++) {
+        links[b.m.n_links].path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(l, "path"));
+        links[b.m.n_links].target = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(l, "target"));
+    }
+    b.m.links = links;
     ckp_status s = rc == 0 ? ckm_write_at(c->lock_fd, c->dst, &b.m, manifest_mode(&b.m, ds.st_mode), err, sizeof err)
                            : CKP_OK;
+    b.m.links = NULL; /* not mf_free's: their strings are hold_links' */
+    b.m.n_links = 0;
+    free(links);
     if (s != CKP_OK) {
         if (!dst_lost(c))
             ckpt_fail("pack", s, err);

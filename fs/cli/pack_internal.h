@@ -28,7 +28,9 @@
 typedef struct {
     char *rel;        /* relative path */
     int is_dir;
-    struct stat st;   /* of the file (symlinks followed) */
+    int is_st;        /* a file that holds a valid safetensors header, whatever its name */
+    char *target;     /* links (pack_ctx.links): the target text, as readlink gave it */
+    struct stat st;   /* of the file (a SRC named by a link: followed); of a link: lstat */
 } src_entry;
 
 typedef struct {
@@ -52,7 +54,14 @@ typedef struct {
                                * was there before (parents made with it go with it) */
     int writing;              /* DST was made ready (prepare_dst): a failure from here on
                                * leaves what was packed for a rerun */
-    src_list list;
+    src_list list;            /* SRC's directories and files, sorted */
+    src_list links;           /* SRC's symbolic links, sorted: stored as links (format
+                               * §7), never followed, deleted by --delete-source once
+                               * the manifest that lists them is durable */
+    cJSON *hold_links;        /* the links the pack is to list (write_state): SRC's,
+                               * and those an interrupted --delete-source removed */
+    size_t links_deleted;     /* --delete-source: source links removed */
+    size_t links_outside;     /* links whose target leaves SRC (said once) */
     cku_progress *progress;
     int jobs_each;            /* encoder / read-back threads per file in flight */
     atomic_uint_fast64_t left; /* source bytes of the files not yet packed */
@@ -96,6 +105,8 @@ static inline void join_path(char *out, size_t cap, const char *a, const char *b
 
 /* pack_source.c */
 void list_free(src_list *l);
+int link_leaves_tree(const char *rel, const char *target);
+int delete_links(pack_ctx *c);
 int cmp_entry(const void *a, const void *b);
 st_header *check_safetensors(const char *path, const uint8_t *p, uint64_t size);
 int validate_all(pack_ctx *c, uint64_t *total);

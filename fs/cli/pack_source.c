@@ -27,6 +27,7 @@ static int list_add(src_list *l, const char *rel, int is_dir, const struct stat 
         l->v = v;
         l->cap = cap;
     }
+    memset(&l->v[l->n], 0, sizeof l->v[l->n]);
     l->v[l->n].rel = strdup(rel);
     l->v[l->n].is_dir = is_dir;
     l->v[l->n].st = *st;
@@ -35,9 +36,56 @@ static int list_add(src_list *l, const char *rel, int is_dir, const struct stat 
 
 void list_free(src_list *l)
 {
-    for (size_t i = 0; i < l->n; i++)
+    for (size_t i = 0; i < l->n; i++) {
         free(l->v[i].rel);
+        free(l->v[i].target);
+    }
     free(l->v);
+}
+
+/* Add the link at full (relative path rel, lstat st) with its target text. */
+static int add_link(pack_ctx *c, const char *full, const char *rel, const struct stat *st)
+{
+    char t[PATH_MAX + 1], esc[PATH_MAX];
+    ssize_t n = readlink(full, t, sizeof t);
+    if (n <= 0 || n > CKM_TARGET_MAX) {
+        fprintf(stderr, "ckptfs pack: %s: %s\n", cku_escape(full, esc, sizeof esc),
+                n < 0 ? strerror(errno) : "a symbolic link whose target is not 1 to 4095 bytes; nothing was packed");
+        return -1;
+    }
+    t[n] = 0;
+    if (!cku_utf8_ok(t)) { /* the manifest is JSON */
+        fprintf(stderr, "ckptfs pack: %s: the target of this symbolic link is not valid UTF-8; nothing was packed\n",
+                cku_escape(full, esc, sizeof esc));
+        return -1;
+    }
+    if (list_add(&c->links, rel, 0, st) || !(c->links.v[c->links.n - 1].target = strdup(t)))
+        return -1;
+    c->links_outside += link_leaves_tree(rel, t);
+    return 0;
+}
+
+/* 1 if target, of the link at rel, names something outside the tree the
+ * link is in (absolute, or ".." above its top), read as the kernel would
+ * read it from the link's directory; 0 if it stays inside. */
+int link_leaves_tree(const char *rel, const char *target)
+{
+    if (*target == '/')
+        return 1;
+    long depth = 0; /* directories below the top */
+    for (const char *p = rel; (p = strchr(p, '/')); p++)
+        depth++;
+    for (const char *p = target; *p;) {
+        size_t n = strcspn(p, "/");
+        if (n == 2 && p[0] == '.' && p[1] == '.') {
+            if (--depth < 0)
+                return 1;
+        } else if (n && !(n == 1 && p[0] == '.')) {
+            depth++;
+        }
+        p += n + (p[n] == '/');
+    }
+    return 0;
 }
 
 int cmp_entry(const void *a, const void *b)
@@ -45,17 +93,15 @@ int cmp_entry(const void *a, const void *b)
     return strcmp(((const src_entry *)a)->rel, ((const src_entry *)b)->rel);
 }
 
-/* What pack says of a symbolic link to a file with --delete-source, which
- * deletes each file it packs, after reading it: the name is a link, so the
- * file deleted would be either the link (while its target stays outside
- * the source: the check that it is the file read fails, and the pack never
- * finishes) or, for a single file named by a link, the target. */
+/* What pack says of a single file SRC named by a symbolic link with
+ * --delete-source, which deletes each file it packs, after reading it: the
+ * file deleted would be the target. */
 #define LINK_REFUSED "a symbolic link; --delete-source deletes the files it packs and a link is not one: put " \
                      "the file itself there, or pack without --delete-source; nothing was packed"
 
-/* Walk root/rel recursively.  File symlinks are followed (their content is
- * packed), except with --delete-source, which refuses them; directory
- * symlinks are refused, so the walk cannot loop. */
+/* Walk root/rel recursively.  Symbolic links are stored as links (format
+ * §7: their target text, whatever it names), never followed, so the walk
+ * cannot loop and a Hugging Face cache's blobs are packed once. */
 static int walk(pack_ctx *c, const char *rel)
 {
     char dir[PATH_MAX];
@@ -91,17 +137,12 @@ static int walk(pack_ctx *c, const char *rel)
         snprintf(r, sizeof r, "%s%s%s", rel, *rel ? "/" : "", e->d_name);
         snprintf(full, sizeof full, "%s/%s", c->src_root, r);
         struct stat st, lst;
-        if (lstat(full, &lst) || stat(full, &st)) {
+        if (lstat(full, &lst)) {
             fprintf(stderr, "ckptfs pack: %s: %s\n", cku_escape(full, esc, sizeof esc), strerror(errno));
             rc = -1;
-        } else if (S_ISLNK(lst.st_mode) && S_ISREG(st.st_mode) && c->o->delete_source) {
-            fprintf(stderr, "ckptfs pack: %s: " LINK_REFUSED "\n", cku_escape(full, esc, sizeof esc));
-            rc = -1;
-        } else if (S_ISDIR(st.st_mode) && S_ISLNK(lst.st_mode)) {
-            fprintf(stderr, "ckptfs pack: %s: symbolic link to a directory is not supported\n",
-                    cku_escape(full, esc, sizeof esc));
-            rc = -1;
-        } else if (S_ISDIR(st.st_mode)) {
+        } else if (S_ISLNK(lst.st_mode)) {
+            rc = add_link(c, full, r, &lst);
+        } else if ((st = lst, S_ISDIR(st.st_mode))) {
             if (!*rel && (!strcmp(e->d_name, CKP_MANIFEST_NAME) || !strcmp(e->d_name, STATE_NAME))) {
                 fprintf(stderr, "ckptfs pack: %s: this name is reserved for ckptfs\n", cku_escape(full, esc, sizeof esc));
                 rc = -1;
@@ -149,7 +190,10 @@ int validate_all(pack_ctx *c, uint64_t *total)
         if (e->is_dir)
             continue;
         *total += (uint64_t)e->st.st_size;
-        if (!has_suffix(e->rel, ".safetensors"))
+        /* a .safetensors name must hold one; another name may (a Hugging
+         * Face blob is named by its hash): the content says (format §2) */
+        int named = has_suffix(e->rel, ".safetensors");
+        if (!named && e->st.st_size < 16)
             continue;
         char path[PATH_MAX];
         join_path(path, sizeof path, c->src_root, e->rel, "");
@@ -160,10 +204,16 @@ int validate_all(pack_ctx *c, uint64_t *total)
             fprintf(stderr, "ckptfs pack: %s: %s\n", cku_escape(path, esc, sizeof esc), why);
             return -1;
         }
-        st_header *h = check_safetensors(path, sm.p, sm.size);
+        st_header *h = NULL;
+        if (named)
+            h = check_safetensors(path, sm.p, sm.size);
+        else if (st_parse(sm.p, sm.size, sm.size, &h, why, sizeof why) != CKP_OK)
+            h = NULL;
+        int truncated = cks_map_truncated(&sm);
         cks_map_close(&sm);
-        if (!h)
+        if (named && !h)
             return -1;
+        c->list.v[i].is_st = h && !truncated;
         st_free(h);
     }
     return 0;
@@ -422,6 +472,17 @@ static int list_has_dir(const pack_ctx *c, const char *rel)
  * entry's packed or temporary name.  @return 0, or -1 after naming it. */
 int check_names(const pack_ctx *c)
 {
+    for (size_t i = 0; i < c->links.n; i++) { /* links: in the manifest only, no packed name */
+        const char *rel = c->links.v[i].rel;
+        const char *why = !ckp_path_ok(rel) ? "this path cannot be stored in a pack"
+                          : !strchr(rel, '/') && reserved_name(rel) ? "this name is reserved for ckptfs" : NULL;
+        if (why) {
+            char esc[PATH_MAX];
+            fprintf(stderr, "ckptfs pack: %s/%s: %s; nothing was packed\n", c->src_root,
+                    cku_escape(rel, esc, sizeof esc), why);
+            return -1;
+        }
+    }
     for (size_t i = 0; i < c->list.n; i++) {
         const src_entry *e = &c->list.v[i];
         const char *base = strrchr(e->rel, '/') ? strrchr(e->rel, '/') + 1 : e->rel;

@@ -25,7 +25,12 @@
  *              the only copy of a file, and --force must not drop it;
  *   "files"    the files DST is to hold, sorted by path: {"path", "size",
  *              "mtime_ns" (a string)}: the source's, and those whose source
- *              is gone but whose packed file DST holds.
+ *              is gone but whose packed file DST holds;
+ *   "links"    the symbolic links its manifest is to list: {"path",
+ *              "target"}: the source's, and after a --delete-source run
+ *              those recorded that the source no longer has (a run killed
+ *              while it removed them: they are in no packed file, so this
+ *              is where a rerun finds them).
  * A rerun resumes if SRC is the recorded path, or (a moved source) if SRC's
  * files are all recorded with the same size and mtime and every recorded
  * file missing from SRC is held by DST. */
@@ -119,6 +124,36 @@ static int walk_recorded(pack_ctx *c, const cJSON *rec, cJSON *out, char *why, s
     return same;
 }
 
+/* 1 if the source has an entry (file, directory or link) named rel. */
+static int src_has(const pack_ctx *c, const char *rel)
+{
+    src_entry key = {.rel = (char *)rel};
+    return (c->list.n && bsearch(&key, c->list.v, c->list.n, sizeof key, cmp_entry)) ||
+           (c->links.n && bsearch(&key, c->links.v, c->links.n, sizeof key, cmp_entry));
+}
+
+/* The links DST is to list (see above), into c->hold_links; old: the state found. */
+static cJSON *hold_links(pack_ctx *c, const cJSON *old)
+{
+    cJSON *out = cJSON_CreateArray();
+    for (size_t i = 0; out && i < c->links.n; i++) {
+        cJSON *l = cJSON_CreateObject();
+        cJSON_AddStringToObject(l, "path", c->links.v[i].rel);
+        cJSON_AddStringToObject(l, "target", c->links.v[i].target);
+        cJSON_AddItemToArray(out, l);
+    }
+    const cJSON *rec = cJSON_GetObjectItemCaseSensitive(old, "links");
+    if (!out || !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(old, "deletes")))
+        return out;
+    for (const cJSON *r = cJSON_IsArray(rec) ? rec->child : NULL; r; r = r->next) {
+        const char *p = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "path"));
+        const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "target"));
+        if (p && t && ckp_path_ok(p) && *t && strlen(t) <= CKM_TARGET_MAX && !src_has(c, p))
+            cJSON_AddItemToArray(out, cJSON_Duplicate(r, 1));
+    }
+    return out;
+}
+
 /* Write DST/ckptfs.state for this run; old: the state found (or NULL). */
 static int write_state(pack_ctx *c, const char *src_real, const cJSON *old)
 {
@@ -132,7 +167,10 @@ static int write_state(pack_ctx *c, const char *src_real, const cJSON *old)
                           c->o->delete_source || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(old, "deletes")));
     walk_recorded(c, cJSON_GetObjectItemCaseSensitive(old, "files"), files, why, sizeof why);
     cJSON_AddItemToObject(o, "files", files);
-    char *txt = cJSON_Print(o);
+    cJSON_Delete(c->hold_links);
+    c->hold_links = hold_links(c, old);
+    cJSON_AddItemToObject(o, "links", cJSON_Duplicate(c->hold_links, 1));
+    char *txt = c->hold_links ? cJSON_Print(o) : NULL;
     cJSON_Delete(o);
     unlinkat(c->lock_fd, tmp, 0); /* O_EXCL: never written through a link */
     int fd = openat(c->lock_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600), rc = -1;

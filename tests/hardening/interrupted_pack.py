@@ -23,6 +23,13 @@ original.  Then rerun the same command to the end: exit 0, SRC emptied,
 `verify` ok, `unpack` equal to the originals (SHA-256).  First, one fixed
 case: a packed copy damaged after a plain pack must not let a later
 `pack --delete-source` delete its source.
+Hugging Face cache (format 1.1 links): the step sweep again on a hub
+cache's layout (blobs/ named by hash, a safetensors one among them,
+refs/main, snapshots/REV/* relative links into ../../blobs): after a kill
+at any step each blob is in SRC or read back from its .ckpt, and each link
+is in SRC or listed by DST's durable manifest; the rerun leaves SRC without
+a file or a link, and unpack gives back the blobs and the links (targets as
+written).
 Random kills bounded by KILL_BUDGET_S (default 10 s) and KILLS (default 40).
 Environment: CKPTFS, CKPT_CHUNKS, PYTHON."""
 import os
@@ -219,7 +226,100 @@ def sweeps():
           flush=True)
 
 
+def hub_tree(d):
+    """{rel: ("link", target) or ("file", sha256)} of everything under d but directories."""
+    out = {}
+    for root, dirs, fs in os.walk(d):
+        for f in fs + [x for x in dirs if os.path.islink(os.path.join(root, x))]:
+            p = os.path.join(root, f)
+            rel = os.path.relpath(p, d)
+            out[rel] = ("link", os.readlink(p)) if os.path.islink(p) else ("file", sha(p))
+    return out
+
+
+def make_hub(d):
+    """A hub cache as huggingface_hub lays one out (models--ORG--NAME)."""
+    import hashlib
+    import json
+    import struct
+    repo = os.path.join(d, "models--org--tiny")
+    rev = "0123456789abcdef0123456789abcdef01234567"
+    w = b"".join(struct.pack("<H", 0x3c00 + (i * 7919) % 997) for i in range(20000))
+    head = json.dumps({"w": {"dtype": "BF16", "shape": [100, 200], "data_offsets": [0, len(w)]}}).encode()
+    head += b" " * (-len(head) % 8)
+    files = {"model.safetensors": struct.pack("<Q", len(head)) + head + w, "config.json": b'{"model_type": "x"}\n'}
+    for sub in ("blobs", "refs", os.path.join("snapshots", rev)):
+        os.makedirs(os.path.join(repo, sub))
+    with open(os.path.join(repo, "refs", "main"), "w") as f:
+        f.write(rev)
+    for name, data in files.items():
+        h = hashlib.sha256(data).hexdigest()
+        with open(os.path.join(repo, "blobs", h), "wb") as f:
+            f.write(data)
+        os.symlink("../../blobs/" + h, os.path.join(repo, "snapshots", rev, name))
+
+
+def hub_nothing_lost(orig, pristine, src, when):
+    man = os.path.join(DST, "ckptfs.manifest")
+    links = {}
+    if os.path.exists(man):
+        import json
+        with open(man, "rb") as f:
+            doc = json.loads(f.read().split(b"\n", 1)[1])
+        links = {e["path"]: e["target"] for e in doc.get("links", [])}
+    now = hub_tree(src) if os.path.isdir(src) else {}
+    for rel, (kind, v) in orig.items():
+        if rel in now:
+            if now[rel] != (kind, v):
+                fail("%s: %s changed in SRC" % (when, rel))
+        elif kind == "link":
+            if links.get(rel) != v:
+                fail("%s: link %s LOST: gone from SRC and not in a durable manifest" % (when, rel))
+        else:
+            p = os.path.join(DST, rel + ".ckpt")
+            r = subprocess.run([CH, p, os.path.join(pristine, rel)], stdout=subprocess.PIPE, text=True) \
+                if os.path.exists(p) else None
+            if not r or r.returncode != 0:
+                fail("%s: %s LOST: deleted from SRC and no packed copy reads back" % (when, rel))
+
+
+def hub_sweep():
+    pristine = os.path.join(T, "hub-pristine")
+    make_hub(pristine)
+    orig = hub_tree(pristine)
+    kills = 0
+    for n in range(1, 10000):
+        base = os.path.join(T, "hub")
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(DST, ignore_errors=True)
+        shutil.copytree(pristine, base, symlinks=True)
+        r = run_at_step(pack_cmd(base), n)
+        if r.returncode == 0:
+            break
+        if r.returncode != FAULT_EXIT:
+            fail("hub step %d: exited %d, not at the step: %s" % (n, r.returncode, r.stderr[-300:]))
+            return
+        kills += 1
+        hub_nothing_lost(orig, pristine, base, "hub cache, killed at step %d" % n)
+        r = subprocess.run(pack_cmd(base), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        left = hub_tree(base)
+        if r.returncode != 0 or left:
+            fail("hub cache, killed at step %d: rerun exited %d, SRC still holds %s: %s" %
+                 (n, r.returncode, sorted(left), r.stderr[-300:]))
+        out = os.path.join(T, "hub-out")
+        shutil.rmtree(out, ignore_errors=True)
+        u = subprocess.run([CK, "unpack", DST, out], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if u.returncode != 0 or hub_tree(out) != orig:
+            fail("hub cache, killed at step %d: unpack after the rerun differs: %s" % (n, u.stderr[-300:]))
+        if failures:
+            return
+    if kills < 5:
+        fail("hub cache: only %d kills at steps" % kills)
+    print("step sweep, hub cache: %d kills, %d links and blobs back each time" % (kills, len(orig)), flush=True)
+
+
 def main():
+    hub_sweep()
     sweeps()
     budget = float(os.environ.get("KILL_BUDGET_S", "10"))
     max_kills = int(os.environ.get("KILLS", "40"))
