@@ -325,7 +325,7 @@ static int unpack_locked(const char *dst, const char *out_arg, int jobs)
      * nothing is written below a link (a link is no listed directory, R55) */
     for (size_t i = 0; i < m->n_links; i++) {
         char p[PATH_MAX];
-        snprintf(p, sizeof p, "%s/%s", stage, m->links[i].path);
+        snprintf(p, sizeof p, "%s/%s", tree, m->links[i].path);
         if (symlink(m->links[i].target, p)) {
             fprintf(stderr, "ckptfs unpack: %s: %s\n", CKU_ESC(p), strerror(errno));
             goto out;
