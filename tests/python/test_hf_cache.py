@@ -10,7 +10,8 @@ original must find it valid, and from_pretrained must load from it, before
 it is packed.  Truth is the original cache, read by the same calls in a
 child process (hf_cache_probe.py: huggingface_hub reads its environment at
 import): after `pack --delete-source` (which leaves the cache without a
-file or a link, and whose summary counts each blob once) and a mount,
+file or a link, and whose summary counts each blob once; verify --against a
+copy of the cache compares the links' targets) and a mount,
 from_pretrained("ORG/NAME") gives the same tensors and logits bit for bit,
 snapshot_download(local_files_only=True) and hf_hub_download the same
 files, readlink the original targets, scan_cache_dir() the same repos and
@@ -111,6 +112,8 @@ def test_hub_cache_packed_with_delete_source_serves_from_pretrained(ckptfs, work
     blob_bytes = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(hub) for f in fs
                      if not os.path.islink(os.path.join(r, f)))
 
+    copy = os.path.join(workdir, "hf-copy")
+    shutil.copytree(hub, copy, symlinks=True)
     packed = os.path.join(workdir, "hf-packed")
     r = subprocess.run([ckptfs, "pack", "--delete-source", hub, packed], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True)
@@ -133,6 +136,17 @@ def test_hub_cache_packed_with_delete_source_serves_from_pretrained(ckptfs, work
                         t.endswith(os.path.basename(rel)))
             assert kinds[rel] == ("safetensors" if is_st else "blob"), (rel, kinds[rel], target)
     assert {e["path"]: e["target"] for e in man["links"]} == {k: v[1] for k, v in before.items() if v[0] == "link"}
+
+    # verify --against compares the links' targets too
+    r = subprocess.run([ckptfs, "verify", "--against", copy, packed], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 0, r.stderr
+    link = os.path.join(copy, ORG_NAME, "snapshots", REV_OLD, "config.json")
+    os.unlink(link)
+    os.symlink("../../blobs/elsewhere", link)
+    r = subprocess.run([ckptfs, "verify", "--against", copy, packed], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 4 and "config.json: the source's link has another target" in r.stderr, r.stderr
 
     for key, mnt, value in (("HF_HUB_CACHE", os.path.join(workdir, "hf-mnt"), None),
                             ("HF_HOME", os.path.join(workdir, "hf-home2", "hub"), os.path.join(workdir, "hf-home2"))):
