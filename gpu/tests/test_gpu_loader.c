@@ -201,6 +201,69 @@ static void sub_byte_dtypes(const char *work)
     printf("gpu_loader: F4/F6 row ranges: the rows' bytes, or refused where a row ends inside a byte\n");
 }
 
+/* The K15 pack dst rewritten with another tiling format.md §4 allows
+ * (ckptfs's writer never makes it): the header in two extents, model.w1
+ * split over two K15 extents, model.w2 and model.bias in one RAW extent, the
+ * rest one extent each, none named for its tensor.  The loader must upload
+ * every tensor as its bytes (libckread places them by offset; a tensor not
+ * in one extent of its own is uploaded decoded).  src: the original file. */
+static void retiled(const char *work, const char *dst, const char *src, const ttensor *t)
+{
+    char cmd[2048], dir[512], path[700];
+    snprintf(dir, sizeof dir, "%s/packed_retiled", work);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -a '%s' '%s'", dir, dst, dir);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    FILE *f = fopen(src, "rb");
+    CHECK(f && fseek(f, 0, SEEK_END) == 0, "open %s", src);
+    long n = ftell(f);
+    uint8_t *b = malloc((size_t)n);
+    CHECK(fseek(f, 0, SEEK_SET) == 0 && fread(b, 1, (size_t)n, f) == (size_t)n && fclose(f) == 0, "read %s", src);
+    uint64_t hl, at;
+    memcpy(&hl, b, 8);
+    at = 8 + hl;   /* model.w1 starts here, then w2, bias, empty, ids */
+    uint64_t w1 = t[0].size, w2 = t[1].size, bias = t[2].size;
+    const struct { uint32_t enc; uint64_t len; } cut[] = {
+        {CKC_ENC_RAW, 10}, {CKC_ENC_ZSTD, at - 10},                       /* the header, in two */
+        {CKC_ENC_K15, w1 / 2 + 2 * 1000}, {CKC_ENC_K15, w1 - w1 / 2 - 2 * 1000},   /* w1 split */
+        {CKC_ENC_RAW, w2 + bias}, {CKC_ENC_RAW, (uint64_t)n - at - w1 - w2 - bias}, /* w2 + bias; ids */
+    };
+    snprintf(path, sizeof path, "%s/model.safetensors.ckpt", dir);
+    ckp_reader *r = NULL;
+    CHECK(ckp_open(path, &r, NULL, 0) == CKP_OK, "open %s", path);
+    uint8_t sha[32];
+    memcpy(sha, ckp_get_info(r)->sha256, 32);
+    ckp_close(r);
+    int fd = open(path, O_WRONLY | O_TRUNC);
+    ckp_writer *w = NULL;
+    ckp_writer_opts o = {.path = "model.safetensors", .kind = CKP_KIND_SAFETENSORS, .mode = 0644};
+    CHECK(fd >= 0 && ckp_writer_new(fd, &o, &w) == CKP_OK, "writer");
+    uint64_t off = 0;
+    for (size_t i = 0; i < sizeof cut / sizeof cut[0]; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "x%zu", i);
+        CHECK(ckp_writer_add(w, cut[i].enc, b + off, cut[i].len, name, 0) == CKP_OK, "add %zu: %s", i,
+              ckp_writer_error(w));
+        off += cut[i].len;
+    }
+    CHECK(off == (uint64_t)n && ckp_writer_finish(w, sha) == CKP_OK && close(fd) == 0, "finish");
+    ckp_writer_free(w);
+    free(b);
+    char err[512] = "";
+    ckg_model *m = NULL;
+    ckg_status st = ckg_model_open(dir, &m, err, sizeof err);
+    CHECK(st == CKG_OK, "open %s: %s: %s", dir, ckg_status_name(st), err);
+    size_t k[5];
+    for (int i = 0; i < 5; i++)
+        CHECK(ckg_model_find(m, t[i].name, &k[i]) == CKG_OK, "find %s", t[i].name);
+    check_decode(m, k[0], &t[0], 0, 96, 0, 0);   /* split: uploaded decoded */
+    check_decode(m, k[0], &t[0], 40, 57, 0, 0);  /* rows across the cut */
+    check_decode(m, k[1], &t[1], 3, 17, 0, 0);   /* in a RAW extent with bias */
+    check_decode(m, k[2], &t[2], 0, 96, 0, 0);
+    check_decode(m, k[4], &t[4], 1, 4, 0, 0);
+    ckg_model_close(m);
+    printf("gpu_loader: a pack tiled otherwise (split tensors, shared extents, other names): every tensor's bytes\n");
+}
+
 int main(int argc, char **argv)
 {
     const char *work = argc > 1 ? argv[1] : "/tmp/ckgpu_loader_test";
@@ -280,6 +343,8 @@ int main(int argc, char **argv)
             ckg_tensor_free(g);
             CHECK(ckg_tensor_upload(m, w1, 5, 200, 0, NULL, &g) == CKG_ERR_ARG && !g, "rows past the end accepted");
             printf("gpu_loader: device uploads, row ranges, decode and GEMV ok\n");
+            if (ei == 0)
+                retiled(work, dst, path, t);
         }
         ckg_model_close(m);
 
