@@ -33,6 +33,23 @@ void ckpt_describe_chunk(const ckp_reader *r, uint32_t e, uint64_t c, char *out,
 uint64_t ckpt_packed_size(const char *dst, const ckm_manifest *m);
 /* Capacity of one batch of decoded bytes for r (1 MiB, or its largest chunk). */
 size_t ckpt_batch_capacity(const ckp_reader *r);
+/* 1 if dir holds a packed directory's manifest (CKP_MANIFEST_NAME). */
+int ckpt_is_packed(const char *dir);
+/* Swapped arguments: when packed (where a packed directory is expected) is
+ * not one and other (the argument in the other place) is, say so on stderr
+ * with the right order, order (e.g. "ckptfs unpack PACKED OUT").
+ * @return 1 if said (the caller exits CKPT_EXIT_USAGE), else 0. */
+int ckpt_swapped(const char *cmd, const char *packed, const char *other, const char *order);
+/* Free space for `need` bytes on the file system that holds path (or its
+ * nearest existing parent), with a margin (need/20 + 16 MiB).  @return 0,
+ * or -1 after saying how much is needed and free and what to do (what:
+ * "unpacking PACKED", say).  A file system that cannot say passes. */
+int ckpt_check_space(const char *cmd, const char *path, uint64_t need, const char *what);
+/* 0 after --no-space-check: ckpt_check_space passes. */
+extern int ckpt_space_check;
+/* Ctrl-C (SIGINT), SIGTERM, SIGHUP (each unless ignored, as nohup does):
+ * print how to go on (msg, one line), then die of the signal as before. */
+void ckpt_on_interrupt(const char *msg);
 /* Files unpacked or verified at once for --jobs jobs. */
 int ckpt_files_at_once(int jobs);
 

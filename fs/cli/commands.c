@@ -26,6 +26,8 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <signal.h>
+#include <sys/statvfs.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -149,4 +151,76 @@ size_t ckpt_batch_capacity(const ckp_reader *r)
 int ckpt_files_at_once(int jobs)
 {
     return jobs / 2 < 1 ? 1 : jobs / 2 > CKPT_MAX_FILES_AT_ONCE ? CKPT_MAX_FILES_AT_ONCE : jobs / 2;
+}
+
+int ckpt_is_packed(const char *dir)
+{
+    char p[PATH_MAX];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", dir, CKP_MANIFEST_NAME);
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int ckpt_swapped(const char *cmd, const char *packed, const char *other, const char *order)
+{
+    if (!other || ckpt_is_packed(packed) || !ckpt_is_packed(other))
+        return 0;
+    fprintf(stderr, "ckptfs %s: the arguments look swapped: %s is a packed directory and %s is not.\n"
+            "The order is: %s\n", cmd, CKU_ESC(other), CKU_ESC(packed), order);
+    return 1;
+}
+
+int ckpt_space_check = 1;
+
+int ckpt_check_space(const char *cmd, const char *path, uint64_t need, const char *what)
+{
+    char p[PATH_MAX];
+    struct statvfs v;
+    if (!ckpt_space_check)
+        return 0;
+    snprintf(p, sizeof p, "%s", path);
+    while (statvfs(p, &v) != 0) { /* the nearest part of path that exists */
+        char *slash = strrchr(p, '/');
+        if (!slash) {
+            if (!strcmp(p, "."))
+                return 0;
+            snprintf(p, sizeof p, ".");
+        } else if (slash == p) {
+            if (!p[1])
+                return 0;
+            p[1] = 0;
+        } else {
+            *slash = 0;
+        }
+    }
+    uint64_t avail = (uint64_t)v.f_bavail * v.f_frsize, want = need + need / 20 + (16ull << 20);
+    if (!v.f_blocks || avail >= want)
+        return 0; /* f_blocks 0: a file system that does not count */
+    char n[16], a[16];
+    fprintf(stderr, "ckptfs %s: not enough free space for %s: about %s needed on the file system of %s "
+            "(with a 5%% margin), %s free.\nFree some space there, or choose a place on another file system "
+            "(--no-space-check goes ahead anyway).\n",
+            cmd, what, cku_human(want, n), CKU_ESC(path), cku_human(avail, a));
+    return -1;
+}
+
+static char interrupt_msg[1024];
+
+static void on_interrupt(int sig)
+{
+    ssize_t r = write(STDERR_FILENO, interrupt_msg, strlen(interrupt_msg));
+    (void)r;
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void ckpt_on_interrupt(const char *msg)
+{
+    snprintf(interrupt_msg, sizeof interrupt_msg, "\n%s\n", msg);
+    struct sigaction sa = {.sa_handler = on_interrupt}, old;
+    sigemptyset(&sa.sa_mask);
+    int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) /* one ignored (nohup) stays ignored */
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(sigs[i], &sa, NULL);
 }

@@ -5,6 +5,7 @@
  * 3 damaged packed data (verify), 4 differs from the source (verify).
  */
 #include "ckptfs_version.h"
+#include "cmd_common.h"
 #include "commands.h"
 #include "container.h"
 #include "mount.h"
@@ -20,6 +21,9 @@
 #define PROGRESS_HELP                                                                                  \
     "  --progress=WHEN         auto (a bar on a terminal, plain lines every 5 s otherwise),\n"             \
     "                          bar, plain or none; a summary is printed at the end in any case\n"
+#define SPACE_HELP                                                                                     \
+    "  --no-space-check        go ahead even if the free space looks too small (the check\n"            \
+    "                          before writing anything uses an estimate with a margin)\n"
 
 /* One subcommand's help: synopsis line, what it does, options, an example. */
 typedef struct {
@@ -27,7 +31,8 @@ typedef struct {
 } cmd_help;
 
 static const cmd_help helps[] = {
-    {"pack", "ckptfs pack [--format k15|bytesplit] [--jobs N] [--delete-source] [--force] [--progress=WHEN] SRC PACKED",
+    {"pack", "ckptfs pack [--format k15|bytesplit] [--jobs N] [--delete-source] [--force] [--progress=WHEN]\n"
+             "       [--no-space-check] SRC PACKED",
      "Store SRC (a model directory, or one .safetensors file) losslessly packed\n"
      "in the new directory PACKED.  Every packed file is read back and compared\n"
      "with its source before it counts as done.  If it is interrupted, run the\n"
@@ -40,14 +45,16 @@ static const cmd_help helps[] = {
      "  --force                 replace PACKED if it holds another pack (never a\n"
      "                          directory holding files that ckptfs did not write)\n"
 PROGRESS_HELP
+SPACE_HELP
      "\n"
      "Example:  ckptfs pack /srv/models/llama /srv/models/llama.packed\n"},
-    {"unpack", "ckptfs unpack [--jobs N] [--progress=WHEN] PACKED OUT",
+    {"unpack", "ckptfs unpack [--jobs N] [--progress=WHEN] [--no-space-check] PACKED OUT",
      "Rebuild the original files of PACKED in the new directory OUT, checking\n"
-     "every chunk and each file's SHA-256.  Damaged data leaves no output.\n"
+     "every chunk and each file's SHA-256.  Damaged data leaves no output (exit 3).\n"
      "\n"
      "  --jobs N                threads (default: the number of CPUs)\n"
 PROGRESS_HELP
+SPACE_HELP
      "\n"
      "Example:  ckptfs unpack /srv/models/llama.packed /tmp/llama\n"},
     {"verify", "ckptfs verify [--against SRC] [--jobs N] [--progress=WHEN] PACKED",
@@ -88,7 +95,7 @@ static void usage(FILE *f)
         fprintf(f, "  %s\n", helps[i].synopsis + strlen("ckptfs "));
     fputs("  mount [-f] [-d] [-o OPTIONS] PACKED MOUNTPOINT\n"
           "  --version\n"
-          "Exit status: 0 ok, 1 failure, 2 usage error, 3 damaged (verify), 4 differs (verify).\n",
+          "Exit status: 0 ok, 1 failure, 2 usage error, 3 damaged (verify, unpack), 4 differs (verify).\n",
           f);
 }
 
@@ -146,7 +153,8 @@ static int cmd_pack(int argc, char **argv)
     ckpt_pack_opts o = {.encoding = CKC_ENC_K15, .jobs = default_jobs()};
     static const struct option lo[] = {{"format", 1, 0, 'F'}, {"jobs", 1, 0, 'j'},
                                        {"delete-source", 0, 0, 'D'}, {"force", 0, 0, 'f'},
-                                       {"progress", 1, 0, 'P'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+                                       {"progress", 1, 0, 'P'}, {"no-space-check", 0, 0, 'S'},
+                                       {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     argv[0] = (char *)"ckptfs pack"; /* getopt's own messages begin with it */
     while ((c = getopt_long(argc, argv, "j:fh", lo, NULL)) != -1) {
@@ -166,6 +174,7 @@ static int cmd_pack(int argc, char **argv)
                 return CKPT_EXIT_USAGE;
             break;
         case 'D': o.delete_source = 1; break;
+        case 'S': ckpt_space_check = 0; break;
         case 'f': o.force = 1; break;
         case 'P':
             if (parse_progress("pack", optarg))
@@ -179,6 +188,14 @@ static int cmd_pack(int argc, char **argv)
         return cmd_usage("pack", stderr, CKPT_EXIT_USAGE);
     o.src = argv[optind];
     o.dst = argv[optind + 1];
+    if (ckpt_is_packed(o.src)) {
+        fprintf(stderr, "ckptfs pack: %s is a packed directory already: pack takes the model (SRC) first, then "
+                "the new packed directory.\nThe order is: ckptfs pack SRC PACKED (to get the files back: "
+                "ckptfs unpack PACKED OUT, or ckptfs mount PACKED MOUNTPOINT)\n", o.src);
+        return CKPT_EXIT_USAGE;
+    }
+    ckpt_on_interrupt("ckptfs pack: interrupted. The files packed so far are kept: run the same command again "
+                      "to resume.");
     return ckpt_pack(&o);
 }
 
@@ -188,7 +205,8 @@ static int cmd_simple(const char *name, int argc, char **argv)
     const char *against = NULL;
     int json = 0, c, jobs = default_jobs(), idx = 0;
     static const struct option lo[] = {{"against", 1, 0, 'a'}, {"json", 0, 0, 'J'}, {"jobs", 1, 0, 'j'},
-                                       {"progress", 1, 0, 'P'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+                                       {"progress", 1, 0, 'P'}, {"no-space-check", 0, 0, 'S'},
+                                       {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     char prog[32];
     snprintf(prog, sizeof prog, "ckptfs %s", name);
     argv[0] = prog; /* getopt's own messages begin with it */
@@ -200,6 +218,8 @@ static int cmd_simple(const char *name, int argc, char **argv)
         else if (c == 'j' && (!strcmp(name, "unpack") || !strcmp(name, "verify"))) {
             if ((jobs = parse_jobs(name, optarg)) < 0)
                 return CKPT_EXIT_USAGE;
+        } else if (c == 'S' && !strcmp(name, "unpack")) {
+            ckpt_space_check = 0;
         } else if (c == 'P' && strcmp(name, "stat")) {
             if (parse_progress(name, optarg))
                 return CKPT_EXIT_USAGE;
@@ -214,8 +234,11 @@ static int cmd_simple(const char *name, int argc, char **argv)
     int want = !strcmp(name, "unpack") ? 2 : 1;
     if (argc - optind != want)
         return cmd_usage(name, stderr, CKPT_EXIT_USAGE);
-    if (!strcmp(name, "unpack"))
+    if (!strcmp(name, "unpack")) {
+        ckpt_on_interrupt("ckptfs unpack: interrupted. Nothing is in OUT yet: run the same command again to "
+                          "start over (it removes what this run left in OUT.ckptfs-partial).");
         return ckpt_unpack(argv[optind], argv[optind + 1], jobs);
+    }
     if (!strcmp(name, "verify"))
         return ckpt_verify(argv[optind], against, jobs);
     return ckpt_stat(argv[optind], json);
@@ -236,6 +259,11 @@ int main(int argc, char **argv)
         if (argc > 2 && !strcmp(argv[2], "mount")) {
             fputs(ckfs_mount_usage(), stdout);
             return 0;
+        }
+        if (argc > 2) {
+            fprintf(stderr, "ckptfs help: no command \"%s\"\n", argv[2]);
+            usage(stderr);
+            return CKPT_EXIT_USAGE;
         }
         usage(stdout);
         return 0;

@@ -5,6 +5,7 @@
  * (fs/mount/daemon.c) takes over and serves until unmounted.
  */
 #define _GNU_SOURCE
+#include "cmd_common.h"
 #include "commands.h"
 #include "inode_table.h"
 #include "mount.h"
@@ -128,6 +129,8 @@ int ckptfs_mount_main(int argc, char **argv)
         fputs(ckfs_mount_usage(), stdout);
         return 0;
     }
+    if (st == CKFS_OK && ckpt_swapped("mount", c.o.dst, c.o.mnt, "ckptfs mount PACKED MOUNTPOINT"))
+        return CKPT_EXIT_USAGE;
     if (st == CKFS_OK && check_fuse_access(&c.o))
         return 1;
     if (st == CKFS_OK)

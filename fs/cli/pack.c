@@ -31,8 +31,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdlib.h>
 #include <unistd.h>
+
+#include "cmd_common.h"
 
 /* With --delete-source: remove source directories left empty, deepest
  * first.  @return how many were removed. */
@@ -120,6 +123,58 @@ static void print_summary(pack_ctx *c, double secs, uint64_t worked, size_t dirs
                c->links_deleted ? ", " : "", c->links_deleted, c->links_deleted ? " symbolic links" : "", dirs_removed);
 }
 
+static uint64_t du_bytes;
+static int du_add(const char *p, const struct stat *st, int type, struct FTW *f)
+{
+    (void)p, (void)f;
+    if (type == FTW_F)
+        du_bytes += (uint64_t)st->st_blocks * 512;
+    return 0;
+}
+
+uint64_t pack_estimate(const pack_ctx *c, uint64_t *largest)
+{
+    uint64_t est = 0;
+    *largest = 0;
+    for (size_t i = 0; i < c->list.n; i++) {
+        const src_entry *e = &c->list.v[i];
+        if (e->is_dir)
+            continue;
+        uint64_t size = (uint64_t)e->st.st_size;
+        /* BF16 weights pack to ~70% (K15) or 75% (byte-split); other dtypes
+         * and files are stored as they are at worst */
+        uint64_t f = has_suffix(e->rel, ".safetensors") ? size / 4 * 3 + 4096 : size + 4096;
+        est += f;
+        if (f > *largest)
+            *largest = f;
+    }
+    return est;
+}
+
+/* Free space for the pack, checked before anything is written: the
+ * estimate (pack_estimate) less what DST already holds (a rerun keeps the
+ * files packed before); with --delete-source on SRC's own file system, the
+ * largest file's (sources go as their packed copies are done).
+ * @return 0, or -1 after saying why. */
+static int check_pack_space(const pack_ctx *c)
+{
+    uint64_t largest, need = pack_estimate(c, &largest);
+    struct stat s, d;
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", c->dst);
+    for (char *slash; stat(parent, &d) != 0 && (slash = strrchr(parent, '/'));)
+        slash[slash == parent] = 0;
+    if (c->o->delete_source && stat(c->src_root, &s) == 0 && s.st_dev == d.st_dev)
+        need = largest;
+    du_bytes = 0;
+    if (stat(c->dst, &d) == 0)
+        nftw(c->dst, du_add, 16, FTW_PHYS);
+    need = need > du_bytes ? need - du_bytes : 0;
+    char what[PATH_MAX + 32];
+    snprintf(what, sizeof what, "packing into %s", c->dst);
+    return ckpt_check_space("pack", c->dst, need, what);
+}
+
 int ckpt_pack(const ckpt_pack_opts *o)
 {
     pack_ctx c = {.o = o, .lock_fd = -1};
@@ -147,7 +202,7 @@ int ckpt_pack(const ckpt_pack_opts *o)
                 "what they point to), and a mount or unpack shows them pointing there\n",
                 c.links_outside, CKU_ESC(o->src));
     uint64_t total;
-    if (check_names(&c) || validate_all(&c, &total))
+    if (check_names(&c) || validate_all(&c, &total) || check_pack_space(&c))
         goto out;
     atomic_init(&c.left, total);
     atomic_init(&c.kept, 0);

@@ -71,7 +71,11 @@ int open_dst(pack_ctx *c, int *created)
         errno = e;
         if (errno != ENOENT || c->src_missing || (*parent && cku_mkdirs(parent, 0755)) ||
             (mkdir(c->dst, 0700) && errno != EEXIST)) {
-            fprintf(stderr, "ckptfs pack: %s: %s\n", c->o->dst, strerror(c->src_missing ? ENOENT : errno));
+            if (c->src_missing) /* name the source: the missing one is SRC, not the new DST */
+                fprintf(stderr, "ckptfs pack: %s: no such file or directory: the source to pack (a model "
+                        "directory or a .safetensors file) must exist; nothing was written\n", c->o->src);
+            else
+                fprintf(stderr, "ckptfs pack: %s: %s\n", c->o->dst, strerror(errno));
             return -1;
         }
         *created = 1;

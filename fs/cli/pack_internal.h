@@ -109,6 +109,10 @@ int link_leaves_tree(const char *rel, const char *target);
 int delete_links(pack_ctx *c);
 int cmp_entry(const void *a, const void *b);
 st_header *check_safetensors(const char *path, const uint8_t *p, uint64_t size);
+/* The packed size of what c->list holds, estimated from the sources
+ * (safetensors files at 3/4 of their size, as BF16 weights at most take;
+ * anything else at its full size), and in *largest that of its largest file. */
+uint64_t pack_estimate(const pack_ctx *c, uint64_t *largest);
 int validate_all(pack_ctx *c, uint64_t *total);
 int resolve_path(const char *path, char *out);
 int setup_source(pack_ctx *c, char *src_real);

@@ -33,19 +33,29 @@
 static int unpack_flush(int fd, const char *tmp, cku_sha256_pipe *sha, const uint8_t *b, uint64_t used, uint64_t at)
 {
     if (used && cku_pwrite_full(fd, b, used, at)) {
-        fprintf(stderr, "ckptfs unpack: %s: %s\n", CKU_ESC(tmp), strerror(errno));
+        int e = errno;
+        fprintf(stderr, "ckptfs unpack: %s: %s%s\n", CKU_ESC(tmp), strerror(e),
+                e == ENOSPC || e == EDQUOT ? "; nothing was kept: free space on OUT's file system (unpack needs "
+                                             "the original size of the model there), or unpack elsewhere, then "
+                                             "run the same command again" : "");
         return -1;
     }
     cku_sha256_pipe_submit(sha, used);
     return 0;
 }
 
+/* A packed file's failure to open or read: damage (exit 3, as verify's)
+ * unless the system failed (I/O, memory). */
+static int damage_or_failure(ckp_status st) { return st == CKP_ERR_IO || st == CKP_ERR_NOMEM ? -1 : -3; }
+
+/* @return 0, -1 on a failure (I/O, space), -3 on damaged packed data. */
 static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_scratch *s)
 {
     char esc[PATH_MAX]; /* f->path as messages print it */
-    ckp_reader *r = ckpt_open_member("unpack", dst, f);
+    ckp_status why;
+    ckp_reader *r = ckpt_open_member_why("unpack", dst, f, &why);
     if (!r)
-        return -1;
+        return damage_or_failure(why);
     /* written in place: out is the staging directory, renamed to OUT only
      * once every file is complete (ckpt_unpack) */
     char tmp[PATH_MAX];
@@ -85,6 +95,7 @@ static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_
                 ckpt_describe_chunk(r, e, c, where, sizeof where);
                 fprintf(stderr, "ckptfs unpack: %s%s: %s: %s; refusing to unpack damaged data\n",
                         cku_escape(f->path, esc, sizeof esc), CKP_SUFFIX, where, ckp_status_name(st));
+                rc = damage_or_failure(st);
                 goto out;
             }
             used += len;
@@ -97,6 +108,7 @@ static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_
     if (memcmp(d, in->sha256, 32)) {
         fprintf(stderr, "ckptfs unpack: %s: SHA-256 of the decoded file differs from the recorded one\n",
                 cku_escape(f->path, esc, sizeof esc));
+        rc = -3;
         goto out;
     }
     struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT},
@@ -169,7 +181,7 @@ typedef struct {
     const ckm_manifest *m;
     cku_progress *pr;
     atomic_size_t next;
-    atomic_int failed;
+    atomic_int failed, damaged;
 } unpack_pool;
 
 static void *unpack_worker(void *arg)
@@ -182,7 +194,10 @@ static void *unpack_worker(void *arg)
         size_t i = atomic_fetch_add(&u->next, 1);
         if (i >= u->m->n_files)
             break;
-        if (unpack_file(u->dst, u->out, &u->m->files[i], s))
+        int r = unpack_file(u->dst, u->out, &u->m->files[i], s);
+        if (r == -3)
+            atomic_store(&u->damaged, 1);
+        if (r)
             atomic_store(&u->failed, 1);
         else
             cku_progress_add(u->pr, u->m->files[i].size);
@@ -281,6 +296,8 @@ static int unpack_locked(const char *dst, const char *out_arg, int jobs)
     char err[768], out[PATH_MAX], stage[PATH_MAX + 32], tree[PATH_MAX + 48];
     ckm_manifest *m;
     ckp_status st = ckm_load(dst, &m, err, sizeof err);
+    if (st != CKP_OK && ckpt_swapped("unpack", dst, out_arg, "ckptfs unpack PACKED OUT"))
+        return CKPT_EXIT_USAGE;
     if (st != CKP_OK)
         return ckpt_fail("unpack", st, err);
     snprintf(out, sizeof out, "%s", out_arg);
@@ -298,14 +315,21 @@ static int unpack_locked(const char *dst, const char *out_arg, int jobs)
         ckm_free(m);
         return 1;
     }
-    int rc = 1, stage_fd = make_staging(out, stage);
+    uint64_t total = 0;
+    for (size_t i = 0; i < m->n_files; i++)
+        total += m->files[i].size;
+    char what[PATH_MAX + 32];
+    snprintf(what, sizeof what, "unpacking %s", dst);
+    struct stat ost;
+    if (lstat(out, &ost) != 0 && ckpt_check_space("unpack", out, total, what)) {
+        ckm_free(m);
+        return 1;
+    }
+    int rc = 1, damaged = 0, stage_fd = make_staging(out, stage);
     if (stage_fd < 0) {
         ckm_free(m);
         return 1;
     }
-    uint64_t total = 0;
-    for (size_t i = 0; i < m->n_files; i++)
-        total += m->files[i].size;
     cku_progress *pr = cku_progress_new("unpacking", total);
     for (size_t i = 0; i < m->n_dirs; i++) {
         char p[PATH_MAX];
@@ -318,7 +342,11 @@ static int unpack_locked(const char *dst, const char *out_arg, int jobs)
     unpack_pool u = {.dst = dst, .out = tree, .m = m, .pr = pr};
     atomic_init(&u.next, 0);
     atomic_init(&u.failed, 0);
+    atomic_init(&u.damaged, 0);
     cku_run_threads(ckpt_files_at_once(jobs), unpack_worker, &u);
+    if ((damaged = atomic_load(&u.damaged)))
+        fprintf(stderr, "ckptfs unpack: %s is damaged; nothing was unpacked (ckptfs verify %s names every damaged "
+                "file)\n", CKU_ESC(dst), CKU_ESC(dst));
     if (atomic_load(&u.failed))
         goto out;
     /* links as links, their targets as packed (format §7), after the files:
@@ -376,6 +404,8 @@ static int unpack_locked(const char *dst, const char *out_arg, int jobs)
     rc = 0;
 out:
     cku_progress_done(pr);
+    if (damaged)
+        rc = CKPT_EXIT_DAMAGED;
     if (rc)
         remove_tree(stage); /* no partial output */
     close(stage_fd);

@@ -28,12 +28,14 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
-enum { VERIFY_OK = 0, VERIFY_DAMAGED = 1, VERIFY_DIFFERS = 2, VERIFY_UNSUPPORTED = 3 };
+enum { VERIFY_OK = 0, VERIFY_DAMAGED = 1, VERIFY_DIFFERS = 2, VERIFY_UNSUPPORTED = 3, VERIFY_UNREADABLE = 4 };
 
 /* Check every chunk of one packed file; with a source file (src_path), every
  * byte too.  Returns VERIFY_DAMAGED if the packed file fails a check (that
  * wins), VERIFY_DIFFERS if only the source is missing or differs,
- * VERIFY_UNSUPPORTED if it is of a format version this ckptfs cannot read. */
+ * VERIFY_UNSUPPORTED if it is of a format version this ckptfs cannot read,
+ * VERIFY_UNREADABLE if the source file is there but cannot be read (not a
+ * difference: nothing could be compared). */
 static int verify_file(const char *dst, const char *src_path, const ckm_file *f, ckp_scratch *s,
                        uint8_t *src_buf)
 {
@@ -42,13 +44,18 @@ static int verify_file(const char *dst, const char *src_path, const ckm_file *f,
     ckp_reader *r = ckpt_open_member_why("verify", dst, f, &why);
     if (!r)
         return why == CKP_ERR_VERSION ? VERIFY_UNSUPPORTED : VERIFY_DAMAGED;
-    int bad = 0, sfd = -1, differs = 0;
+    int bad = 0, sfd = -1, differs = 0, unreadable = 0;
     if (src_path) {
         struct stat st;
         char msg[512];
         /* the source as pack took it (links followed), but never a FIFO */
         sfd = cku_open_regular(NULL, src_path, &st, msg, sizeof msg);
-        if (sfd < 0 || (uint64_t)st.st_size != f->size) {
+        int e = errno;
+        if (sfd < 0 && e != ENOENT && !cku_open_refused(e)) { /* there, but not readable: EACCES, EIO */
+            fprintf(stderr, "ckptfs verify: %s: %s (the source cannot be read: not compared)\n",
+                    cku_escape(src_path, esc, sizeof esc), msg);
+            unreadable = 1;
+        } else if (sfd < 0 || (uint64_t)st.st_size != f->size) {
             fprintf(stderr, "ckptfs verify: %s: %s\n", cku_escape(src_path, esc, sizeof esc),
                     sfd < 0 ? msg : "size differs from the packed file's original");
             differs = 1;
@@ -87,7 +94,11 @@ static int verify_file(const char *dst, const char *src_path, const ckm_file *f,
                 chunks_ok = 0; /* the hash is of no use now: keep going to name every damaged chunk */
                 continue;
             }
-            if (sfd >= 0 && !differs && (cku_pread_full(sfd, src_buf, len, at) || memcmp(b + used, src_buf, len))) {
+            if (sfd >= 0 && !differs && !unreadable && cku_pread_full(sfd, src_buf, len, at)) {
+                fprintf(stderr, "ckptfs verify: %s: %s (the source cannot be read: not compared)\n",
+                        cku_escape(src_path, esc, sizeof esc), strerror(errno));
+                unreadable = 1;
+            } else if (sfd >= 0 && !differs && !unreadable && memcmp(b + used, src_buf, len)) {
                 ckpt_describe_chunk(r, e, c, where, sizeof where);
                 char esrc[PATH_MAX];
                 fprintf(stderr, "ckptfs verify: %s: %s differs from the source %s\n",
@@ -108,7 +119,7 @@ static int verify_file(const char *dst, const char *src_path, const ckm_file *f,
     if (sfd >= 0)
         close(sfd);
     ckp_close(r);
-    return bad ? VERIFY_DAMAGED : differs ? VERIFY_DIFFERS : VERIFY_OK;
+    return bad ? VERIFY_DAMAGED : unreadable ? VERIFY_UNREADABLE : differs ? VERIFY_DIFFERS : VERIFY_OK;
 }
 
 /* Files verified at once, like unpack's (files_at_once). */
@@ -117,7 +128,7 @@ typedef struct {
     int against_file;
     const ckm_manifest *m;
     cku_progress *pr;
-    atomic_size_t next, damaged, differ, newer;
+    atomic_size_t next, damaged, differ, newer, unreadable;
 } verify_pool;
 
 static void *verify_worker(void *arg)
@@ -142,6 +153,8 @@ static void *verify_worker(void *arg)
             atomic_fetch_add(&v->differ, 1);
         else if (r == VERIFY_UNSUPPORTED)
             atomic_fetch_add(&v->newer, 1);
+        else if (r == VERIFY_UNREADABLE)
+            atomic_fetch_add(&v->unreadable, 1);
         cku_progress_add(v->pr, v->m->files[i].size);
     }
     free(src_buf);
@@ -219,17 +232,22 @@ static int verify_locked(const char *dst, const char *against, int jobs)
     char err[768];
     ckm_manifest *m;
     ckp_status st = ckm_load(dst, &m, err, sizeof err);
+    if (st != CKP_OK && ckpt_swapped("verify", dst, against, "ckptfs verify --against SRC PACKED"))
+        return CKPT_EXIT_USAGE;
     if (st != CKP_OK)
         return ckpt_fail("verify", st, err);
     /* SRC as pack took it: a directory, or the one file that was packed */
     struct stat ast;
-    int against_file = 0;
+    int against_file = 0, src_gone = 0;
     if (against) {
-        if (stat(against, &ast)) {
-            fprintf(stderr, "ckptfs verify: %s: %s\n", against, strerror(errno));
-            ckm_free(m);
-            return 1;
+        if (stat(against, &ast)) { /* the pack is checked all the same: damage is exit 3 whatever SRC is */
+            fprintf(stderr, "ckptfs verify: %s: %s (the source cannot be read: checking the pack alone)\n",
+                    against, strerror(errno));
+            src_gone = 1;
+            against = NULL;
         }
+    }
+    if (against) {
         against_file = !S_ISDIR(ast.st_mode);
         if (against_file && m->n_files != 1) {
             fprintf(stderr, "ckptfs verify: %s is a file but %s holds %zu files; give the source directory\n",
@@ -247,14 +265,16 @@ static int verify_locked(const char *dst, const char *against, int jobs)
     atomic_init(&v.damaged, 0);
     atomic_init(&v.differ, 0);
     atomic_init(&v.newer, 0);
+    atomic_init(&v.unreadable, 0);
     cku_run_threads(ckpt_files_at_once(jobs), verify_worker, &v);
-    size_t damaged = atomic_load(&v.damaged), differ = atomic_load(&v.differ), newer = atomic_load(&v.newer);
+    size_t damaged = atomic_load(&v.damaged), differ = atomic_load(&v.differ), newer = atomic_load(&v.newer),
+           unreadable = atomic_load(&v.unreadable);
     double secs = cku_progress_seconds(v.pr);
     cku_progress_done(v.pr);
     size_t extra = against && !against_file ? not_in_pack(against, "", m) : 0;
     size_t link_differ = against && !against_file ? links_differ(against, m) : 0;
     differ += link_differ;
-    size_t bad = damaged + differ + newer + extra;
+    size_t bad = damaged + differ + newer + extra + unreadable + (size_t)src_gone;
     if (newer)
         fprintf(stderr,
                 "ckptfs verify: %s: %zu of %zu files use a format version this ckptfs cannot read (see above; "
@@ -268,12 +288,21 @@ static int verify_locked(const char *dst, const char *against, int jobs)
     if (extra)
         fprintf(stderr, "ckptfs verify: %s: %zu files or directories of the source %s are not in the pack\n", dst,
                 extra, against);
+    if (unreadable)
+        fprintf(stderr, "ckptfs verify: %s: %zu of %zu source files cannot be read (see above): not compared; "
+                "fix their permissions or run verify as a user who can read them\n", dst, unreadable, m->n_files);
     char h[16], rate[24];
+    if (src_gone && !damaged && !newer)
+        fprintf(stderr, "ckptfs verify: %s: %zu files, all checksums ok, but nothing was compared with the source "
+                "(see above)\n", dst, m->n_files);
     if (!bad)
         printf("%s: %zu files, %s: all checksums%s ok (%.1f s, %s)\n", dst, m->n_files, cku_human(bytes, h),
                against ? " and every byte against the source" : "", secs, cku_human_rate(bytes, secs, rate));
     ckm_free(m);
-    return damaged ? CKPT_EXIT_DAMAGED : newer ? CKPT_EXIT_FAIL : differ || extra ? CKPT_EXIT_DIFFERS : CKPT_EXIT_OK;
+    return damaged                          ? CKPT_EXIT_DAMAGED
+           : newer || unreadable || src_gone ? CKPT_EXIT_FAIL
+           : differ || extra                 ? CKPT_EXIT_DIFFERS
+                                             : CKPT_EXIT_OK;
 }
 
 int ckpt_verify(const char *dst, const char *against, int jobs)

@@ -301,7 +301,23 @@ check "resume with another format: refused" test $? -ne 0
 # out of space (a 600 KiB tmpfs; root only): a clear error, no temporary left,
 # and the same command on a disk with room finishes the job
 if [ "$(id -u)" = 0 ] && mkdir "$T/small" && mount -t tmpfs -o size=600k tmpfs "$T/small" 2>/dev/null; then
+  # checked up front (an estimate with a margin): refused, nothing written
   "$CK" pack "$T/src" "$T/small/p" 2> "$T/err"
+  check "out of space: pack refused before writing (exit 1)" test $? -eq 1
+  check "out of space: pack says how much is needed and free, and what to do" \
+    sh -c "grep -q '^ckptfs pack: not enough free space for packing into $T/small/p: about [0-9.]* [kM]B needed' '$T/err' &&
+           grep -q 'free.\$' '$T/err' && grep -q 'Free some space there' '$T/err'"
+  check "out of space: nothing written" test ! -e "$T/small/p"
+  "$CK" unpack "$T/p-del" "$T/small/u" 2> "$T/err"
+  check "out of space: unpack refused before writing, names what it needs" \
+    sh -c "test $? -eq 1 && grep -q 'not enough free space for unpacking $T/p-del: about' '$T/err' &&
+           test ! -e '$T/small/u' && test ! -e '$T/small/u.ckptfs-partial'"
+  # past the check (--no-space-check), unpack's ENOSPC says what to do too
+  "$CK" unpack --no-space-check "$T/p-del" "$T/small/u" 2> "$T/err"
+  check "out of space: unpack's No space left on device says what to do, leaves nothing" \
+    sh -c "test $? -eq 1 && grep -q 'No space left on device; nothing was kept: free space' '$T/err' &&
+           grep -q 'run the same command again' '$T/err' && test ! -e '$T/small/u' && test ! -e '$T/small/u.ckptfs-partial'"
+  "$CK" pack --no-space-check "$T/src" "$T/small/p" 2> "$T/err"
   check "out of space: pack fails" test $? -ne 0
   check "out of space: says so" grep -q "No space left on device" "$T/err"
   check "out of space: names the destination, what is free and needed, what to do" \
@@ -324,6 +340,46 @@ else
   echo "skip out-of-space checks (needs root to mount a tmpfs)"
 fi
 
+# every failure names its cause and the next step (issue 27 item 4)
+"$CK" pack "$T/nope" "$T/out1" 2> "$T/err"
+check "pack of a missing SRC: exit 1, names the source (not the destination), nothing written" \
+  sh -c "test $? -eq 1 && grep -q '^ckptfs pack: $T/nope: no such file or directory: the source to pack' '$T/err' &&
+         ! grep -q out1 '$T/err' && test ! -e '$T/out1'"
+"$CK" help nonexistent > "$T/out" 2> "$T/err"
+check "help nonexistent: exit 2, says so" sh -c "test $? -eq 2 && grep -q 'no command \"nonexistent\"' '$T/err'"
+mkdir -p "$T/emptydir"
+for args in "unpack $T/u-swapped $T/p-bytesplit" "mount $T/emptydir $T/p-bytesplit" \
+            "verify --against $T/p-bytesplit $T/src" "pack $T/p-bytesplit $T/src2"; do
+  # shellcheck disable=SC2086
+  "$CK" $args > /dev/null 2> "$T/err"
+  rc=$?
+  check "swapped arguments ($args): exit 2, recognised, the right order given" \
+    sh -c "test $rc -eq 2 && grep -q '$T/p-bytesplit is a packed directory' '$T/err' && grep -q 'The order is: ckptfs ${args%% *} ' '$T/err'"
+done
+check "swapped arguments: nothing written" sh -c "test ! -e '$T/u-swapped' && test ! -e '$T/src2' && test -z \"\$(ls -A '$T/emptydir')\""
+# Ctrl-C (SIGINT) during pack and unpack says how to go on; the rerun finishes
+interrupt() { # interrupt OUT ARGS...: run ckptfs ARGS stopped at its 2nd durable step, SIGINT it there
+  python3 - "$CK" "$@" <<'PYEOF'
+import os, signal, subprocess, sys, time
+out, args = sys.argv[2], [sys.argv[1]] + sys.argv[3:]
+p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(out, "w"), env=dict(os.environ, CKPTFS_FAULT="stop:2"))
+while p.poll() is None and open("/proc/%d/stat" % p.pid).read().rsplit(")", 1)[1].split()[0] != "T":
+    time.sleep(0.01)
+os.kill(p.pid, signal.SIGINT); os.kill(p.pid, signal.SIGCONT)
+sys.exit(0 if p.wait() == -signal.SIGINT else 1)
+PYEOF
+}
+interrupt "$T/err" pack "$T/src" "$T/p-int"
+check "Ctrl-C during pack: dies of SIGINT, says the rerun resumes" \
+  sh -c "test $? -eq 0 && grep -q 'ckptfs pack: interrupted. The files packed so far are kept: run the same command again to resume' '$T/err'"
+"$CK" pack "$T/src" "$T/p-int" > /dev/null 2>&1 && "$CK" verify --against "$T/src" "$T/p-int" > /dev/null 2>&1
+check "Ctrl-C during pack: the same command again finishes the pack" test $? -eq 0
+interrupt "$T/err" unpack "$T/p-int" "$T/u-int"
+check "Ctrl-C during unpack: dies of SIGINT, says to run it again, no OUT" \
+  sh -c "test $? -eq 0 && grep -q 'ckptfs unpack: interrupted. Nothing is in OUT yet: run the same command again' '$T/err' && test ! -e '$T/u-int'"
+"$CK" unpack "$T/p-int" "$T/u-int" > /dev/null 2>&1
+check "Ctrl-C during unpack: the same command again gives the originals" diff -q <(tree_sums "$T/u-int") "$T/src.sums"
+
 # damaged data: verify names it, unpack refuses and leaves nothing
 cp -a "$T/p-k15" "$T/dmg" 2>/dev/null; rm -rf "$T/dmg"; cp -a "$T/p-bytesplit" "$T/dmg"
 f="$T/dmg/model-00002-of-00002.safetensors.ckpt"
@@ -335,10 +391,27 @@ check "damage: verify names file, tensor and chunk" grep -q "model-00002-of-0000
 check "damage: verify --jobs 8 fails, names it, counts one file" \
   sh -c "test $? -ne 0 && grep -q 'embed, chunk' '$T/err' && grep -q '1 of 8 files damaged' '$T/err'"
 "$CK" unpack "$T/dmg" "$T/u-dmg" 2> "$T/err"
-check "damage: unpack refuses" test $? -ne 0
+check "damage: unpack refuses with exit 3, as verify" test $? -eq 3
+check "damage: unpack says verify names every damaged file" grep -q "is damaged; nothing was unpacked (ckptfs verify" "$T/err"
 check "damage: unpack leaves no output" test ! -e "$T/u-dmg"
 "$CK" unpack --jobs 8 "$T/dmg" "$T/u-dmg" 2> "$T/err"
 check "damage: unpack of several files at once refuses, leaves no output" test $? -ne 0 -a ! -e "$T/u-dmg"
+# verify --against: damage is exit 3 whatever SRC is (missing, or a copy
+# with a file that cannot be read); a source that cannot be read is exit 1
+"$CK" verify --against "$T/no-such-src" "$T/dmg" 2> "$T/err"
+check "damage: verify --against a missing SRC still checks the pack: exit 3" test $? -eq 3
+"$CK" verify --against "$T/no-such-src" "$T/p-k15" 2> "$T/err"
+check "verify --against a missing SRC of an intact pack: exit 1, says the pack was checked alone" \
+  sh -c "test $? -eq 1 && grep -q 'no-such-src: No such file or directory (the source cannot be read: checking the pack alone)' '$T/err'"
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+  cp -a "$T/src" "$T/unread" && chmod 0600 "$T/unread/config.json" && chmod -R a+rX "$T/p-bytesplit" "$T/dmg" &&
+    chmod a+rx "$T" && chmod -R a+rX "$T/unread" && chmod 0600 "$T/unread/config.json"
+  setpriv --reuid=65534 --regid=65534 --clear-groups "$CK" verify --against "$T/unread" "$T/p-bytesplit" 2> "$T/err"
+  check "verify --against a source file that cannot be read: exit 1 (not 4, differs)" test $? -eq 1
+  check "... names it and says it was not compared" grep -q "unread/config.json: .*(the source cannot be read: not compared)" "$T/err"
+  setpriv --reuid=65534 --regid=65534 --clear-groups "$CK" verify --against "$T/unread" "$T/dmg" 2> "$T/err"
+  check "damage: verify --against a source that cannot be read: exit 3" test $? -eq 3
+fi
 
 # names with control characters (newline, ANSI escapes) from the files are
 # printed escaped: no escape byte reaches the terminal, a message stays one
