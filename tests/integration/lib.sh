@@ -12,7 +12,7 @@ if [ "$(id -u)" != 0 ] || [ ! -c /dev/fuse ]; then
     echo "SKIP: needs root and /dev/fuse"
     exit 77
 fi
-T=$(mktemp -d /tmp/ckptfs-it.XXXXXX)
+T=$(mktemp -d "${TMPDIR:-/tmp}/ckptfs-it.XXXXXX")
 MOUNTS=""
 PIDS=""
 
