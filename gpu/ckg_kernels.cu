@@ -515,6 +515,24 @@ ckg_status ckg_gemv_generic(const ckg_planes *p, uint64_t elem_off, uint64_t row
     return st != CKG_OK ? st : launch_generic(A, (cudaStream_t)stream);
 }
 
+ckg_gemv_path ckg_gemv_path_of(const ckg_planes *p, uint64_t elem_off, uint64_t rows, uint64_t cols, const uint16_t *x)
+{
+    if (!p)
+        return CKG_GEMV_GENERIC_ALIGN;
+    if (cols % 128 || cols > 65536)
+        return CKG_GEMV_GENERIC_COLS;
+    if (elem_off % 128)
+        return CKG_GEMV_GENERIC_OFFSET;
+    const uint32_t *prow = p->n_escapes ? patch_rows_for(p, elem_off, rows, cols) : NULL;
+    if (p->n_escapes && !prow)
+        return CKG_GEMV_GENERIC_NO_PATCHES;
+    /* the patch list is copied in 16-byte pieces: its buffers 16-byte aligned (cudaMalloc's are) */
+    if (((uintptr_t)p->codes & 15) || ((uintptr_t)p->low & 15) || ((uintptr_t)x & 15) ||
+        (prow && (((uintptr_t)p->patch_row & 15) || ((uintptr_t)p->patch & 15))))
+        return CKG_GEMV_GENERIC_ALIGN;
+    return CKG_GEMV_FUSED;
+}
+
 ckg_status ckg_gemv(const ckg_planes *p, uint64_t elem_off, uint64_t rows, uint64_t cols,
                     const uint16_t *x, int batch, void *y, ckg_out_type y_type, ckg_stream stream)
 {
@@ -522,13 +540,9 @@ ckg_status ckg_gemv(const ckg_planes *p, uint64_t elem_off, uint64_t rows, uint6
     ckg_status st = gemv_args(p, elem_off, rows, cols, x, batch, y, y_type, &A);
     if (st != CKG_OK)
         return st;
-    const uint32_t *prow = p->n_escapes ? patch_rows_for(p, elem_off, rows, cols) : NULL;
-    /* the patch list is copied in 16-byte pieces: its buffers 16-byte aligned (cudaMalloc's are) */
-    bool fast = cols % 128 == 0 && elem_off % 128 == 0 && cols <= 65536 && (prow || !p->n_escapes) &&
-                ((uintptr_t)p->codes & 15) == 0 && ((uintptr_t)p->low & 15) == 0 && ((uintptr_t)x & 15) == 0 &&
-                (!prow || (((uintptr_t)p->patch_row & 15) == 0 && ((uintptr_t)p->patch & 15) == 0));
-    if (!fast)
+    if (ckg_gemv_path_of(p, elem_off, rows, cols, x) != CKG_GEMV_FUSED)
         return launch_generic(A, (cudaStream_t)stream);
+    const uint32_t *prow = p->n_escapes ? patch_rows_for(p, elem_off, rows, cols) : NULL;
     return p->encoding == CKC_ENC_K15 ? launch_fused<true>(A, prow, (cudaStream_t)stream)
                                       : launch_fused<false>(A, prow, (cudaStream_t)stream);
 }

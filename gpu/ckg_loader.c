@@ -442,6 +442,13 @@ ckg_status ckg_tensor_decode(const ckg_tensor *t, void *out, size_t cap, ckg_str
                : CKG_ERR_CUDA;
 }
 
+ckg_gemv_path ckg_tensor_gemv_path(const ckg_tensor *t, const uint16_t *x)
+{
+    if (!t || !t->packed)
+        return CKG_GEMV_GENERIC_ALIGN;
+    return ckg_gemv_path_of(&t->planes, t->elem_off, t->rows, t->cols, x);
+}
+
 ckg_status ckg_tensor_gemv(const ckg_tensor *t, const uint16_t *x, int batch, void *y,
                            ckg_out_type y_type, ckg_stream stream)
 {

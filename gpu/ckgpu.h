@@ -140,6 +140,19 @@ typedef enum { CKG_OUT_F32 = 0, CKG_OUT_BF16 = 1 } ckg_out_type;
 ckg_status ckg_gemv(const ckg_planes *p, uint64_t elem_off, uint64_t rows, uint64_t cols,
                     const uint16_t *x, int batch, void *y, ckg_out_type y_type, ckg_stream stream);
 
+/* Which kernel ckg_gemv takes for these arguments, and why not the fused
+ * one (a tensor-parallel slice whose columns are not a multiple of 128, or
+ * whose first weight is not, runs on the generic kernel). */
+typedef enum {
+    CKG_GEMV_FUSED = 0,
+    CKG_GEMV_GENERIC_COLS = 1,       /* cols % 128 != 0 or cols > 65536 */
+    CKG_GEMV_GENERIC_OFFSET = 2,     /* elem_off % 128 != 0 */
+    CKG_GEMV_GENERIC_NO_PATCHES = 3, /* escapes but no patch list covering the rows */
+    CKG_GEMV_GENERIC_ALIGN = 4,      /* planes, x or patch list not 16-byte aligned */
+} ckg_gemv_path;
+ckg_gemv_path ckg_gemv_path_of(const ckg_planes *p, uint64_t elem_off, uint64_t rows, uint64_t cols,
+                               const uint16_t *x);
+
 /* Same, forcing the slow generic kernel (for tests and benchmarks). */
 ckg_status ckg_gemv_generic(const ckg_planes *p, uint64_t elem_off, uint64_t rows, uint64_t cols,
                             const uint16_t *x, int batch, void *y, ckg_out_type y_type,
@@ -218,6 +231,9 @@ ckg_status ckg_tensor_decode(const ckg_tensor *t, void *out, size_t outCapacity,
 /* GEMV on an uploaded packed tensor: y = W x over its uploaded rows. */
 ckg_status ckg_tensor_gemv(const ckg_tensor *t, const uint16_t *x, int batch, void *y,
                            ckg_out_type y_type, ckg_stream stream);
+/* ckg_gemv_path_of for a GEMV on the uploaded tensor with this x; a raw
+ * (not packed) tensor or NULL: CKG_GEMV_GENERIC_ALIGN (no GEMV at all). */
+ckg_gemv_path ckg_tensor_gemv_path(const ckg_tensor *t, const uint16_t *x);
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,7 @@ torch; device calls need both.  Errors raise CkgError with the status name.
 import ctypes as C
 import os
 import threading
+import warnings
 
 __all__ = ["CkgError", "Model", "DeviceTensor", "TensorInfo", "load_library", "device_count"]
 
@@ -110,6 +111,7 @@ def load_library(path=None):
         "ckg_tensor_cols": (U64, [P]),
         "ckg_tensor_decode": (S, [P, P, C.c_size_t, P]),
         "ckg_tensor_gemv": (S, [P, P, I, P, I, P]),
+        "ckg_tensor_gemv_path": (I, [P, P]),
     }
     for name, (res, args) in sigs.items():
         f = getattr(lib, name)
@@ -117,6 +119,14 @@ def load_library(path=None):
     _lib = lib
     return lib
 
+
+# ckgpu.h's ckg_gemv_path: why a GEMV runs on the generic kernel
+_GENERIC_GEMV = {
+    1: "its column count is not a multiple of 128 (or is over 65536)",
+    2: "its first weight is not a multiple of 128 weights into the planes",
+    3: "no escape patch list covers its rows",
+    4: "its planes, x or patch list are not 16-byte aligned",
+}
 
 _ndev = None
 
@@ -259,6 +269,12 @@ class DeviceTensor(_Handle):
         squeeze = x.dim() == 1
         x = x.reshape(1, -1) if squeeze else x
         x = x.to(torch.bfloat16).contiguous()
+        if not getattr(self, "_gemv_path_seen", False):   # once per tensor: say if it misses the fused kernel
+            self._gemv_path_seen = True
+            why = _GENERIC_GEMV.get(int(self._lib.ckg_tensor_gemv_path(self._h, x.data_ptr())))
+            if why:
+                warnings.warn(f"{self.info.name}: its GEMV ({self.rows} x {self.cols}) runs on libckgpu's generic "
+                              f"kernel, several times slower than the fused one: {why}", RuntimeWarning, stacklevel=2)
         y = torch.empty((x.shape[0], self.rows), dtype=out_dtype, device=x.device)
         ot = OUT_BF16 if out_dtype == torch.bfloat16 else OUT_F32
         with self._on_device(torch):

@@ -127,6 +127,37 @@ def check_uploads_serialized(dst):
     print("gpu_python: uploads of one model from 4 threads run one at a time")
 
 
+def check_generic_gemv_warns_once(torch, info):
+    """gemv() on a tensor whose GEMV falls to the generic kernel (here: a
+    library that says its columns are not a multiple of 128) warns once,
+    naming the tensor and the reason, and not again on later calls."""
+    import warnings
+
+    class Path:
+        calls = 0
+
+        def ckg_tensor_gemv_path(self, h, x):
+            Path.calls += 1
+            return 1
+
+        def ckg_tensor_gemv(self, *args):
+            return 0
+
+    t = object.__new__(cg.DeviceTensor)
+    t._lib, t._h, t.info, t.rows, t.cols, t.device = Path(), None, info, 10, 300, None
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            try:
+                t.gemv(torch.zeros(2, 300, dtype=torch.bfloat16))
+            except (RuntimeError, AssertionError):
+                pass   # no CUDA here: the call stops at the stream, after the check
+    msgs = [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
+    assert len(msgs) == 1 and info.name in msgs[0] and "not a multiple of 128" in msgs[0], msgs
+    assert Path.calls == 1, Path.calls
+    print("gpu_python: a GEMV on the generic kernel warns once:", msgs[0])
+
+
 class _NoData:
     def ckg_tensor_data(self, h):
         return 0
@@ -170,6 +201,7 @@ def main():
             torch = None
         if torch is not None:
             check_gemv_arguments(torch, m, infos["w"])
+            check_generic_gemv_warns_once(torch, infos["v"])
         if cg.device_count() == 0 or torch is None or not torch.cuda.is_available():
             print("SKIP device part: no CUDA device" + ("" if torch else " (or no torch)"))
             return 0

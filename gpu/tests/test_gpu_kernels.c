@@ -244,6 +244,13 @@ static void device_checks(const tu_packed *p, const uint16_t *w, const uint32_t 
         uint16_t *d_x = dev_copy(x, 8 * s.cols * 2, 0);
         void *pbufs[2];
         patch_checks(p, w, &v, s, pbufs);
+        ckg_gemv_path want = s.cols % 128 || s.cols > 65536 ? CKG_GEMV_GENERIC_COLS
+                             : s.elem_off % 128             ? CKG_GEMV_GENERIC_OFFSET
+                             : p->n_esc && !v.patch         ? CKG_GEMV_GENERIC_NO_PATCHES
+                                                            : CKG_GEMV_FUSED;
+        CHECK(ckg_gemv_path_of(&v, s.elem_off, s.rows, s.cols, d_x) == want, "gemv path of cols %llu off %llu: %d, not %d",
+              (unsigned long long)s.cols, (unsigned long long)s.elem_off,
+              (int)ckg_gemv_path_of(&v, s.elem_off, s.rows, s.cols, d_x), (int)want);
         float *y = malloc(8 * s.rows * 4);
         void *d_y = NULL;
         CU(cudaMalloc(&d_y, 8 * s.rows * 4));
@@ -353,6 +360,9 @@ static void exact_and_unaligned_checks(uint32_t enc)
     CU(cudaMemcpy(ulow + 1, p.low, p.low_size, cudaMemcpyHostToDevice));
     u.codes = ucodes + 1;
     u.low = ulow + 1;
+    CHECK(ckg_gemv_path_of(&u, 0, rows, cols, d_x) == CKG_GEMV_GENERIC_ALIGN &&
+              ckg_gemv_path_of(&u, 24, rows - 1, cols, d_x) == CKG_GEMV_GENERIC_OFFSET &&
+              ckg_gemv_path_of(&v, 0, rows, cols, d_x) == CKG_GEMV_FUSED, "gemv path of unaligned planes");
     CU(cudaMemset(d_y, 0xFF, sizeof y));   /* from weight 24: escape ranks counted from code words */
     CHECK(ckg_gemv(&u, 24, rows - 1, cols, d_x, 1, d_y, CKG_OUT_F32, NULL) == CKG_OK, "gemv, unaligned planes");
     CU(cudaMemcpy(y, d_y, sizeof y, cudaMemcpyDeviceToHost));
