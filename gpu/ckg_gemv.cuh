@@ -67,6 +67,8 @@ constexpr int kRingOff = kPrOff + 3 * kPrWords * 4;
 __device__ __forceinline__ uint32_t umin(uint32_t a, uint32_t b) { return a < b ? a : b; }
 
 inline int smem_bytes(int warps) { return kRingOff + warps * kStages * kStageBytes; }
+static_assert(kRingOff == CKG_GEMV_SMEM_FIXED && kPrWords == 80 && CKG_MAX_BATCH == 8,
+              "ckg_tile.h's CKG_GEMV_SMEM_BYTES (which gpu/gemv_model.py checks) must be this layout");
 
 struct Args {
     GemvArgs A;

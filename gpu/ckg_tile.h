@@ -153,6 +153,13 @@ CKC_HD uint32_t ckg_bf16_bits_to_f32_bits(uint16_t w) { return (uint32_t)w << 16
 #define CKG_GEMV_ROW_PIECES 50     /* 16-byte slots of a staged row (16 code + 34 low) */
 #define CKG_GEMV_LUT_BYTES 65536   /* 256 code bytes x 256 B: 32 lanes x 4 B, then 128 B free */
 #define CKG_GEMV_PATCH_UNROLL 4    /* escapes per lane in flight in the patch loop */
+/* Shared memory of a block: the table (its free half holding two groups'
+ * patch entries), slot partials [2][slots][8 batch][8 rows], escape sums
+ * [2][8 batch][8 * slots rows], row ranks [3][80], then a ring per warp. */
+#define CKG_GEMV_SMEM_FIXED \
+    (CKG_GEMV_LUT_BYTES + 2 * CKG_GEMV_SLOTS * 8 * 8 * 4 + 2 * 8 * 8 * CKG_GEMV_SLOTS * 4 + 3 * 80 * 4)
+#define CKG_GEMV_SMEM_BYTES(warps) \
+    (CKG_GEMV_SMEM_FIXED + (warps) * CKG_GEMV_STAGES * 8 * CKG_GEMV_ROW_PIECES * 16)
 
 typedef struct {
     uint32_t S;     /* units per row */

@@ -195,6 +195,8 @@ def check(binary):
         kern = dict(kv.split('=') for kv in got.split())
         kern = {k: int(v) for k, v in kern.items()}
         mine = plan(r, c, DESIGNS['v2'])
+        if kern.pop('smem') != smem_bytes(DESIGNS['v2']):
+            bad.append('kernel shared memory %s, model %d' % (got.split()[-1], smem_bytes(DESIGNS['v2'])))
         if any(kern[k] != mine[k] for k in mine):
             bad.append('%dx%d: kernel plan %s, model %s' % (r, c, kern, mine))
         P = mine
