@@ -16,8 +16,9 @@ and tables: gpu/NOTES.md.  Every figure is a model, not a measurement.
 
 usage: gpu/gemv_model.py [--markdown] [--check PLAN_BINARY]
   --check runs tests/gemv_plan (the kernel's own ckg_gemv_plan_for) on the
-  model's shapes, compares its launch plan with the model's, and checks the
-  model's invariants (below); exit 1 on any difference.
+  model's shapes, compares its launch plan and shared memory with the
+  model's, checks the model's invariants (below) and that gpu/NOTES.md holds
+  the current table; exit 1 on any difference.
 """
 import math
 import os
@@ -220,6 +221,8 @@ def check(binary):
         floor = T_FIXED + L_DRAM + m['plan']['NG'] * m['g_bytes'] / (BW_COPY * ETA)
         if m['total'] > 1.02 * floor:
             bad.append('%dx%d: %.2f us, more than 2%% over its floor %.2f us' % (r, c, m['total'] * 1e6, floor * 1e6))
+    if table(True) not in open(os.path.join(HERE, 'NOTES.md')).read():
+        bad.append('gpu/NOTES.md does not hold this model\'s table: paste `gpu/gemv_model.py --markdown` there')
     for b in bad:
         print('gemv_model: ' + b, file=sys.stderr)
     print('gemv_model: %s (%d shapes: plan equal to the kernel\'s, invariants %s)' % (
