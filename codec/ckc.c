@@ -46,6 +46,7 @@ const char *ckc_encoding_name(uint32_t enc)
     case CKC_ENC_ZSTD: return "zstd";
     case CKC_ENC_K15: return "k15";
     case CKC_ENC_BSPLIT: return "bytesplit";
+    case CKC_ENC_ARCHIVE: return "archive";
     }
     return "unknown";
 }

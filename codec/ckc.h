@@ -45,10 +45,11 @@ typedef enum {
     CKC_ENC_RAW = 0,     /* bytes stored as is */
     CKC_ENC_ZSTD = 1,    /* one zstd frame per chunk */
     CKC_ENC_K15 = 2,     /* BF16: 4-bit code for the 9-bit sign+exponent, 7-bit mantissa raw */
-    CKC_ENC_BSPLIT = 3   /* BF16: 4-bit code for the high byte, low byte raw */
+    CKC_ENC_BSPLIT = 3,  /* BF16: 4-bit code for the high byte, low byte raw */
+    CKC_ENC_ARCHIVE = 4  /* BF16: rANS, tables per tensor (ckc_ans.h; format 1.1) */
 } ckc_encoding;
 
-/* @return "raw", "zstd", "k15", "bytesplit", or "unknown". */
+/* @return "raw", "zstd", "k15", "bytesplit", "archive", or "unknown". */
 const char *ckc_encoding_name(uint32_t enc);
 
 /* ---- codebooks ----------------------------------------------------------

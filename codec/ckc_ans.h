@@ -1,7 +1,7 @@
 /*
  * ckc_ans.h — the `archive` BF16 encoding: rANS with 16 interleaved 32-bit
  * states, tables stored once per tensor and shared by its chunks, any chunk
- * decodable on its own (docs/format.md §5.4 defines every byte).
+ * decodable on its own (docs/format.md §5.3 defines every byte).
  *
  * Model, per tensor (chosen by ckc_ans_plan_new from histogram cost
  * estimates, table bytes included, then encoded once):
@@ -88,10 +88,13 @@ typedef struct ckc_ans_tables ckc_ans_tables;
 
 /* Validate a table blob for a tensor of n_weights weights and build its
  * decode tables (allocates).  @return CKC_ERR_CORRUPT on any inconsistency
- * (docs/format.md §5.4's rules), CKC_ERR_NOMEM. */
+ * (docs/format.md §5.3's rules), CKC_ERR_NOMEM. */
 ckc_status ckc_ans_tables_new(const uint8_t *blob, size_t size, uint64_t n_weights,
                               ckc_ans_tables **out);
 void ckc_ans_tables_free(ckc_ans_tables *t);
+/* The validation of ckc_ans_tables_new alone (no decode tables built, no
+ * allocation but the class map's check): what a reader runs at open. */
+ckc_status ckc_ans_blob_check(const uint8_t *blob, size_t size, uint64_t n_weights);
 /* Bytes the decode tables hold (for cache accounting). */
 size_t ckc_ans_tables_bytes(const ckc_ans_tables *t);
 unsigned ckc_ans_tables_mode(const ckc_ans_tables *t);

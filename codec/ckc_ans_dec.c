@@ -4,11 +4,11 @@
  * and AVX2 loops of ckc_ans_x86.c take the bulk of a chunk where the CPU
  * has them, and this loop the rest: all bit-identical).
  *
- * Nothing is trusted: the blob must follow docs/format.md §5.4 exactly
+ * Nothing is trusted: the blob must follow docs/format.md §5.3 exactly
  * (every field in range, each table summing to its scale, no trailing
  * byte); a chunk's states must lie in [L, 2^31), each word is read only
  * after checking it exists, every word must be used, and every final state
- * must be L.  A state in range stays in range whatever the words (§5.4), so
+ * must be L.  A state in range stays in range whatever the words (§5.3), so
  * these checks bound every access.
  */
 #include "ckc_ans_internal.h"
@@ -89,7 +89,8 @@ static int parse_classes(rd *r, ckc_ans_tables *t)
     return 0;
 }
 
-static ckc_status parse_coded(rd *r, ckc_ans_tables *t)
+/* build 0: check only (no decode tables). */
+static ckc_status parse_coded(rd *r, ckc_ans_tables *t, int build)
 {
     uint16_t symval[CKC_ANS_MAX_SYMS];
     uint32_t f[CKC_ANS_MAX_SYMS];
@@ -105,22 +106,24 @@ static ckc_status parse_coded(rd *r, ckc_ans_tables *t)
         return CKC_ERR_CORRUPT;
     if (t->n_classes > 1 && (e = parse_classes(r, t)) != 0)
         return e == -2 ? CKC_ERR_NOMEM : CKC_ERR_CORRUPT;
-    t->exp_dec = malloc((size_t)t->n_classes * EXP_SCALE * sizeof *t->exp_dec);
-    t->man_dec = malloc((size_t)A * MAN_SCALE * sizeof *t->man_dec);
-    if (!t->exp_dec || !t->man_dec)
-        return CKC_ERR_NOMEM;
+    if (build) {
+        t->exp_dec = malloc((size_t)t->n_classes * EXP_SCALE * sizeof *t->exp_dec);
+        t->man_dec = malloc((size_t)A * MAN_SCALE * sizeof *t->man_dec);
+        if (!t->exp_dec || !t->man_dec)
+            return CKC_ERR_NOMEM;
+    }
     for (unsigned k = 0; k < t->n_classes; k++) {
-        uint32_t *d = t->exp_dec + (size_t)k * EXP_SCALE, cum = 0;
+        uint32_t *d = build ? t->exp_dec + (size_t)k * EXP_SCALE : NULL, cum = 0;
         if (rd_table(r, A, EXP_SCALE, f) < 0)
             return CKC_ERR_CORRUPT;
-        for (unsigned a = 0; a < A; a++) {
+        for (unsigned a = 0; a < A && build; a++) {
             for (uint32_t s = 0; s < f[a]; s++)
                 d[cum + s] = a | (f[a] - 1) << 8 | s << 20;
             cum += f[a];
         }
     }
     for (unsigned a = 0; a < A; a++) {
-        uint32_t *d = t->man_dec + (size_t)a * MAN_SCALE, cum = 0;
+        uint32_t *d = build ? t->man_dec + (size_t)a * MAN_SCALE : NULL, cum = 0;
         unsigned nh = 1u << M, kind = M ? rd8(r) : 0;
         if (kind > 1)
             return CKC_ERR_CORRUPT;
@@ -131,7 +134,7 @@ static ckc_status parse_coded(rd *r, ckc_ans_tables *t)
             for (unsigned h = 0; h < nh; h++)
                 f[h] = MAN_SCALE >> M;
         }
-        for (unsigned h = 0; h < nh; h++) {
+        for (unsigned h = 0; h < nh && build; h++) {
             uint32_t hi = (uint32_t)symval[a] << 7 | h << (7 - M);
             for (uint32_t s = 0; s < f[h]; s++)
                 d[cum + s] = (f[h] - 1) | s << 8 | hi << 16;
@@ -141,7 +144,8 @@ static ckc_status parse_coded(rd *r, ckc_ans_tables *t)
     return r->bad ? CKC_ERR_CORRUPT : CKC_OK;
 }
 
-ckc_status ckc_ans_tables_new(const uint8_t *blob, size_t size, uint64_t n_weights, ckc_ans_tables **out)
+static ckc_status tables_new(const uint8_t *blob, size_t size, uint64_t n_weights, int build,
+                             ckc_ans_tables **out)
 {
     ckc_ans_tables *t;
     ckc_status st = CKC_ERR_CORRUPT;
@@ -184,7 +188,7 @@ ckc_status ckc_ans_tables_new(const uint8_t *blob, size_t size, uint64_t n_weigh
         if (t->lines < 1 || t->lines > size * 8) /* a map longer than the blob cannot fit */
             goto fail;
     }
-    st = parse_coded(&r, t);
+    st = parse_coded(&r, t, build);
     if (st != CKC_OK)
         goto fail;
     if (r.p != r.end) {
@@ -199,6 +203,19 @@ ok:
 fail:
     ckc_ans_tables_free(t);
     return st == CKC_OK ? CKC_ERR_CORRUPT : st;
+}
+
+ckc_status ckc_ans_tables_new(const uint8_t *blob, size_t size, uint64_t n_weights, ckc_ans_tables **out)
+{
+    return tables_new(blob, size, n_weights, 1, out);
+}
+
+ckc_status ckc_ans_blob_check(const uint8_t *blob, size_t size, uint64_t n_weights)
+{
+    ckc_ans_tables *t;
+    ckc_status st = tables_new(blob, size, n_weights, 0, &t);
+    ckc_ans_tables_free(t);
+    return st;
 }
 
 void ckc_ans_tables_free(ckc_ans_tables *t)
@@ -222,11 +239,10 @@ static int decode_scalar(const ckc_ans_tables *t, uint32_t x[16], const uint8_t 
                          size_t *pos, uint64_t first, size_t j, size_t n, uint16_t *out)
 {
     size_t ps = *pos;
-    uint64_t C = t->n_cols;
+    uint64_t C = t->n_cols, col = C ? (first + j) % C : 0, row = C ? (first + j) / C : 0;
 
     for (; j < n; j += CKC_ANS_LANES) {
         size_t r = n - j < CKC_ANS_LANES ? n - j : CKC_ANS_LANES;
-        uint64_t i0 = first + j, col = C ? i0 % C : 0, row = C ? i0 / C : 0;
         uint8_t a[CKC_ANS_LANES];
         for (size_t l = 0; l < r; l++) {
             unsigned k = t->cls ? t->cls[t->axis == CKC_ANS_AXIS_COL ? col : row] : 0;
@@ -260,22 +276,28 @@ static int decode_scalar(const ckc_ans_tables *t, uint32_t x[16], const uint8_t 
     return 0;
 }
 
-/* ORs the raw low bits (b per weight, LSB-first) into out. */
+/* ORs the raw low bits (b per weight, LSB-first) into out: 8 weights take
+ * b whole bytes, read as one little-endian word; the last group bit by bit
+ * within the bytes that exist. */
 static void unpack_low(const uint8_t *src, size_t bytes, unsigned b, size_t n, uint16_t *out)
 {
     uint32_t mask = (1u << b) - 1u;
     size_t j = 0;
 
-    if (b == 4) {
-        for (; j + 2 <= n; j += 2) {
-            out[j] |= src[j / 2] & 15u;
-            out[j + 1] |= src[j / 2] >> 4;
-        }
+    for (; j + 8 <= n; j += 8) { /* the group's b bytes exist: bytes >= (j + 8) * b / 8 */
+        size_t off = j / 8 * b;
+        uint64_t v = 0;
+        if (off + 8 <= bytes)
+            memcpy(&v, src + off, 8); /* little-endian hosts */
+        else
+            memcpy(&v, src + off, bytes - off);
+        for (unsigned k = 0; k < 8; k++)
+            out[j + k] |= (uint16_t)((v >> (k * b)) & mask);
     }
     for (; j < n; j++) {
         uint64_t bit = (uint64_t)j * b, v = 0;
         size_t byte = bit / 8, m = bytes - byte < 8 ? bytes - byte : 8;
-        memcpy(&v, src + byte, m); /* little-endian hosts (as the rest of the codec) */
+        memcpy(&v, src + byte, m);
         out[j] |= (uint16_t)((v >> (bit % 8)) & mask);
     }
 }

@@ -1,6 +1,6 @@
 /*
  * ckc_ans_enc.c — encodes one chunk of a planned tensor (docs/format.md
- * §5.4): 16 initial states, the raw low mantissa bits, then the rANS words.
+ * §5.3): 16 initial states, the raw low mantissa bits, then the rANS words.
  *
  * rANS is last in, first out: the chunk is encoded from its last group of 16
  * weights to its first and, within a group, mantissas before sign+exponents
@@ -13,19 +13,23 @@
 
 size_t ckc_ans_chunk_bound(size_t n_weights)
 {
-    /* each weight renormalizes at most once per step: two 16-bit words */
-    return CKC_ANS_HDR_BYTES + ckc_ans_low_bytes(n_weights, 0) + 4 * n_weights + 16;
+    /* low bits take at most 7/8 byte a weight, and each weight renormalizes
+     * at most once per step (two 16-bit words): format §5.3 rounds this to
+     * 64 + 5n + 16 (R48) */
+    return CKC_ANS_HDR_BYTES + 5 * n_weights + 16;
 }
 
+/* One rANS step.  Branch-free renormalization (whether a word goes out is
+ * close to a coin toss): the word is always stored below *wp, which moves
+ * only if it is kept; the store stays inside dst, as chunk_bound leaves a
+ * weight's worth of room below the lowest the words can reach. */
 static inline void put(uint32_t *x, const ckc_ans_esym *e, uint8_t **wp)
 {
-    uint32_t v = *x, q;
-    if (v >= e->x_max) {
-        *wp -= 2;
-        (*wp)[0] = (uint8_t)v;
-        (*wp)[1] = (uint8_t)(v >> 8);
-        v >>= 16;
-    }
+    uint32_t v = *x, q, out = v >= e->x_max;
+    (*wp)[-2] = (uint8_t)v;
+    (*wp)[-1] = (uint8_t)(v >> 8);
+    *wp -= 2 * out;
+    v >>= 16 * out;
     q = (uint32_t)(((uint64_t)v * e->rcp) >> 32) >> e->shift;
     *x = v + e->bias + q * e->cmpl;
 }

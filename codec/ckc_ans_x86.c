@@ -22,6 +22,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
+#include <string.h>
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,popcnt")))
 #define T256 __attribute__((target("avx2,bmi,bmi2,popcnt")))
@@ -32,10 +33,37 @@ int ckc_ans_avx512_supported(void)
            __builtin_cpu_supports("avx512vl");
 }
 
-/* The classes of weights i0..i0+15 into k[16]; NULL cls: all 0. */
-static void group_classes(const ckc_ans_tables *t, uint64_t i0, uint8_t k[16])
+/* Column and row of the next group's first weight (when there are classes),
+ * kept without a division per group. */
+typedef struct {
+    uint64_t col, row;
+} gpos;
+
+static gpos gpos_at(const ckc_ans_tables *t, uint64_t i)
 {
-    uint64_t C = t->n_cols, col = i0 % C, row = i0 / C;
+    gpos g = {0, 0};
+    if (t->cls) {
+        g.col = i % t->n_cols;
+        g.row = i / t->n_cols;
+    }
+    return g;
+}
+
+static void gpos_next(const ckc_ans_tables *t, gpos *g)
+{
+    if (!t->cls)
+        return;
+    g->col += 16;
+    while (g->col >= t->n_cols) {
+        g->col -= t->n_cols;
+        g->row++;
+    }
+}
+
+/* The classes of the 16 weights from g into k[16] (t->cls is set). */
+static void group_classes(const ckc_ans_tables *t, gpos g, uint8_t k[16])
+{
+    uint64_t C = t->n_cols, col = g.col, row = g.row;
     for (unsigned l = 0; l < 16; l++) {
         k[l] = t->cls[t->axis == CKC_ANS_AXIS_COL ? col : row];
         if (++col == C) {
@@ -45,19 +73,17 @@ static void group_classes(const ckc_ans_tables *t, uint64_t i0, uint8_t k[16])
     }
 }
 
-T512 static __m512i classes512(const ckc_ans_tables *t, uint64_t i0)
+T512 static __m512i classes512(const ckc_ans_tables *t, gpos g)
 {
     uint8_t k[16];
-    uint64_t col;
     if (!t->cls)
         return _mm512_setzero_si512();
-    col = i0 % t->n_cols;
-    if (col + 16 <= t->n_cols) {
+    if (g.col + 16 <= t->n_cols) {
         if (t->axis == CKC_ANS_AXIS_COL)
-            return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(t->cls + col)));
-        return _mm512_set1_epi32(t->cls[i0 / t->n_cols]);
+            return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(t->cls + g.col)));
+        return _mm512_set1_epi32(t->cls[g.row]);
     }
-    group_classes(t, i0, k);
+    group_classes(t, g, k);
     return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)k));
 }
 
@@ -77,9 +103,10 @@ T512 size_t ckc_ans_decode_avx512(const ckc_ans_tables *t, uint32_t x[16], const
                   one = _mm512_set1_epi32(1);
     __m512i X = _mm512_loadu_si512(x);
     size_t j = 0, ps = *pos;
+    gpos g = gpos_at(t, first);
 
-    for (; j + 16 <= n && n_words - ps >= 32; j += 16) {
-        __m512i kb = _mm512_slli_epi32(classes512(t, first + j), CKC_ANS_EXP_BITS);
+    for (; j + 16 <= n && n_words - ps >= 32; j += 16, gpos_next(t, &g)) {
+        __m512i kb = _mm512_slli_epi32(classes512(t, g), CKC_ANS_EXP_BITS);
         __m512i e = _mm512_i32gather_epi32(_mm512_add_epi32(kb, _mm512_and_si512(X, m12)), t->exp_dec, 4);
         __m512i f = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(e, 8), m12), one);
         __m512i a, e2;
@@ -140,14 +167,21 @@ T256 static inline __m256i man_step256(const ckc_ans_tables *t, __m256i x, __m25
         _mm256_and_si256(_mm256_srli_epi32(*e2, 8), m8));
 }
 
-T256 static __m256i classes256(const ckc_ans_tables *t, uint64_t i0, __m256i *hi)
+T256 static __m256i classes256(const ckc_ans_tables *t, gpos g, __m256i *hi)
 {
     uint8_t k[16];
     if (!t->cls) {
         *hi = _mm256_setzero_si256();
         return *hi;
     }
-    group_classes(t, i0, k);
+    if (g.col + 16 <= t->n_cols && t->axis == CKC_ANS_AXIS_ROW) {
+        *hi = _mm256_set1_epi32((int)t->cls[g.row] << CKC_ANS_EXP_BITS);
+        return *hi;
+    }
+    if (g.col + 16 <= t->n_cols)
+        memcpy(k, t->cls + g.col, 16);
+    else
+        group_classes(t, g, k);
     *hi = _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(k + 8))), CKC_ANS_EXP_BITS);
     return _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)k)), CKC_ANS_EXP_BITS);
 }
@@ -157,9 +191,10 @@ T256 size_t ckc_ans_decode_avx2(const ckc_ans_tables *t, uint32_t x[16], const u
 {
     __m256i X0 = _mm256_loadu_si256((const __m256i *)x), X1 = _mm256_loadu_si256((const __m256i *)(x + 8));
     size_t j = 0, ps = *pos;
+    gpos g = gpos_at(t, first);
 
-    for (; j + 16 <= n && n_words - ps >= 32; j += 16) {
-        __m256i k1, k0 = classes256(t, first + j, &k1), a0, a1, e0, e1, v;
+    for (; j + 16 <= n && n_words - ps >= 32; j += 16, gpos_next(t, &g)) {
+        __m256i k1, k0 = classes256(t, g, &k1), a0, a1, e0, e1, v;
         X0 = renorm256(exp_step256(t, X0, k0, &a0), words, &ps);
         X1 = renorm256(exp_step256(t, X1, k1, &a1), words, &ps);
         X0 = man_step256(t, X0, a0, &e0);

@@ -92,6 +92,23 @@ static ckg_status from_ckr(ckr_status s)
 
 /* ---- open ------------------------------------------------------------------- */
 
+/* The GPU kernels decode K15 and byte-split planes; an ARCHIVE extent (format
+ * §5.3, CPU only) in a file holding a tensor is refused at open with the
+ * command that converts the pack.  NULL if there is none. */
+static const char *archive_tensor(const ckr_model *tab)
+{
+    for (size_t i = 0; i < ckr_count(tab); i++) {
+        const ckp_reader *r = NULL;
+        uint32_t e;
+        if (ckr_tensor_source(tab, i, &r, &e) != CKR_OK || !r)
+            continue;
+        for (uint32_t k = 0; k < ckp_get_info(r)->n_extents; k++)
+            if (ckp_get_extent(r, k)->encoding == CKC_ENC_ARCHIVE)
+                return ckr_info(tab, i)->name;
+    }
+    return NULL;
+}
+
 ckg_status ckg_model_open(const char *dir, ckg_model **out, char *err, size_t cap)
 {
     if (!out)
@@ -109,6 +126,16 @@ ckg_status ckg_model_open(const char *dir, ckg_model **out, char *err, size_t ca
     st = from_ckr(ckr_open(dir, &m->tab, err, cap));
     if (st != CKG_OK)
         goto fail;
+    const char *name = archive_tensor(m->tab);
+    if (name) {
+        if (err && cap)
+            snprintf(err, cap,
+                     "%s: tensor %s is packed in the archive encoding, which the GPU loader does not read; "
+                     "convert the pack with `ckptfs repack --format k15 %s`",
+                     CKU_ESC(dir), CKU_ESC(name), CKU_ESC(dir));
+        st = CKG_ERR_UNSUPPORTED;
+        goto fail;
+    }
     *out = m;
     return CKG_OK;
 fail:

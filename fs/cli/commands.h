@@ -20,7 +20,7 @@
 
 typedef struct {
     const char *src, *dst;
-    uint32_t encoding;   /* CKC_ENC_K15 or CKC_ENC_BSPLIT */
+    uint32_t encoding;   /* CKC_ENC_K15, CKC_ENC_BSPLIT or CKC_ENC_ARCHIVE */
     int jobs;
     int delete_source;
     int force;
@@ -44,6 +44,8 @@ int ckpt_pack(const ckpt_pack_opts *o);
 int ckpt_unpack(const char *dst, const char *out, int jobs);
 int ckpt_verify(const char *dst, const char *against, int jobs);
 int ckpt_stat(const char *dst, int json);
+/* Convert PACKED's BF16 tensors to encoding enc in place (repack.c). */
+int ckpt_repack(const char *dst, uint32_t enc, int jobs);
 /* argv[0] is "mount", then options and PACKED MOUNTPOINT (see `ckptfs mount
  * -h`; mount_cmd.c).  @return the process exit status: 0 after a clean
  * unmount (or, without -f, once mounted), 1 on a setup error, 2 on a usage

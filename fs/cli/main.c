@@ -31,14 +31,16 @@ typedef struct {
 } cmd_help;
 
 static const cmd_help helps[] = {
-    {"pack", "ckptfs pack [--format k15|bytesplit] [--jobs N] [--delete-source] [--force] [--progress=WHEN]\n"
-             "       [--no-space-check] SRC PACKED",
+    {"pack", "ckptfs pack [--format k15|bytesplit|archive] [--jobs N] [--delete-source] [--force]\n"
+             "       [--progress=WHEN] [--no-space-check] SRC PACKED",
      "Store SRC (a model directory, or one .safetensors file) losslessly packed\n"
      "in the new directory PACKED.  Every packed file is read back and compared\n"
      "with its source before it counts as done.  If it is interrupted, run the\n"
      "same command again: finished files are kept, the rest is packed.\n"
      "\n"
-     "  --format k15|bytesplit  BF16 encoding (default k15: smaller; bytesplit: faster)\n"
+     "  --format k15|bytesplit|archive\n"
+     "                          BF16 encoding (default k15, which the GPU loader reads;\n"
+     "                          bytesplit: faster; archive: smallest, CPU only)\n"
      "  --jobs N                threads (default: the number of CPUs)\n"
      "  --delete-source         remove each source file once its packed copy is\n"
      "                          written, synced and read back equal\n"
@@ -68,6 +70,18 @@ SPACE_HELP
 PROGRESS_HELP
      "\n"
      "Example:  ckptfs verify --against /srv/models/llama /srv/models/llama.packed\n"},
+    {"repack", "ckptfs repack --format k15|bytesplit|archive [--jobs N] PACKED",
+     "Convert the BF16 tensors of PACKED to another encoding in place, one file\n"
+     "at a time, without the original files: each file is decoded, encoded\n"
+     "again, synced and read back against the SHA-256 the manifest records\n"
+     "before it replaces the old one.  If it is interrupted, run it again.\n"
+     "Keep archive on disk and repack to k15 for the GPU loader.  Unmount\n"
+     "PACKED first: a mount refuses (EIO) the files replaced under it.\n"
+     "\n"
+     "  --format k15|bytesplit|archive   the encoding to convert to\n"
+     "  --jobs N                threads (default: the number of CPUs)\n"
+     "\n"
+     "Example:  ckptfs repack --format k15 /srv/models/llama.packed\n"},
     {"stat", "ckptfs stat [--json] PACKED|MOUNTPOINT",
      "Sizes of PACKED: original, packed and saved, bits per BF16 weight and\n"
      "escape rate for each file and in total, and by dtype and encoding.\n"
@@ -148,6 +162,8 @@ static int parse_jobs(const char *cmd, const char *arg)
     return (int)j;
 }
 
+static uint32_t parse_format(const char *cmd, const char *arg);
+
 static int cmd_pack(int argc, char **argv)
 {
     ckpt_pack_opts o = {.encoding = CKC_ENC_K15, .jobs = default_jobs()};
@@ -160,14 +176,8 @@ static int cmd_pack(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "j:fh", lo, NULL)) != -1) {
         switch (c) {
         case 'F':
-            if (!strcmp(optarg, "k15"))
-                o.encoding = CKC_ENC_K15;
-            else if (!strcmp(optarg, "bytesplit") || !strcmp(optarg, "byte-split"))
-                o.encoding = CKC_ENC_BSPLIT;
-            else {
-                fprintf(stderr, "ckptfs pack: unknown format \"%s\" (k15 or bytesplit)\n", optarg);
+            if ((o.encoding = parse_format("pack", optarg)) == UINT32_MAX)
                 return CKPT_EXIT_USAGE;
-            }
             break;
         case 'j':
             if ((o.jobs = parse_jobs("pack", optarg)) < 0)
@@ -197,6 +207,49 @@ static int cmd_pack(int argc, char **argv)
     ckpt_on_interrupt("ckptfs pack: interrupted. The files packed so far are kept: run the same command again "
                       "to resume.");
     return ckpt_pack(&o);
+}
+
+/* A --format argument, or UINT32_MAX after saying what is wrong. */
+static uint32_t parse_format(const char *cmd, const char *arg)
+{
+    if (!strcmp(arg, "k15"))
+        return CKC_ENC_K15;
+    if (!strcmp(arg, "bytesplit") || !strcmp(arg, "byte-split"))
+        return CKC_ENC_BSPLIT;
+    if (!strcmp(arg, "archive"))
+        return CKC_ENC_ARCHIVE;
+    fprintf(stderr, "ckptfs %s: unknown format \"%s\" (k15, bytesplit or archive)\n", cmd, arg);
+    return UINT32_MAX;
+}
+
+static int cmd_repack(int argc, char **argv)
+{
+    uint32_t enc = UINT32_MAX;
+    int c, jobs = default_jobs();
+    static const struct option lo[] = {{"format", 1, 0, 'F'}, {"jobs", 1, 0, 'j'}, {"help", 0, 0, 'h'},
+                                       {0, 0, 0, 0}};
+    argv[0] = (char *)"ckptfs repack";
+    while ((c = getopt_long(argc, argv, "j:h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'F':
+            if ((enc = parse_format("repack", optarg)) == UINT32_MAX)
+                return CKPT_EXIT_USAGE;
+            break;
+        case 'j':
+            if ((jobs = parse_jobs("repack", optarg)) < 0)
+                return CKPT_EXIT_USAGE;
+            break;
+        case 'h': return cmd_usage("repack", stdout, 0);
+        default: return cmd_usage("repack", stderr, CKPT_EXIT_USAGE);
+        }
+    }
+    if (enc == UINT32_MAX) {
+        fprintf(stderr, "ckptfs repack: --format is required (k15, bytesplit or archive)\n");
+        return cmd_usage("repack", stderr, CKPT_EXIT_USAGE);
+    }
+    if (argc - optind != 1)
+        return cmd_usage("repack", stderr, CKPT_EXIT_USAGE);
+    return ckpt_repack(argv[optind], enc, jobs);
 }
 
 /* unpack, verify and stat: the options each takes are in its help. */
@@ -270,6 +323,8 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cmd, "pack"))
         return cmd_pack(argc - 1, argv + 1);
+    if (!strcmp(cmd, "repack"))
+        return cmd_repack(argc - 1, argv + 1);
     if (!strcmp(cmd, "unpack") || !strcmp(cmd, "verify") || !strcmp(cmd, "stat"))
         return cmd_simple(cmd, argc - 1, argv + 1);
     if (!strcmp(cmd, "mount"))

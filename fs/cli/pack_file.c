@@ -58,24 +58,32 @@ static void write_failed(pack_ctx *c, const char *tmp, int tfd, const char *why,
             c->dst, CKU_ESC(tmp), free_s, need_s, c->dst);
 }
 
-/* Encode src into the writer: header extent + one extent per tensor, or one blob extent. */
-static int write_extents(pack_ctx *c, ckp_writer *w, const char *tmp, int tfd, const uint8_t *p, uint64_t size,
-                         st_header *h)
+ckp_status ckpt_add_extents(ckp_writer *w, uint32_t enc, const uint8_t *p, uint64_t size, const st_header *h,
+                            cku_progress *progress)
 {
     ckp_status s = CKP_OK;
     if (!h) {
         s = ckp_writer_add(w, CKC_ENC_ZSTD, p, size, NULL, 0);
-        cku_progress_add(c->progress, size);
-    } else {
-        s = ckp_writer_add(w, CKC_ENC_ZSTD, p, h->data_start, NULL, 0); /* JSON: zstd if it saves 3% */
-        cku_progress_add(c->progress, h->data_start);
-        for (size_t i = 0; s == CKP_OK && i < h->n_tensors; i++) {
-            const st_tensor *t = &h->tensors[i];
-            uint32_t enc = t->dtype == 7 ? c->o->encoding : CKC_ENC_ZSTD; /* 7 = BF16 */
-            s = ckp_writer_add(w, enc, p + h->data_start + t->begin, t->end - t->begin, t->name, t->dtype);
-            cku_progress_add(c->progress, t->end - t->begin);
-        }
+        cku_progress_add(progress, size);
+        return s;
     }
+    s = ckp_writer_add(w, CKC_ENC_ZSTD, p, h->data_start, NULL, 0); /* JSON: zstd if it saves 3% */
+    cku_progress_add(progress, h->data_start);
+    for (size_t i = 0; s == CKP_OK && i < h->n_tensors; i++) {
+        const st_tensor *t = &h->tensors[i];
+        uint32_t e = t->dtype == 7 ? enc : CKC_ENC_ZSTD; /* 7 = BF16 */
+        uint64_t cols = t->ndim >= 2 ? t->shape[t->ndim - 1] : 0; /* archive's column/row contexts */
+        s = ckp_writer_add_shaped(w, e, p + h->data_start + t->begin, t->end - t->begin, t->name, t->dtype, cols);
+        cku_progress_add(progress, t->end - t->begin);
+    }
+    return s;
+}
+
+/* Encode src into the writer: header extent + one extent per tensor, or one blob extent. */
+static int write_extents(pack_ctx *c, ckp_writer *w, const char *tmp, int tfd, const uint8_t *p, uint64_t size,
+                         st_header *h)
+{
+    ckp_status s = ckpt_add_extents(w, c->o->encoding, p, size, h, c->progress);
     if (s != CKP_OK) {
         char why[640];
         snprintf(why, sizeof why, "%s: %s", ckp_status_name(s), ckp_writer_error(w));

@@ -121,6 +121,12 @@ int served_by_dst(const pack_ctx *c);
 int check_names(const pack_ctx *c);
 
 /* pack_file.c */
+/* The extents pack writes for a file of size bytes at p: with h (a
+ * safetensors file) its header as ZSTD-or-RAW, each BF16 tensor in enc with
+ * its last dimension (archive's contexts), every other tensor ZSTD-or-RAW;
+ * without, one ZSTD-or-RAW extent.  progress may be NULL. */
+ckp_status ckpt_add_extents(ckp_writer *w, uint32_t enc, const uint8_t *p, uint64_t size, const st_header *h,
+                            cku_progress *progress);
 void *sha_thread(void *arg);
 void tmp_rel(char *out, size_t cap, const char *rel);
 int restore_aside(const char *dir, const char *base);

@@ -20,7 +20,7 @@
 /* DST/ckptfs.state says what DST is being made from, so that rerunning the
  * command resumes, from wherever the source now is:
  *   "source"   SRC's absolute path when the last run started;
- *   "format"   k15 or bytesplit;
+ *   "format"   k15, bytesplit or archive;
  *   "deletes"  true once a --delete-source run started: DST may then hold
  *              the only copy of a file, and --force must not drop it;
  *   "files"    the files DST is to hold, sorted by path: {"path", "size",
@@ -35,7 +35,7 @@
  * files are all recorded with the same size and mtime and every recorded
  * file missing from SRC is held by DST. */
 
-static const char *enc_name(uint32_t enc) { return enc == CKC_ENC_K15 ? "k15" : "bytesplit"; }
+static const char *enc_name(uint32_t enc) { return ckc_encoding_name(enc); }
 
 static cJSON *read_state(pack_ctx *c)
 {

@@ -43,8 +43,9 @@ typedef struct {
 typedef struct {
     file_stats all;
     uint64_t files, code_bytes, low_bytes, esc_bytes, index_bytes;
+    uint64_t ans_table_bytes, ans_stream_bytes; /* ARCHIVE planes 0 and 1 */
     uint64_t blob_original, blob_packed;
-    tally dtype[33], enc[4]; /* dtype[32]: codes of 32 and over */
+    tally dtype[33], enc[5]; /* dtype[32]: codes of 32 and over */
 } stats;
 
 /* The name stat gives dtype slot k: its safetensors name, or for a code
@@ -72,22 +73,25 @@ static void stat_file(const ckp_reader *r, stats *t, file_stats *f)
     for (uint32_t e = 0; e < in->n_extents; e++) {
         const ckp_extent *x = ckp_get_extent(r, e);
         uint64_t payload = x->plane_size[0] + x->plane_size[1] + x->plane_size[2] + x->n_chunks * 16;
-        f->enc_mask |= 1u << (x->encoding & 3);
-        t->enc[x->encoding & 3].count++;
-        t->enc[x->encoding & 3].original += x->orig_size;
-        t->enc[x->encoding & 3].packed += payload;
+        f->enc_mask |= 1u << (x->encoding % 5);
+        t->enc[x->encoding % 5].count++;
+        t->enc[x->encoding % 5].original += x->orig_size;
+        t->enc[x->encoding % 5].packed += payload;
         if (x->dtype) { /* 0: no tensor (a safetensors header, a blob) */
             tally *d = &t->dtype[x->dtype < 32 ? x->dtype : 32];
             d->count++;
             d->original += x->orig_size;
             d->packed += payload;
         }
-        if (x->encoding >= CKC_ENC_K15) {
+        if (x->encoding >= CKC_ENC_K15) { /* K15, BSPLIT, ARCHIVE (R15: no other) */
             f->bf16_weights += x->orig_size / 2;
             f->escapes += x->n_escapes;
-            t->code_bytes += x->plane_size[0];
-            t->low_bytes += x->plane_size[1];
+            int ans = x->encoding == CKC_ENC_ARCHIVE;
+            t->code_bytes += ans ? 0 : x->plane_size[0];
+            t->low_bytes += ans ? 0 : x->plane_size[1];
             t->esc_bytes += x->plane_size[2];
+            t->ans_table_bytes += ans ? x->plane_size[0] : 0;
+            t->ans_stream_bytes += ans ? x->plane_size[1] : 0;
             t->index_bytes += x->n_chunks * 16;
         } else if (in->kind == CKP_KIND_SAFETENSORS && e > 0) {
             non_bf16 += payload; /* non-BF16 tensor data is not BF16 overhead */
@@ -122,7 +126,7 @@ static double ratio(uint64_t a, uint64_t b) { return b ? (double)a / (double)b :
 static void enc_list(unsigned mask, char *out, size_t cap)
 {
     *out = 0;
-    for (uint32_t k = 0; k < 4; k++)
+    for (uint32_t k = 0; k < 5; k++)
         if (mask & (1u << k))
             snprintf(out + strlen(out), cap - strlen(out), "%s%s", *out ? "+" : "", ckc_encoding_name(k));
 }
@@ -163,6 +167,8 @@ static void print_json(const char *dst, const stats *t, const file_stats *fs, ui
     cJSON_AddNumberToObject(o, "low_plane_bytes", (double)t->low_bytes);
     cJSON_AddNumberToObject(o, "escape_plane_bytes", (double)t->esc_bytes);
     cJSON_AddNumberToObject(o, "chunk_index_bytes", (double)t->index_bytes);
+    cJSON_AddNumberToObject(o, "archive_table_bytes", (double)t->ans_table_bytes);
+    cJSON_AddNumberToObject(o, "archive_stream_bytes", (double)t->ans_stream_bytes);
     cJSON_AddNumberToObject(o, "manifest_bytes", (double)manifest_size);
     cJSON_AddNumberToObject(o, "blob_original_bytes", (double)t->blob_original);
     cJSON_AddNumberToObject(o, "blob_packed_bytes", (double)t->blob_packed);
@@ -177,7 +183,7 @@ static void print_json(const char *dst, const stats *t, const file_stats *fs, ui
     for (uint32_t k = 1; k <= 32; k++)
         if (t->dtype[k].count)
             cJSON_AddItemToObject(d, dtype_label(k, lb), tally_json(&t->dtype[k]));
-    for (uint32_t k = 0; k < 4; k++)
+    for (uint32_t k = 0; k < 5; k++)
         if (t->enc[k].count)
             cJSON_AddItemToObject(e, ckc_encoding_name(k), tally_json(&t->enc[k]));
     cJSON_AddItemToObject(o, "by_dtype", d);
@@ -228,13 +234,16 @@ static void print_text(const char *dst, const stats *t, const file_stats *fs, ui
             printf("    %-12s %8llu %10s %10s\n", dtype_label(k, lb), (unsigned long long)t->dtype[k].count,
                    cku_human(t->dtype[k].original, a), cku_human(t->dtype[k].packed, b));
     printf("  by encoding    %8s %10s %10s\n", "extents", "original", "payload");
-    for (uint32_t k = 0; k < 4; k++)
+    for (uint32_t k = 0; k < 5; k++)
         if (t->enc[k].count)
             printf("    %-12s %8llu %10s %10s\n", ckc_encoding_name(k), (unsigned long long)t->enc[k].count,
                    cku_human(t->enc[k].original, a), cku_human(t->enc[k].packed, b));
     char d[16];
     printf("  BF16 planes: codes %s, low %s, escapes %s, chunk index %s\n", cku_human(t->code_bytes, a),
            cku_human(t->low_bytes, b), cku_human(t->esc_bytes, c), cku_human(t->index_bytes, d));
+    if (t->ans_table_bytes)
+        printf("  archive: tables %s, chunk streams %s\n", cku_human(t->ans_table_bytes, a),
+               cku_human(t->ans_stream_bytes, b));
     printf("  (bits/w charge every byte of a safetensors file's packed form except non-BF16 tensor\n"
            "   payloads; the total charges the manifest too)\n");
 }

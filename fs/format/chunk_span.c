@@ -4,7 +4,8 @@
  * nowhere else: 4-bit codes (two weights a byte), K15's 7-bit low plane and
  * 9-bit escapes packed LSB-first in groups of 8 that start on a byte, and
  * byte-split's whole bytes; RAW chunks are fixed slices of plane 0 and ZSTD
- * chunks are frames at the offsets of the chunk index.
+ * chunks are frames at the offsets of the chunk index, ARCHIVE chunks
+ * streams of plane 1 at those offsets.
  */
 #include <string.h>
 
@@ -37,6 +38,12 @@ void ckp_chunk_span(const ckp_extent *x, uint64_t c0, uint64_t c1, ckp_span *out
     } else if (x->encoding == CKC_ENC_ZSTD) {
         out->off[0] = x->index[c0].datum;
         out->end[0] = c1 < x->n_chunks ? x->index[c1].datum : x->plane_size[0];
+    } else if (x->encoding == CKC_ENC_ARCHIVE) {
+        /* the tables (plane 0) are read at open; chunks read plane 1 only */
+        out->w0 = c0 * (x->chunk_size / 2);
+        out->w1 = min64(c1 * (x->chunk_size / 2), x->orig_size / 2);
+        out->off[1] = x->index[c0].datum;
+        out->end[1] = c1 < x->n_chunks ? x->index[c1].datum : x->plane_size[1];
     } else {
         uint64_t cw = x->chunk_size / 2;
         ckp_bf16_span(x->encoding, c0 * cw, min64(c1 * cw, x->orig_size / 2), x->index[c0].datum,

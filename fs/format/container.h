@@ -22,7 +22,7 @@ extern "C" {
 #endif
 
 #define CKP_VERSION_MAJOR 1
-#define CKP_VERSION_MINOR 0
+#define CKP_VERSION_MINOR 1   /* 1.1: ARCHIVE extents */
 #define CKP_SUFFIX ".ckpt"
 #define CKP_MANIFEST_NAME "ckptfs.manifest"
 #define CKP_STATE_NAME "ckptfs.state"        /* written by pack while it runs (resume) */
@@ -54,7 +54,8 @@ int ckp_status_errno(ckp_status s);
 typedef enum { CKP_KIND_BLOB = 0, CKP_KIND_SAFETENSORS = 1 } ckp_kind;
 
 typedef struct {
-    uint64_t datum; /* RAW 0; ZSTD frame offset in plane 0; K15/BS escape prefix */
+    uint64_t datum; /* RAW 0; ZSTD frame offset in plane 0; K15/BS escape prefix;
+                     * ARCHIVE chunk offset in plane 1 */
     uint64_t hash;  /* XXH3 of the chunk's decoded bytes */
 } ckp_chunk_entry;
 
@@ -88,8 +89,9 @@ typedef struct ckp_reader ckp_reader;
 /* What an open reader guarantees (ckp_open checks each before returning a
  * reader; ckp_check verifies them again, and debug builds assert it):
  *   R1. the extents tile [0, original_size) in order, each orig_size > 0;
- *   R2. encoding is RAW, ZSTD, K15 or BSPLIT; 0 < chunk_size <= CKP_MAX_CHUNK,
- *       a multiple of 16 for K15/BSPLIT, whose orig_size is even;
+ *   R2. encoding is RAW, ZSTD, K15, BSPLIT or ARCHIVE (in a 1.1 file);
+ *       0 < chunk_size <= CKP_MAX_CHUNK, a multiple of 16 for K15/BSPLIT
+ *       and of 32 for ARCHIVE, whose orig_size is even;
  *   R3. n_chunks = ceil(orig_size / chunk_size);
  *   R4. each used plane lies in the file between the header and the TOC, and
  *       unused planes (1 and 2 of RAW/ZSTD) are offset 0, size 0;
@@ -265,10 +267,15 @@ typedef struct {
 ckp_status ckp_writer_new(int fd, const ckp_writer_opts *o, ckp_writer **out);
 /* Append an extent holding src[0..size): RAW (enc = CKC_ENC_RAW), zstd-or-raw
  * (enc = CKC_ENC_ZSTD: zstd only if it saves >= 3%), or BF16 weights
- * (CKC_ENC_K15 / CKC_ENC_BSPLIT; size must be even).  Extents must be added in
+ * (CKC_ENC_K15 / CKC_ENC_BSPLIT / CKC_ENC_ARCHIVE; size must be even).  Extents must be added in
  * original order.  name/dtype are recorded for diagnostics. */
 ckp_status ckp_writer_add(ckp_writer *w, uint32_t enc, const void *src, uint64_t size,
                           const char *name, uint32_t dtype);
+/* ckp_writer_add with the tensor's last dimension (n_cols; 0 if unknown or
+ * 1-D), which CKC_ENC_ARCHIVE's column and row contexts use.  An ARCHIVE
+ * extent makes the file format 1.1; a file without one is written as 1.0. */
+ckp_status ckp_writer_add_shaped(ckp_writer *w, uint32_t enc, const void *src, uint64_t size,
+                                 const char *name, uint32_t dtype, uint64_t n_cols);
 /* Write the TOC and header.  sha256 is the whole source's digest. */
 ckp_status ckp_writer_finish(ckp_writer *w, const uint8_t sha256[32]);
 /* Free; after a failed or unfinished write the file content is undefined. */

@@ -5,6 +5,9 @@
 #ifndef CKP_CONTAINER_INTERNAL_H
 #define CKP_CONTAINER_INTERNAL_H
 
+#include "ckc_ans.h"
+#include "container.h"
+
 #define CKP_MAGIC "\x89" "CKPTFS\n"
 #define CKP_HEADER_SIZE 64u
 #define CKP_TOC_HEADER_SIZE 96u
@@ -26,5 +29,39 @@ enum { X_ORIG_OFF = 0, X_ORIG_SIZE = 8, X_ENC = 16, X_CHUNK = 20, X_NCHUNKS = 24
        X_INDEX_HASH = 40, X_P0_OFF = 48, X_P0_SIZE = 56, X_P1_OFF = 64, X_P1_SIZE = 72,
        X_P2_OFF = 80, X_P2_SIZE = 88, X_NESC = 96, X_CODEBOOK = 104, X_NAME_OFF = 136,
        X_NAME_LEN = 140, X_DTYPE = 144, X_RESERVED = 148 };
+
+typedef struct ckp_ans_state ckp_ans_state;
+
+/* An open reader (container_read.c); immutable after ckp_open but for the
+ * ARCHIVE decode tables, built once each on first use (ckp_ans_state). */
+struct ckp_reader {
+    int fd;
+    const uint8_t *map;     /* whole file mapped read-only (CKP_OPEN_MMAP), or NULL */
+    char *file;             /* path given to ckp_open */
+    ckp_info info;
+    ckp_extent *x;          /* info.n_extents */
+    ckp_chunk_entry *index; /* all chunk indexes, one allocation */
+    char *strings;          /* NUL-terminated copies: path, then names */
+    ckp_ans_state *ans;     /* ARCHIVE extents' tables (container_ans.c), or NULL */
+};
+
+/* ARCHIVE extents (container_ans.c): each extent's table blob, read and
+ * checked at open, and its decode tables, built on first use (a reader is
+ * shared between threads: the first to finish installs them). */
+#define CKP_ANS_MAX_BLOB (64ull << 20)  /* plane0_size of an ARCHIVE extent (R29) */
+/* Reads and checks extent e's blob (R29), creating r's state if needed. */
+ckp_status ckp_ans_load(ckp_reader *r, uint32_t e, char *err, size_t cap);
+/* The decode tables of extent e (NULL: out of memory). */
+const ckc_ans_tables *ckp_ans_tables(ckp_ans_state *a, uint32_t e, const ckp_extent *x);
+void ckp_ans_free(ckp_ans_state *a, uint32_t n_extents);
+
+/* Writer side (container_write_ans.c): encode the planned tensor w[0..n)
+ * in chunks of chunk_w weights with up to jobs threads, handing each chunk's
+ * bytes to sink in order; sets ix[c].datum (offset in plane 1) and hash.
+ * @return CKP_ERR_NOMEM, CKP_ERR_INTERNAL (the encoder refused), or the
+ * sink's status. */
+typedef ckp_status (*ckp_ans_sink)(void *ctx, const uint8_t *p, size_t n);
+ckp_status ckp_ans_encode_chunks(const ckc_ans_plan *plan, const uint16_t *w, uint64_t n, uint64_t chunk_w,
+                                 int jobs, ckp_chunk_entry *ix, ckp_ans_sink sink, void *ctx);
 
 #endif

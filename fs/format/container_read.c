@@ -24,15 +24,7 @@
 #define ZSTD_STATIC_LINKING_ONLY /* ZSTD_getFrameHeader: the zstd profile check */
 #include <zstd.h>
 
-struct ckp_reader {
-    int fd;
-    const uint8_t *map;     /* whole file mapped read-only (CKP_OPEN_MMAP), or NULL */
-    char *file;             /* path given to ckp_open */
-    ckp_info info;
-    ckp_extent *x;          /* info.n_extents */
-    ckp_chunk_entry *index; /* all chunk indexes, one allocation */
-    char *strings;          /* NUL-terminated copies: path, then names */
-};
+/* struct ckp_reader: container_internal.h (container_ans.c reads it too). */
 
 /* Scratch holds one chunk's packed bytes (in) or decoded bytes (chunk): at
  * most ~1.25x a chunk, and so at most ~20 MiB at the format's 16 MiB chunk
@@ -118,10 +110,12 @@ static ckp_status parse_extent(ckp_reader *r, const uint8_t *rec, uint32_t i, ui
     if (x->orig_offset != expect_off || x->orig_size == 0 ||
         x->orig_size > r->info.original_size - expect_off)
         return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u does not tile the original file", i);
-    if (x->encoding > CKC_ENC_BSPLIT)
-        return rerr(err, cap, f, CKP_ERR_VERSION, "extent %u has unknown encoding %u", i, x->encoding);
-    int bf16 = x->encoding >= CKC_ENC_K15;
-    if (x->chunk_size == 0 || x->chunk_size > CKP_MAX_CHUNK || (bf16 && x->chunk_size % 16))
+    if (x->encoding > CKC_ENC_ARCHIVE || (x->encoding == CKC_ENC_ARCHIVE && r->info.version_minor < 1))
+        return rerr(err, cap, f, CKP_ERR_VERSION, "extent %u has unknown encoding %u%s", i, x->encoding,
+                    x->encoding == CKC_ENC_ARCHIVE ? " (archive is format 1.1; this file says 1.0)" : "");
+    int bf16 = x->encoding == CKC_ENC_K15 || x->encoding == CKC_ENC_BSPLIT, ans = x->encoding == CKC_ENC_ARCHIVE;
+    if (x->chunk_size == 0 || x->chunk_size > CKP_MAX_CHUNK || (bf16 && x->chunk_size % 16) ||
+        (ans && x->chunk_size % 32))
         return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u has invalid chunk size %u", i, x->chunk_size);
     if (x->n_chunks != (x->orig_size + x->chunk_size - 1) / x->chunk_size)
         return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u has a wrong chunk count", i);
@@ -133,7 +127,7 @@ static ckp_status parse_extent(ckp_reader *r, const uint8_t *rec, uint32_t i, ui
         return rerr(err, cap, f, CKP_ERR_CORRUPT,
                     "extent %u: name (name_off %u, name_len %u) lies outside the string table of %u bytes", i,
                     noff, nlen, strtab_size);
-    int nplanes = bf16 ? 3 : 1;
+    int nplanes = bf16 ? 3 : ans ? 2 : 1;
     for (int p = 0; p < 3; p++) {
         int used = p < nplanes;
         if (!used && (x->plane_offset[p] || x->plane_size[p]))
@@ -152,6 +146,12 @@ static ckp_status parse_extent(ckp_reader *r, const uint8_t *rec, uint32_t i, ui
             return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u: plane sizes do not match", i);
         if (ckc_codebook_check(x->encoding, &x->codebook) != CKC_OK)
             return rerr(err, cap, f, CKP_ERR_CORRUPT, "extent %u: invalid codebook", i);
+    } else if (ans) {
+        if (x->orig_size % 2 || x->plane_size[0] < CKC_ANS_HEADER || x->plane_size[0] > CKP_ANS_MAX_BLOB ||
+            x->n_escapes || !all_zero(rec + X_CODEBOOK, 32))
+            return rerr(err, cap, f, CKP_ERR_CORRUPT,
+                        "extent %u: an archive extent with an odd size, tables of %llu bytes, escapes or a codebook",
+                        i, (unsigned long long)x->plane_size[0]);
     } else {
         const char *enc = ckc_encoding_name(x->encoding);
         if (x->n_escapes)
@@ -189,6 +189,10 @@ static int index_ok(const ckp_extent *x)
             break;
         case CKC_ENC_ZSTD:
             if ((c == 0 && d) || (c && d <= prev) || d >= x->plane_size[0])
+                return 0;
+            break;
+        case CKC_ENC_ARCHIVE:
+            if ((c == 0 && d) || (c && d <= prev) || d >= x->plane_size[1])
                 return 0;
             break;
         default:
@@ -234,6 +238,8 @@ static ckp_status load_indexes(ckp_reader *r, const uint8_t *toc, char *err, siz
             s = rerr(err, cap, r->file, CKP_ERR_CORRUPT, "chunk index of extent %u is inconsistent", i);
             goto out;
         }
+        if (x->encoding == CKC_ENC_ARCHIVE && (s = ckp_ans_load(r, i, err, cap)) != CKP_OK)
+            goto out;
     }
 out:
     free(buf);
@@ -337,17 +343,17 @@ static ckp_status parse_toc(ckp_reader *r, const uint8_t *t, uint64_t toc_off, u
 
 static const char *check_extent(const ckp_reader *r, const ckp_extent *x, uint64_t pos)
 {
-    int bf16 = x->encoding == CKC_ENC_K15 || x->encoding == CKC_ENC_BSPLIT;
+    int bf16 = x->encoding == CKC_ENC_K15 || x->encoding == CKC_ENC_BSPLIT, ans = x->encoding == CKC_ENC_ARCHIVE;
     uint64_t toc_off = r->info.packed_size; /* planes end before the TOC, itself inside the file */
     if (x->orig_offset != pos || x->orig_size == 0 || x->orig_size > r->info.original_size - pos)
         return "R1: the extents do not tile the original file";
-    if (x->encoding > CKC_ENC_BSPLIT || x->chunk_size == 0 || x->chunk_size > CKP_MAX_CHUNK ||
-        (bf16 && (x->chunk_size % 16 || x->orig_size % 2)))
+    if (x->encoding > CKC_ENC_ARCHIVE || x->chunk_size == 0 || x->chunk_size > CKP_MAX_CHUNK ||
+        (bf16 && (x->chunk_size % 16 || x->orig_size % 2)) || (ans && (x->chunk_size % 32 || x->orig_size % 2)))
         return "R2: encoding, chunk size or BF16 parity";
     if (x->n_chunks != (x->orig_size + x->chunk_size - 1) / x->chunk_size)
         return "R3: n_chunks";
     for (int p = 0; p < 3; p++) {
-        int used = p == 0 || bf16;
+        int used = p == 0 || bf16 || (ans && p == 1);
         if (used ? !in_range(x->plane_offset[p], x->plane_size[p], CKP_HEADER_SIZE, toc_off)
                  : (x->plane_offset[p] || x->plane_size[p]))
             return "R4: a plane outside the file, or an unused plane set";
@@ -357,7 +363,8 @@ static const char *check_extent(const ckp_reader *r, const ckp_extent *x, uint64
                 x->plane_size[1] != ckc_low_plane_size(x->encoding, n) || x->n_escapes > n ||
                 x->plane_size[2] != ckc_escape_plane_size(x->encoding, x->n_escapes) ||
                 ckc_codebook_check(x->encoding, &x->codebook) != CKC_OK)
-             : (x->n_escapes || (x->encoding == CKC_ENC_RAW && x->plane_size[0] != x->orig_size)))
+             : (x->n_escapes || (x->encoding == CKC_ENC_RAW && x->plane_size[0] != x->orig_size) ||
+                (ans && x->plane_size[0] < CKC_ANS_HEADER)))
         return "R5: plane sizes, escapes or codebook";
     if (!index_ok(x))
         return "R6: chunk index datums";
@@ -498,6 +505,7 @@ void ckp_close(ckp_reader *r)
     free(r->x);
     free(r->index);
     free(r->strings);
+    ckp_ans_free(r->ans, r->info.n_extents);
     free(r);
 }
 
@@ -699,13 +707,48 @@ static ckp_status read_bf16_chunk(const ckp_reader *r, const ckp_extent *x, cons
     return cs == CKC_OK ? CKP_OK : CKP_ERR_CHUNK;
 }
 
+/* Decode an ARCHIVE chunk: its stream in plane 1 (datum to the next datum
+ * or plane1_size), decoded with its extent's tables (built on first use). */
+static ckp_status read_ans_chunk(const ckp_reader *r, uint32_t e, uint64_t c, const ckp_planes *pl,
+                                 uint64_t len, void *dst, ckp_scratch *s)
+{
+    const ckp_extent *x = &r->x[e];
+    ckp_span sp;
+    ckp_chunk_span(x, c, c + 1, &sp);
+    uint64_t a = sp.off[1], b = sp.end[1];
+    assert(a < b && b <= x->plane_size[1]); /* R27: datums increase and stay below plane1_size */
+    const ckc_ans_tables *t = ckp_ans_tables(r->ans, e, x);
+    if (!t)
+        return CKP_ERR_NOMEM;
+    const uint8_t *in = plane_mem(r, x, pl, 1, a);
+    if (!in) {
+        if (grow(&s->in, &s->in_cap, (size_t)(b - a) + 1))
+            return CKP_ERR_NOMEM;
+        if (read_plane(r, x, NULL, 1, a, b - a, s->in) != CKP_OK)
+            return CKP_ERR_IO;
+        in = s->in;
+    }
+    uint16_t *out = dst;
+    if ((uintptr_t)dst & 1) {
+        if (grow(&s->chunk, &s->chunk_cap, len))
+            return CKP_ERR_NOMEM;
+        out = (uint16_t *)(void *)s->chunk;
+    }
+    ckc_status cs = ckc_ans_decode_chunk(t, in, (size_t)(b - a), sp.w0, (size_t)(len / 2), out);
+    if (cs == CKC_OK && out != dst)
+        memcpy(dst, out, len);
+    if (out != dst)
+        trim(&s->chunk, &s->chunk_cap);
+    return cs == CKC_OK ? CKP_OK : CKP_ERR_CHUNK;
+}
+
 /* The bytes of each plane that decoding chunks c0..c1-1 of x reads (a
  * K15/BS decoder's 8-byte tail included), clamped to the planes. */
 static void chunk_need(const ckp_extent *x, uint64_t c0, uint64_t c1, uint64_t lo[3], uint64_t hi[3])
 {
     ckp_span sp;
     ckp_chunk_span(x, c0, c1, &sp);
-    int tail = x->encoding != CKC_ENC_RAW && x->encoding != CKC_ENC_ZSTD ? 8 : 0;
+    int tail = x->encoding == CKC_ENC_K15 || x->encoding == CKC_ENC_BSPLIT ? 8 : 0;
     for (int p = 0; p < 3; p++) {
         lo[p] = min64(sp.off[p], x->plane_size[p]);
         hi[p] = sp.end[p] > lo[p] ? min64(sp.end[p] + tail, x->plane_size[p]) : lo[p];
@@ -725,6 +768,8 @@ static int chunk_input_over(const ckp_extent *x, uint64_t c)
     ckp_chunk_span(x, c, c + 1, &sp);
     if (x->encoding == CKC_ENC_ZSTD)
         return sp.end[0] - sp.off[0] > ZSTD_COMPRESSBOUND(len);
+    if (x->encoding == CKC_ENC_ARCHIVE)
+        return sp.end[1] - sp.off[1] > ckc_ans_chunk_bound(len / 2);
     return sp.esc1 - sp.esc0 > len / 2;
 }
 
@@ -776,6 +821,9 @@ static ckp_status read_chunk(const ckp_reader *r, uint32_t e, uint64_t c, const 
         }
         break;
     }
+    case CKC_ENC_ARCHIVE:
+        st = read_ans_chunk(r, e, c, pl, len, dst, s);
+        break;
     default:
         if ((uintptr_t)dst & 1) {
             if (grow(&s->chunk, &s->chunk_cap, len))

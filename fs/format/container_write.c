@@ -35,6 +35,7 @@ struct ckp_writer {
     uint8_t *strtab;
     uint32_t strtab_size, strtab_cap;
     ZSTD_CCtx *cctx;
+    uint16_t minor;        /* format minor version the file needs (ARCHIVE: 1) */
     char err[512];
 };
 
@@ -476,6 +477,69 @@ static ckp_status write_escapes(ckp_writer *w, bf16_job *j, uint8_t *rec, uint64
     return s;
 }
 
+/* An ARCHIVE extent: plane 0 the tables, plane 1 the chunks (§5.3). */
+typedef struct {
+    ckp_writer *w;
+    uint64_t pos;
+} ans_sink_ctx;
+
+static ckp_status ans_sink(void *ctx, const uint8_t *p, size_t n)
+{
+    ans_sink_ctx *a = ctx;
+    ckp_status s = write_at(a->w, p, n, a->pos);
+    a->pos += n;
+    return s;
+}
+
+static ckp_status add_archive(ckp_writer *w, uint8_t *rec, const uint8_t *src, uint64_t size, uint64_t n_cols)
+{
+    uint64_t n = size / 2, chunk_w = CKP_BF16_CHUNK_WEIGHTS, n_chunks = (n + chunk_w - 1) / chunk_w;
+    uint64_t align = n >= CKP_BIG_TENSOR_WEIGHTS ? 4096 : 64;
+    uint16_t *copy = NULL;
+    const uint16_t *wt = (const uint16_t *)(const void *)src;
+    ckp_chunk_entry *ix = calloc(n_chunks, sizeof *ix);
+    ckc_ans_plan *plan = NULL;
+    ckp_status s = CKP_OK;
+    ckc_status cs;
+
+    if ((uintptr_t)src & 1) { /* a tensor at an odd address: the planner reads it whole */
+        copy = malloc(size);
+        if (copy)
+            memcpy(copy, src, size);
+        wt = copy;
+    }
+    if (!ix || !wt) {
+        s = werr(w, CKP_ERR_NOMEM, "out of memory for a tensor of %llu bytes", (unsigned long long)size);
+        goto out;
+    }
+    cs = ckc_ans_plan_new(wt, n, n_cols, &plan);
+    if (cs != CKC_OK) {
+        s = werr(w, cs == CKC_ERR_NOMEM ? CKP_ERR_NOMEM : CKP_ERR_INTERNAL, "archive planner: %s", ckc_status_name(cs));
+        goto out;
+    }
+    s = write_plane(w, rec, 0, ckc_ans_blob(plan), ckc_ans_blob_size(plan), 64);
+    if (s == CKP_OK) {
+        ans_sink_ctx a = {w, align_up(w->pos, align)};
+        cku_put64(rec + X_P1_OFF, a.pos);
+        s = ckp_ans_encode_chunks(plan, wt, n, chunk_w, w->o.jobs, ix, ans_sink, &a);
+        if (s == CKP_ERR_NOMEM || s == CKP_ERR_INTERNAL)
+            s = werr(w, s, "archive encoder: %s", s == CKP_ERR_NOMEM ? "out of memory" : "refused the tensor");
+        cku_put64(rec + X_P1_SIZE, a.pos - cku_le64(rec + X_P1_OFF));
+        w->pos = a.pos;
+    }
+    if (s == CKP_OK) {
+        cku_put32(rec + X_ENC, CKC_ENC_ARCHIVE);
+        cku_put32(rec + X_CHUNK, (uint32_t)(chunk_w * 2));
+        s = write_index(w, rec, ix, n_chunks);
+        w->minor = 1;
+    }
+out:
+    ckc_ans_plan_free(plan);
+    free(copy);
+    free(ix);
+    return s;
+}
+
 /* A K15 / byte-split extent: planes, escapes, codebook, index. */
 static ckp_status add_bf16(ckp_writer *w, uint8_t *rec, uint32_t enc, const uint8_t *src, uint64_t size)
 {
@@ -501,9 +565,15 @@ static ckp_status add_bf16(ckp_writer *w, uint8_t *rec, uint32_t enc, const uint
 ckp_status ckp_writer_add(ckp_writer *w, uint32_t enc, const void *src, uint64_t size,
                           const char *name, uint32_t dtype)
 {
+    return ckp_writer_add_shaped(w, enc, src, size, name, dtype, 0);
+}
+
+ckp_status ckp_writer_add_shaped(ckp_writer *w, uint32_t enc, const void *src, uint64_t size,
+                                 const char *name, uint32_t dtype, uint64_t n_cols)
+{
     if (size == 0)
         return CKP_OK; /* empty ranges have no extent (format §4) */
-    if ((enc == CKC_ENC_K15 || enc == CKC_ENC_BSPLIT) && size % 2)
+    if ((enc == CKC_ENC_K15 || enc == CKC_ENC_BSPLIT || enc == CKC_ENC_ARCHIVE) && size % 2)
         return werr(w, CKP_ERR_ARG, "BF16 extent of odd size %llu", (unsigned long long)size);
     if (w->n_extents >= CKP_MAX_EXTENTS)
         return werr(w, CKP_ERR_SOURCE, "too many extents");
@@ -524,6 +594,7 @@ ckp_status ckp_writer_add(ckp_writer *w, uint32_t enc, const void *src, uint64_t
     case CKC_ENC_ZSTD: s = add_zstd(w, rec, src, size); break;
     case CKC_ENC_K15:
     case CKC_ENC_BSPLIT: s = add_bf16(w, rec, enc, src, size); break;
+    case CKC_ENC_ARCHIVE: s = add_archive(w, rec, src, size, n_cols); break;
     default: return werr(w, CKP_ERR_ARG, "unknown encoding %u", enc);
     }
     if (s == CKP_OK) {
@@ -557,7 +628,7 @@ ckp_status ckp_writer_finish(ckp_writer *w, const uint8_t sha256[32])
     uint8_t hdr[CKP_HEADER_SIZE] = {0};
     memcpy(hdr + H_MAGIC, CKP_MAGIC, 8);
     cku_put16(hdr + H_MAJOR, CKP_VERSION_MAJOR);
-    cku_put16(hdr + H_MINOR, CKP_VERSION_MINOR);
+    cku_put16(hdr + H_MINOR, w->minor); /* the lowest that expresses the file (§10) */
     cku_put64(hdr + H_ORIG, w->orig_pos);
     cku_put64(hdr + H_TOC_OFF, toc_off);
     cku_put64(hdr + H_TOC_SIZE, toc_size);

@@ -23,7 +23,7 @@ __all__ = ["CkgError", "Model", "DeviceTensor", "TensorInfo", "load_library", "d
 _DTYPES = {1: "BOOL", 2: "U8", 3: "I8", 4: "I16", 5: "U16", 6: "F16", 7: "BF16", 8: "I32", 9: "U32",
            10: "F32", 11: "F64", 12: "I64", 13: "U64", 14: "F8_E5M2", 15: "F8_E4M3", 16: "F8_E8M0",
            17: "F4", 18: "F6_E2M3", 19: "F6_E3M2", 20: "C64", 21: "F8_E4M3FNUZ", 22: "F8_E5M2FNUZ"}
-_ENCODINGS = {0: "raw", 1: "zstd", 2: "k15", 3: "bytesplit"}
+_ENCODINGS = {0: "raw", 1: "zstd", 2: "k15", 3: "bytesplit", 4: "archive"}
 # dtype code -> (__cuda_array_interface__ typestr, torch dtype name to view as, or None);
 # F4 and F6 (17-19), less than a byte an element, are bytes (|u1, shape (nbytes,))
 _CAI = {1: ("|b1", None), 2: ("|u1", None), 3: ("|i1", None), 4: ("<i2", None), 5: ("<u2", None),

@@ -622,6 +622,11 @@ def from_pretrained(packed_dir, device="cpu", *, config_from=None, dtype=None, p
     import torch
     dev = _device(device)
     packed = PackedDir(packed_dir)
+    archived = sorted(n for n, t in packed.tensors.items() if t.encoding == "archive")
+    if archived:   # format §5.3: CPU only; the kernels decode K15 and byte-split planes
+        raise ServingError(f"{packed.path}: tensor {archived[0]} is packed in the archive encoding, which "
+                           f"from_pretrained does not load; convert the pack with "
+                           f"`ckptfs repack --format k15 {packed.path}`")
     with _meta_files(packed, config_from) as d:
         model, config = _skeleton(d, dtype or torch.bfloat16, kw)
     config._name_or_path = model.name_or_path = packed.path   # not the temporary folder

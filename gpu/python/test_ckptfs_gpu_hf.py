@@ -552,6 +552,13 @@ def test_serve_check_cpu_parts(work):
     assert m.config.num_hidden_layers == 2 and isinstance(m.lm_head, ckhf.PackedLinear)
 
 
+def test_archive_pack_refused(work, src):
+    """An archive pack (format §5.3, CPU only) is refused, naming the command that converts it."""
+    d = pack(src, os.path.join(work, "packed-archive"), "archive")
+    with pytest.raises(ckhf.ServingError, match=r"archive encoding.*ckptfs repack --format k15"):
+        ckhf.from_pretrained(d, device="cpu")
+
+
 # ---- serving on CUDA streams (issue 26 item 5): no GPU needed, torch's stream calls stubbed ----------
 
 class _FakeStream:

@@ -297,6 +297,17 @@ int main(int argc, char **argv)
     if (have_dev)
         sub_byte_dtypes(work);
 
+    {   /* an archive pack (CPU only) is refused, naming the command that converts it */
+        snprintf(dst, sizeof dst, "%s/packed_archive", work);
+        ckpt_pack_opts o = {.src = src, .dst = dst, .encoding = CKC_ENC_ARCHIVE, .jobs = 1};
+        CHECK(ckpt_pack(&o) == 0, "pack %s", dst);
+        char err[1024] = "";
+        ckg_model *m = NULL;
+        ckg_status st = ckg_model_open(dst, &m, err, sizeof err);
+        CHECK(st == CKG_ERR_UNSUPPORTED && !m && strstr(err, "archive") && strstr(err, "ckptfs repack --format k15"),
+              "archive pack: %s: %s", ckg_status_name(st), err);
+        printf("gpu_loader: archive pack refused: %s\n", err);
+    }
     const uint32_t encs[] = {CKC_ENC_K15, CKC_ENC_BSPLIT};
     for (int ei = 0; ei < 2; ei++) {
         snprintf(dst, sizeof dst, "%s/packed_%s", work, ckc_encoding_name(encs[ei]));

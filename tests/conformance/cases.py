@@ -16,7 +16,7 @@ import struct
 
 import zstandard
 
-from ckpack import BSPLIT, K15, RAW, ZSTD, Extent, File, xxh3
+from ckpack import ARCHIVE, BSPLIT, K15, RAW, ZSTD, Ans, Extent, File, xxh3
 
 
 def bf16(n, seed=1, spread=0.02):
@@ -297,6 +297,19 @@ def cases():
          .replace(b'"size": 5000', b'"size": 5000.0').replace(b'"format": 1', b'"format": 1E+0')
          .replace(b'"X"', b"[-0, 1e-2, -1.5E-3, 0.0]"))
 
+    # ARCHIVE (§5.3): W as a 24 x 125 matrix, chunks of 256 weights
+    case("archive-plain", "§5.3 ARCHIVE, M = 3, one class", A,
+         [File("w.bin", [Extent(ARCHIVE, W, chunk_size=CS, ans=Ans(m=3))])])
+    case("archive-modes", "§5.3 every M, K (also not a power of 2), both axes, uniform tables, RAW mode", A,
+         [File("m.safetensors", [
+             Extent(ARCHIVE, W, chunk_size=CS, ans=Ans(m=0)),
+             Extent(ARCHIVE, W, chunk_size=CS, ans=Ans(m=4, k=16, axis=0, c=125)),
+             Extent(ARCHIVE, W, chunk_size=CS, ans=Ans(m=2, k=3, axis=1, c=125, cmap=[i % 3 for i in range(24)])),
+             Extent(ARCHIVE, W, chunk_size=CS, ans=Ans(m=1, k=2, axis=0, c=1, cmap=[1], uniform=range(0, 40, 2))),
+             Extent(ARCHIVE, W2, chunk_size=CS, ans=Ans(m=3, k=5, axis=0, c=7, cmap=[0, 4, 1, 3, 2, 4, 4])),
+             Extent(ARCHIVE, W[:600], chunk_size=CS, ans=Ans(mode=0)),
+             Extent(ARCHIVE, W[:34], chunk_size=32, ans=Ans(m=4))], kind=0)])
+
     # ---- rejected: one broken rule each ---------------------------------------------
     def rej(name, rule, expect, f=None, **kw):
         case(name, rule, R, [f or blob()], expect, **kw)
@@ -304,7 +317,7 @@ def cases():
     rej("bad-magic", "R1 magic", "not a ckptfs packed file", blob(edit=edit("hdr", magic=b"\x89CKPTFS\r")))
     rej("major-2", "R2 major", "version", blob(edit=edit("hdr", major=2)))
     rej("major-0", "R2 major", "version", blob(edit=edit("hdr", major=0)))
-    rej("minor-1", "R3 minor", "version", blob(edit=edit("hdr", minor=1)))
+    rej("minor-2", "R3 minor", "version", blob(edit=edit("hdr", minor=2)))
     rej("flags", "R4 flags", "flag", blob(edit=edit("hdr", flags=4)))
     rej("header-hash", "R5 header hash", "header", blob(edit=edit("hdr", header_hash=1)))
     rej("order-magic-first", "R1 before R5 (§3.1 check order)", "not a ckptfs packed file",
@@ -440,6 +453,27 @@ def cases():
     rej("escapes-over-weights", "R46 more escapes than weights in a chunk", "damaged chunk",
         File("w.bin", [Extent(K15, W, chunk_size=CS, codebook=[511] * 15 + [0])], damage=set_datum(0, 1, 257)),
         damaged=(0, 2 * CS))
+    AW = [Extent(ARCHIVE, W, chunk_size=CS, ans=Ans(m=3))]
+    rej("archive-in-1.0", "R15 ARCHIVE is not an encoding of 1.0", "unknown encoding 4",
+        File("w.bin", AW, edit=edit("hdr", minor=0)))
+    rej("archive-chunk-size", "R16 ARCHIVE chunk_size a multiple of 32", "invalid chunk size",
+        File("w.bin", [Extent(ARCHIVE, W, chunk_size=CS - 16, ans=Ans(m=3))]))
+    rej("archive-datum-order", "R27 ARCHIVE datums increase", "chunk index of extent 0 is inconsistent",
+        File("w.bin", AW, damage=set_datum(0, 2, 0)))
+    rej("archive-m-5", "R29 M <= 4", "invalid archive tables", File("w.bin", AW, damage=put_plane(0, 0, b"\5", at=1)))
+    rej("archive-table-sum", "R29 a table sums to 4096", "invalid archive tables",
+        File("w.bin", [Extent(ARCHIVE, W[:64], chunk_size=CS, ans=Ans(m=0))], damage=bump_last(0)))
+    rej("archive-trailing-table-byte", "R29 nothing after the tables", "invalid archive tables",
+        File("w.bin", AW, edit=grow_plane(0, 1)))
+    rej("archive-codebook", "R29 ARCHIVE codebook zero", "archive extent", File("w.bin", AW, edit=cb_entry(0, 1)))
+    rej("archive-word", "R48/R43 a damaged word", "damaged chunk",
+        File("w.bin", AW, damage=flip_plane(0, 1, 200)), damaged=(0, CS))
+    rej("archive-state", "R48 an initial state out of range", "damaged chunk",
+        File("w.bin", AW, damage=put_plane(0, 1, b"\0\0\0\x80")), damaged=(0, CS))
+    rej("archive-over-bound", "R48 a stream longer than 64 + 5n + 16", "damaged chunk",
+        File("w.bin", [Extent(ARCHIVE, noise(64), chunk_size=32, ans=Ans(m=0))],
+             damage=lambda b, ctx: set_datum(0, 1, ctx["recs"][0]["planes"][1][1] - 1)(b, ctx)),
+        damaged=(0, 64))
     rej("sha256", "R45 whole-file SHA-256", "SHA-256",
         File("b.bin", [Extent(RAW, T)], edit=edit("toc", sha256=bytes(32))),
         manifest_edit=lambda d: set_file(d, sha256="00" * 32))
@@ -639,6 +673,25 @@ def odd_bf16(ctx):
     # RAW extent of 0 bytes is not allowed either; give it back its byte through the TOC sizes
     ctx["toc"]["original_size"] = a["orig_size"] + b["orig_size"]
     ctx["hdr"]["original_size"] = ctx["toc"]["original_size"]
+
+
+def put_plane(i, p, data, at=0):
+    """Damage hook: overwrite bytes at `at` of plane p of extent i."""
+    def f(body, ctx):
+        o = ctx["recs"][i]["planes"][p][0] + at
+        body[o:o + len(data)] = data
+        return body
+    return f
+
+
+def bump_last(i):
+    """Damage hook: the last byte of extent i's tables (a one-byte varint of the
+    last table) one higher."""
+    def f(body, ctx):
+        off, size = ctx["recs"][i]["planes"][0]
+        body[off + size - 1] += 1
+        return body
+    return f
 
 
 def grow_plane(p, by):

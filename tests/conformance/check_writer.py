@@ -4,7 +4,8 @@
 
 Packs a small model (BF16 tensors of odd and even length, an incompressible
 F32 tensor and blobs that make the writer fall back from zstd to raw, an
-empty file, a UTF-8 name) twice, with --jobs 1 and --jobs 2, and checks with
+empty file, a UTF-8 name) twice, with --jobs 1 and --jobs 2, in K15 and in
+ARCHIVE, and checks with
 a parser of its own (struct + xxhash, not the project's reader):
   - the two packs are byte-identical (reproducible output);
   - every byte that no field, payload or index covers is zero (§3);
@@ -150,24 +151,26 @@ def main(ck):
     src = os.path.join(tmp, "src")
     os.mkdir(src)
     sources(src)
-    packs = []
-    for jobs in ("1", "2"):
-        dst = os.path.join(tmp, "dst" + jobs)
-        subprocess.run([ck, "pack", "--jobs", jobs, src, dst], check=True, stdout=subprocess.DEVNULL)
-        packs.append(dst)
     bad = []
     n = 0
-    for root, _, names in os.walk(packs[0]):
-        for name in names:
-            p = os.path.join(root, name)
-            rel = os.path.relpath(p, packs[0])
-            other = open(os.path.join(packs[1], rel), "rb").read()
-            if open(p, "rb").read() != other:
-                bad.append("%s: not byte-identical across two packs" % rel)
-            if name.endswith(".ckpt"):
-                n += 1
-                bad += ["%s: %s" % (rel, w) for w in check_file(p, rel[:-5])]
-    bad += check_with_reader(packs[0], src)
+    for fmt in ("k15", "archive"):  # archive: format §5.3, a 1.1 file
+        packs = []
+        for jobs in ("1", "2"):
+            dst = os.path.join(tmp, "dst-%s-%s" % (fmt, jobs))
+            subprocess.run([ck, "pack", "--format", fmt, "--jobs", jobs, src, dst], check=True,
+                           stdout=subprocess.DEVNULL)
+            packs.append(dst)
+        for root, _, names in os.walk(packs[0]):
+            for name in names:
+                p = os.path.join(root, name)
+                rel = os.path.relpath(p, packs[0])
+                other = open(os.path.join(packs[1], rel), "rb").read()
+                if open(p, "rb").read() != other:
+                    bad.append("%s (%s): not byte-identical across two packs" % (rel, fmt))
+                if name.endswith(".ckpt"):
+                    n += 1
+                    bad += ["%s (%s): %s" % (rel, fmt, w) for w in check_file(p, rel[:-5])]
+        bad += ["%s: %s" % (fmt, w) for w in check_with_reader(packs[0], src)]
     # a name that is not UTF-8 is refused, naming the file
     bsrc = os.path.join(tmp, "bad").encode()
     os.mkdir(bsrc)

@@ -21,7 +21,7 @@ import xxhash
 import zstandard
 
 MAGIC = b"\x89CKPTFS\n"
-RAW, ZSTD, K15, BSPLIT = 0, 1, 2, 3
+RAW, ZSTD, K15, BSPLIT, ARCHIVE = 0, 1, 2, 3, 4
 
 
 def xxh3(b):
@@ -101,6 +101,99 @@ def encode_bf16(enc, data, codebook, chunk_size):
     return [bytes(codes), low, esc], n_esc, datums
 
 
+# ---- ARCHIVE (§5.3) ---------------------------------------------------------
+
+def varint(v):
+    """§5.3.1's varint: one byte below 0x80, else two."""
+    return bytes([v]) if v < 0x80 else bytes([0x80 | (v & 0x7F), v >> 7])
+
+
+def normalize(counts, total):
+    """Frequencies summing to total, non-zero wherever a count is (§5.3.2's writer MUST)."""
+    n = sum(counts)
+    if n == 0:
+        return [total] + [0] * (len(counts) - 1)
+    f = [max(1, c * total // n) if c else 0 for c in counts]
+    while sum(f) > total:  # take from the largest
+        f[f.index(max(f))] -= 1
+    f[f.index(max(f))] += total - sum(f)
+    return f
+
+
+class Ans:
+    """How to code an ARCHIVE extent: mode 0 RAW or 1 CODED, M mantissa
+    bits, K classes of columns (axis 0) or rows (axis 1) of C; cmap: the
+    class of each line (default: round robin); uniform: the symbol indexes
+    whose mantissa table is written as uniform (kind 0)."""
+
+    def __init__(self, mode=1, m=3, k=1, axis=0, c=0, cmap=None, uniform=()):
+        self.mode, self.m, self.k, self.axis, self.c = mode, m, k, axis, c
+        self.cmap, self.uniform = cmap, set(uniform)
+
+
+def encode_archive(data, chunk_size, o):
+    """(tables, streams, datums) of an ARCHIVE extent (§5.3), the encoder
+    running the decoder's steps backwards."""
+    w = weights_of(data)
+    n = len(w)
+    per_chunk = chunk_size // 2
+    if o.mode == 0:
+        streams = [data[i:i + chunk_size] for i in range(0, len(data), chunk_size)]
+        return bytes(12), streams
+    m, k = o.m, o.k
+    lines = 0 if k == 1 else (o.c if o.axis == 0 else n // o.c)
+    cmap = o.cmap or [l % k for l in range(lines)]
+
+    def cls(i):
+        return 0 if k == 1 else cmap[i % o.c if o.axis == 0 else i // o.c]
+    v = sorted({x >> 7 for x in w})
+    idx = {s: a for a, s in enumerate(v)}
+    ce = [[0] * len(v) for _ in range(k)]
+    cm = [[0] * (1 << m) for _ in v]
+    for i, x in enumerate(w):
+        ce[cls(i)][idx[x >> 7]] += 1
+        cm[idx[x >> 7]][(x & 0x7F) >> (7 - m)] += 1
+    fe = [normalize(c, 4096) for c in ce]
+    fm = [[256 >> m] * (1 << m) if a in o.uniform else normalize(c, 256) for a, c in enumerate(cm)]
+    tab = bytearray(struct.pack("<BBBBIHH", 1, m, k, o.axis, o.c if k > 1 else 0, len(v), 0))
+    tab += struct.pack("<%dH" % len(v), *v)
+    if k > 1:
+        width = 1 if k <= 2 else 2 if k <= 4 else 3 if k <= 8 else 4
+        bw = BitWriter()
+        for c in cmap:
+            bw.put(c, width)
+        tab += bw.buf
+    for f in fe:
+        tab += b"".join(varint(x) for x in f)
+    for a in range(len(v) if m else 0):
+        tab += b"\0" if a in o.uniform else b"\1" + b"".join(varint(x) for x in fm[a])
+    streams = []
+    for c0 in range(0, n, per_chunk):
+        cw = w[c0:c0 + per_chunk]
+        x, words = [1 << 15] * 16, []
+
+        def put(l, f, cum, bits_):
+            if x[l] >= ((1 << 15 >> bits_) << 16) * f:
+                words.append(x[l] & 0xFFFF)
+                x[l] >>= 16
+            x[l] = (x[l] // f << bits_) + x[l] % f + cum
+        for g in reversed(range(0, len(cw), 16)):
+            r = min(16, len(cw) - g)
+            for l in reversed(range(r)):
+                a, h = idx[cw[g + l] >> 7], (cw[g + l] & 0x7F) >> (7 - m)
+                if m:
+                    put(l, fm[a][h], sum(fm[a][:h]), 8)
+            for l in reversed(range(r)):
+                a, f = idx[cw[g + l] >> 7], fe[cls(c0 + g + l)]
+                put(l, f[a], sum(f[:a]), 12)
+        low = BitWriter()
+        for x_ in cw:
+            low.put(x_ & ((1 << (7 - m)) - 1), 7 - m)
+        streams.append(struct.pack("<16I", *x) + bytes(low.buf) +
+                       b"".join(struct.pack("<H", y) for y in reversed(words)))
+    return bytes(tab), streams
+
+
 # ---- extents and files ------------------------------------------------------
 
 class Extent:
@@ -113,9 +206,10 @@ class Extent:
     reuses (its data must be equal)."""
 
     def __init__(self, enc, data, chunk_size=None, codebook=None, frame=None, name=b"",
-                 dtype=0, share=None):
+                 dtype=0, share=None, ans=None):
         self.enc, self.data, self.name, self.dtype, self.share = enc, bytes(data), name, dtype, share
-        self.chunk_size = chunk_size or (131072 if enc in (K15, BSPLIT) else 262144)
+        self.chunk_size = chunk_size or (131072 if enc in (K15, BSPLIT, ARCHIVE) else 262144)
+        self.ans = ans or Ans()
         self.codebook = codebook
         self.frame = frame or (lambda b: zstandard.ZstdCompressor(level=3).compress(b))
 
@@ -134,6 +228,10 @@ class Extent:
             frames = [self.frame(c) for c in self.chunks()]
             datums = [sum(len(x) for x in frames[:i]) for i in range(len(frames))]
             return [b"".join(frames)], f, list(zip(datums, hashes))
+        if self.enc == ARCHIVE:
+            tab, streams = encode_archive(self.data, self.chunk_size, self.ans)
+            datums = [sum(len(x) for x in streams[:i]) for i in range(len(streams))]
+            return [tab, b"".join(streams)], f, list(zip(datums, hashes))
         cb = self.codebook or pick_codebook(self.enc, weights_of(self.data))
         planes, n_esc, datums = encode_bf16(self.enc, self.data, cb, self.chunk_size)
         f.update(n_escapes=n_esc, codebook=list(cb))
@@ -206,7 +304,8 @@ def build_file(f):
            "sha256": hashlib.sha256(orig).digest(), "kind": f.kind, "mode": f.mode,
            "mtime_ns": f.mtime_ns, "path_len": len(f.path), "strtab_size": len(strtab),
            "reserved": bytes(24), "strtab": bytes(strtab)}
-    hdr = {"magic": MAGIC, "major": 1, "minor": 0, "flags": 0, "original_size": len(orig),
+    minor = 1 if any(x.enc == ARCHIVE for x in f.extents) else 0  # the lowest that holds it (§10)
+    hdr = {"magic": MAGIC, "major": 1, "minor": minor, "flags": 0, "original_size": len(orig),
            "toc_offset": len(out)}
     ctx = {"hdr": hdr, "toc": toc, "recs": recs, "body": out}
     if f.edit:

@@ -4,7 +4,8 @@ It shares no code with the project's reader (fs/format/container_read.c,
 fs/format/manifest.c): fields are read with struct, hashes come from the
 `xxhash` package and hashlib, zstd frames are decoded by the `zstandard`
 package after their header is checked by hand (RFC 8878 §3.1.1), BF16 planes
-are decoded weight by weight (§5), and the manifest is parsed with Python's
+are decoded weight by weight (§5), ARCHIVE streams state by state with
+the pseudo-code of §5.3.2, and the manifest is parsed with Python's
 json module plus the rules of §7.  check_reader.py runs it over every
 conformance case, the golden packs and the golden-error files, and it must
 reach the verdict (and the status) that ckptfs reaches on each.
@@ -28,7 +29,7 @@ import sys
 import xxhash
 import zstandard
 
-RAW, ZSTD, K15, BSPLIT = 0, 1, 2, 3
+RAW, ZSTD, K15, BSPLIT, ARCHIVE = 0, 1, 2, 3, 4
 MIB = 1 << 20
 
 
@@ -98,8 +99,9 @@ class Packed:
             corrupt("R5", "header hash")
         if major != 1:
             raise Reject("unsupported", "R2", "version_major %d" % major)
-        if minor > 0:
+        if minor > 1:
             raise Reject("unsupported", "R3", "version_minor %d" % minor)
+        self.minor = minor
         if flags:
             raise Reject("unsupported", "R4", "flags %#x" % flags)
         if file_size != len(data):
@@ -158,10 +160,14 @@ class Packed:
                 ok = not any(d)
             elif x.enc == ZSTD:
                 ok = d[0] == 0 and all(a < b for a, b in zip(d, d[1:])) and d[-1] < x.planes[0][1]
+            elif x.enc == ARCHIVE:
+                ok = d[0] == 0 and all(a < b for a, b in zip(d, d[1:])) and d[-1] < x.planes[1][1]
             else:
                 ok = d[0] == 0 and all(a <= b for a, b in zip(d, d[1:])) and d[-1] <= x.n_escapes
             if not ok:
                 corrupt("R27", "datums")
+            if x.enc == ARCHIVE:
+                x.tables = ans_tables(self.plane(x, 0), x.orig_size // 2)
 
     def _extent(self, toc, o, pos, orig, toc_off, strtab_size):
         x = Extent()
@@ -172,10 +178,11 @@ class Packed:
         x.planes = [(p0, s0), (p1, s1), (p2, s2)]
         if x.orig_offset != pos or x.orig_size == 0 or x.orig_size > orig - pos:
             corrupt("R14", "tiling")
-        if x.enc > BSPLIT:
+        if x.enc > (ARCHIVE if self.minor >= 1 else BSPLIT):
             raise Reject("unsupported", "R15", "encoding %d" % x.enc)
         bf16 = x.enc in (K15, BSPLIT)
-        if x.chunk_size == 0 or x.chunk_size > 16 * MIB or (bf16 and x.chunk_size % 16):
+        if (x.chunk_size == 0 or x.chunk_size > 16 * MIB or (bf16 and x.chunk_size % 16)
+                or (x.enc == ARCHIVE and x.chunk_size % 32)):
             corrupt("R16", "chunk_size %d" % x.chunk_size)
         if x.n_chunks != -(-x.orig_size // x.chunk_size):
             corrupt("R17", "n_chunks")
@@ -183,7 +190,7 @@ class Packed:
             corrupt("R18", "reserved bytes")
         if x.name_len > 65535 or name_off + x.name_len > strtab_size:
             corrupt("R19", "name")
-        used = 3 if bf16 else 1
+        used = 3 if bf16 else 2 if x.enc == ARCHIVE else 1
         for p, (off, size) in enumerate(x.planes):
             if p >= used and (off or size):
                 corrupt("R20", "unused plane %d set" % p)
@@ -200,6 +207,9 @@ class Packed:
                 corrupt("R23", "BF16 sizes")
             if any(s >= (512 if k15 else 256) for s in x.codebook[:15]) or x.codebook[15]:
                 corrupt("R24", "codebook")
+        elif x.enc == ARCHIVE:
+            if x.orig_size % 2 or x.n_escapes or any(x.codebook) or not 12 <= s0 <= 64 * MIB:
+                corrupt("R29", "ARCHIVE record")
         else:
             if x.n_escapes or any(x.codebook):
                 corrupt("R25", "n_escapes or codebook on a RAW/ZSTD extent")
@@ -223,6 +233,11 @@ class Packed:
         elif x.enc == ZSTD:
             end = x.index[c + 1][0] if c + 1 < x.n_chunks else x.planes[0][1]
             out = zstd_chunk(self.plane(x, 0)[datum:end], n)
+        elif x.enc == ARCHIVE:
+            end = x.index[c + 1][0] if c + 1 < x.n_chunks else x.planes[1][1]
+            if end - datum > 64 + 5 * (n // 2) + 16:
+                raise Reject("chunk", "R48", "stream longer than its bound")
+            out = ans_chunk(x.tables, self.plane(x, 1)[datum:end], start // 2, n // 2)
         else:
             end = x.index[c + 1][0] if c + 1 < x.n_chunks else x.n_escapes
             out = bf16_chunk(x, self.plane(x, 0), self.plane(x, 1), self.plane(x, 2),
@@ -352,6 +367,136 @@ def bf16_chunk(x, codes, low, esc, w0, nw, e0, e1):
             k += 1
         w = (sym << 7 | bits(low, 7 * i, 7)) if k15 else (sym << 8 | low[i])
         out += struct.pack("<H", w)
+    return bytes(out)
+
+
+# ---- ARCHIVE (§5.3) ---------------------------------------------------------------
+
+def ans_tables(b, n):
+    """The tables of §5.3.1 from plane 0 of an ARCHIVE extent of n weights."""
+    def bad(why):
+        corrupt("R29", why)
+    if len(b) < 12:
+        bad("tables shorter than 12 bytes")
+    mode, m, k, axis, c, a, res = struct.unpack_from("<BBBBIHH", b, 0)
+    if mode == 0:
+        if len(b) != 12 or any(b[1:]):
+            bad("RAW tables")
+        return {"mode": 0}
+    if mode != 1 or m > 4 or not 1 <= k <= 16 or axis > 1 or res or not 1 <= a <= 256:
+        bad("table header")
+    if k == 1 and (c or axis):
+        bad("C or axis without classes")
+    if k > 1 and (c < 1 or n % c):
+        bad("C")
+    pos = [12]
+
+    def take(size):
+        if pos[0] + size > len(b):
+            bad("tables end early")
+        pos[0] += size
+        return b[pos[0] - size:pos[0]]
+
+    def varint():
+        b0 = take(1)[0]
+        if b0 < 0x80:
+            return b0
+        b1 = take(1)[0]
+        if not 1 <= b1 <= 0x7F:
+            bad("varint")
+        return (b0 & 0x7F) | b1 << 7
+
+    def table(count, total):
+        f = [varint() for _ in range(count)]
+        if any(v > total for v in f) or sum(f) != total:
+            bad("a table does not sum to %d" % total)
+        return f
+    v = list(struct.unpack("<%dH" % a, take(2 * a)))
+    if any(x >= 512 for x in v) or any(p >= q for p, q in zip(v, v[1:])):
+        bad("symbol values")
+    cmap = [0]
+    if k > 1:
+        width = 1 if k <= 2 else 2 if k <= 4 else 3 if k <= 8 else 4
+        lines = c if axis == 0 else n // c
+        raw = take((lines * width + 7) // 8)
+        cmap = [bits(raw, l * width, width) for l in range(lines)]
+        if any(x >= k for x in cmap):
+            bad("a class >= K")
+        if lines * width % 8 and raw[-1] >> (lines * width % 8):
+            bad("class map padding")
+    fe = [table(a, 4096) for _ in range(k)]
+    fm = []
+    for _ in range(a if m else 0):
+        kind = take(1)[0]
+        if kind > 1:
+            bad("mantissa table kind")
+        fm.append(table(1 << m, 256) if kind else [256 >> m] * (1 << m))
+    if pos[0] != len(b):
+        bad("bytes after the tables")
+    return {"mode": 1, "m": m, "k": k, "axis": axis, "c": c, "v": v, "map": cmap, "fe": fe, "fm": fm}
+
+
+def find(f, slot):
+    """(index, cum) of the value whose slots hold slot (prefix sums in index order)."""
+    cum = 0
+    for i, x in enumerate(f):
+        if slot < cum + x:
+            return i, cum
+        cum += x
+    raise AssertionError("tables sum to their total")
+
+
+def ans_chunk(t, s, first, n):
+    """Weights first .. first+n-1 of an ARCHIVE extent from its stream s (§5.3.2)."""
+    def bad(why):
+        raise Reject("chunk", "R48", why)
+    if t["mode"] == 0:
+        if len(s) != 2 * n:
+            bad("RAW stream length")
+        return bytes(s)
+    m = t["m"]
+    lowbits = 7 - m
+    low_len = (n * lowbits + 7) // 8
+    if len(s) < 64 + low_len or (len(s) - 64 - low_len) % 2:
+        bad("stream length")
+    x = list(struct.unpack_from("<16I", s, 0))
+    if any(not (1 << 15) <= v < 1 << 31 for v in x):
+        bad("initial state")
+    low = s[64:64 + low_len]
+    if n * lowbits % 8 and low[-1] >> (n * lowbits % 8):
+        bad("low bits padding")
+    words = s[64 + low_len:]
+    nw, pos = len(words) // 2, 0
+
+    def step(l, f, bits_):
+        nonlocal pos
+        slot = x[l] & ((1 << bits_) - 1)
+        idx, cum = find(f, slot)
+        x[l] = f[idx] * (x[l] >> bits_) + slot - cum
+        if x[l] < 1 << 15:
+            if pos >= nw:
+                bad("a word past the end")
+            x[l] = (x[l] << 16) | words[2 * pos] | words[2 * pos + 1] << 8
+            pos += 1
+        return idx
+
+    def cls(i):
+        if t["k"] == 1:
+            return 0
+        return t["map"][i % t["c"] if t["axis"] == 0 else i // t["c"]]
+    out = bytearray()
+    for g in range(0, n, 16):
+        r = min(16, n - g)
+        a = [step(l, t["fe"][cls(first + g + l)], 12) for l in range(r)]
+        h = [step(l, t["fm"][a[l]], 8) if m else 0 for l in range(r)]
+        for l in range(r):
+            j = g + l
+            w = t["v"][a[l]] << 7 | h[l] << lowbits | bits(low, j * lowbits, lowbits)
+            out += struct.pack("<H", w)
+    if pos != nw:
+        bad("words left over")
+    if any(v != 1 << 15 for v in x):
+        bad("final state")
     return bytes(out)
 
 

@@ -8,7 +8,7 @@ Each case's packed directory is written by ckpack.py (not by ckptfs), then
   reject: both fail (non-zero exit), the message contains the case's `expect`
           text, and unpack leaves no output file behind.
 With --mount, accepted packs are also mounted and read back through FUSE; a
-pack with a damaged chunk (R40-R47) is mounted and the chunk's pages give EIO
+pack with a damaged chunk (R40-R48) is mounted and the chunk's pages give EIO
 there; any other rejected pack (metadata, manifest, R51, R52) is not mounted
 at all (format §9.3).
 Usage: run_conformance.py CKPTFS [--mount] [--keep DIR] [--only NAME]
@@ -142,10 +142,10 @@ def check_mount(ck, c, dst, mnt):
     rule = int(re.match(r"R(\d+)", c["rule"]).group(1)) if c["verdict"] == "reject" else None
     if not os.path.ismount(mnt):
         p.wait(5)
-        if rule is not None and 40 <= rule <= 47:
+        if rule is not None and 40 <= rule <= 48:
             return "mount refused a pack whose damage (%s) only costs reads of one chunk (§9.3)" % c["rule"].split()[0]
         return None if c["verdict"] == "reject" else "mount refused: " + p.stderr.read().decode()
-    if rule is not None and not 40 <= rule <= 47:  # §9.3: metadata, R51 and R52 are checked before mounting
+    if rule is not None and not 40 <= rule <= 48:  # §9.3: metadata, R51 and R52 are checked before mounting
         subprocess.run(["fusermount3", "-u", mnt])
         p.wait(10)
         return "mount served a pack that %s refuses (§9.3: it mounts nothing)" % c["rule"].split()[0]

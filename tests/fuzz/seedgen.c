@@ -257,7 +257,7 @@ static uint8_t *rec_of(uint8_t *b, uint32_t i)
 typedef void (*damage_fn)(uint8_t *b, size_t *n);
 static void d_magic(uint8_t *b, size_t *n) { b[1] ^= 0x20; }
 static void d_future_major(uint8_t *b, size_t *n) { cku_put16(b + H_MAJOR, 2); }
-static void d_future_minor(uint8_t *b, size_t *n) { cku_put16(b + H_MINOR, 1); }
+static void d_future_minor(uint8_t *b, size_t *n) { cku_put16(b + H_MINOR, CKP_VERSION_MINOR + 1); }
 static void d_flags(uint8_t *b, size_t *n) { cku_put32(b + H_FLAGS, 4); }
 static void d_toc_byte(uint8_t *b, size_t *n) { b[cku_le64(b + H_TOC_OFF) + 100] ^= 0x01; }
 static void d_header_byte(uint8_t *b, size_t *n) { b[20] ^= 0x80; }
@@ -368,7 +368,7 @@ static void ckpt_golden(const char *dir)
     } cases[] = {
         {"bad-magic", d_magic, 1, "status: not a ckptfs packed file\nbad magic"},
         {"future-major", d_future_major, 1, "status: unsupported format version\nversion 2.0"},
-        {"future-minor", d_future_minor, 1, "status: unsupported format version\nversion 1.1"},
+        {"future-minor", d_future_minor, 1, "status: unsupported format version\nversion 1.2"},
         {"unknown-flags", d_flags, 1, "status: unsupported format version\nflags"},
         {"raw-flipped-toc-byte", d_toc_byte, 0, "status: damaged metadata\ntable of contents is damaged"},
         {"raw-flipped-header-byte", d_header_byte, 0, "status: damaged metadata\nfile header is damaged"},

@@ -3,7 +3,7 @@
 Shards with many dtypes (BF16 with NaN payloads, +-Inf, -0, denormals and all
 65536 bit patterns; F32, F16, I64, U8, BOOL, FP8 e4m3/e5m2; a scalar and an
 empty tensor), with and without __metadata__, one written by hand with an
-unusual header; packed with --format k15 and bytesplit; compared through
+unusual header; packed with --format k15, bytesplit and archive; compared through
 safe_open(framework="pt") (get_tensor, get_slice, metadata) and load_file."""
 import json
 import os
@@ -122,7 +122,7 @@ def source(workdir):
     return make_source(os.path.join(workdir, "st-src"))
 
 
-@pytest.fixture(scope="module", params=["k15", "bytesplit"])
+@pytest.fixture(scope="module", params=["k15", "bytesplit", "archive"])
 def packed(request, ckptfs, workdir, source):
     fmt = request.param
     return pack(ckptfs, source, os.path.join(workdir, "st-dst-" + fmt), fmt)

@@ -302,7 +302,7 @@ START_TEST(damaged_tables_refused)
 }
 END_TEST
 
-/* Hand-made blobs: each rule of §5.4 on its own. */
+/* Hand-made blobs: each rule of §5.3 on its own. */
 START_TEST(blob_rules)
 {
     /* coded, M=0, K=1, A=2: symbols 0x78, 0x79, table 4095 + 1 */

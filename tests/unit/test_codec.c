@@ -326,7 +326,8 @@ START_TEST(test_names)
     ck_assert_str_eq(ckc_encoding_name(CKC_ENC_ZSTD), "zstd");
     ck_assert_str_eq(ckc_encoding_name(CKC_ENC_K15), "k15");
     ck_assert_str_eq(ckc_encoding_name(CKC_ENC_BSPLIT), "bytesplit");
-    ck_assert_str_eq(ckc_encoding_name(4), "unknown");
+    ck_assert_str_eq(ckc_encoding_name(CKC_ENC_ARCHIVE), "archive");
+    ck_assert_str_eq(ckc_encoding_name(5), "unknown");
 }
 END_TEST
 
