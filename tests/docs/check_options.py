@@ -71,12 +71,14 @@ def readme_options(readme):
         cmd_flags.setdefault(cmd, set()).update(f for f in flags(rest) if f != "-o")
         for o in re.findall(r"-o (\S+)", rest):
             mount_opts.update(re.findall(r"([a-z_]+)(?:=[^,]*)?", o))
-    # option lists in prose: `name=` and the bare names next to them
-    for m in re.finditer(r"`-o ([a-z_]+)", readme):
+    # the option lists in the prose of the mount's own section
+    mount = re.search(r"^#+ Mount.*?(?=^#)", readme, re.M | re.S)
+    prose = mount.group(0) if mount else ""
+    for m in re.finditer(r"`-o ([a-z_]+)", prose):
         mount_opts.add(m.group(1))
-    for m in re.finditer(r"`([a-z_]+)=`", readme):
+    for m in re.finditer(r"`([a-z_]+)=`", prose):
         mount_opts.add(m.group(1))
-    for line in re.findall(r"fuse\.ckptfs\s+(\S+)", readme):
+    for line in re.findall(r"fuse\.ckptfs\s+(\S+)", code):
         mount_opts.update(re.findall(r"([a-z_]+)(?:=[^,]*)?", line))
     return mount_opts, cmd_flags
 
