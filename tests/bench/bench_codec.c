@@ -1,8 +1,8 @@
 /*
- * bench_codec.c — size and single-thread speed of the K15 and byte-split
- * encodings, next to memcpy measured in the same run.
+ * bench_codec.c — size and single-thread speed of the K15, byte-split and
+ * archive encodings, next to memcpy measured in the same run.
  *
- *   bench_codec [raw.bf16] [runs]
+ *   bench_codec [raw.bf16|-] [runs] [cols]
  *
  * Without a file it generates 64 Mi BF16 weights drawn from N(0, 0.02) and
  * rounded to nearest even.  A tensor is encoded the way the container writer
@@ -15,6 +15,13 @@
  *   +index    planes + 16 B of chunk index per 64 Ki-weight chunk
  *   +record   +index + one 192 B extent record per tensor
  * Alignment padding and the file header/TOC header are not charged.
+ *
+ * Archive (format §5.3): encode = plan (histograms, mode choice, tables) +
+ * every chunk; decode = every chunk, the tensor's decode tables built once
+ * before (as a reader does on first use); size = tables + chunk streams
+ * (+index, +record as above).  cols: the tensor's last dimension (0: none),
+ * for the column/row contexts.  Its decode is also given as a ratio to K15's
+ * decode with the same implementation in the same run.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -24,6 +31,8 @@
 #include <time.h>
 
 #include "ckc.h"
+#include "ckc_ans.h"
+#include "ckc_ans_internal.h"
 #include "ckc_internal.h"
 
 #define CHUNK 65536u
@@ -155,10 +164,84 @@ static double best_memcpy(void *dst, const void *src, size_t bytes, int runs)
     return bytes / best / 1e9;
 }
 
+/* The archive rows: one per decode implementation. */
+static void bench_archive(const uint16_t *w, size_t n, uint64_t cols, int runs, double mc, const double *k15_dec)
+{
+    static const ckc_impl impls[] = {CKC_IMPL_PORTABLE, CKC_IMPL_AVX512, CKC_IMPL_AVX2};
+    size_t nc = n_chunks(n), bound = ckc_ans_chunk_bound(CHUNK);
+    uint8_t *buf = xcalloc(nc * bound);
+    size_t *off = xcalloc((nc + 1) * sizeof *off);
+    uint16_t *out = xcalloc(n * 2);
+    double be = 1e30, bytes = 2.0 * n;
+    ckc_ans_plan *p = NULL;
+    ckc_ans_tables *t = NULL;
+    ckc_ans_choice ch;
+
+    for (int r = 0; r < runs; r++) {
+        double t0 = now();
+        ckc_ans_plan_free(p);
+        if (ckc_ans_plan_new(w, n, cols, &p) != CKC_OK) {
+            printf("archive: plan failed\n");
+            exit(1);
+        }
+        for (size_t c = 0; c < nc; c++) {
+            size_t len = c + 1 < nc ? CHUNK : n - c * CHUNK, got;
+            ckc_ans_encode_chunk(p, w + c * CHUNK, len, c * CHUNK, buf + c * bound, bound, &got);
+            off[c] = got;
+        }
+        t0 = now() - t0;
+        be = t0 < be ? t0 : be;
+    }
+    ckc_ans_plan_choice(p, &ch);
+    if (ckc_ans_tables_new(ckc_ans_blob(p), ckc_ans_blob_size(p), n, &t) != CKC_OK) {
+        printf("archive: tables refused\n");
+        exit(1);
+    }
+    double total = (double)ckc_ans_blob_size(p);
+    for (size_t c = 0; c < nc; c++)
+        total += (double)off[c];
+    for (size_t k = 0; k < sizeof impls / sizeof impls[0]; k++) {
+        double bd = 1e30;
+        if (!(impls[k] == CKC_IMPL_AVX512 ? ckc_ans_avx512_supported() : ckc_impl_available(impls[k])))
+            continue;
+        for (int r = 0; r < runs; r++) {
+            memset(out, 0, n * 2);
+            double t0 = now();
+            for (size_t c = 0; c < nc; c++) {
+                size_t len = c + 1 < nc ? CHUNK : n - c * CHUNK;
+                if (ckc_ans_decode_chunk_impl(impls[k], t, buf + c * bound, off[c], c * CHUNK, len,
+                                              out + c * CHUNK) != CKC_OK) {
+                    printf("ARCHIVE DECODE FAILED (%s)\n", ckc_impl_name(impls[k]));
+                    exit(1);
+                }
+            }
+            t0 = now() - t0;
+            if (memcmp(out, w, n * 2)) {
+                printf("ARCHIVE DECODE MISMATCH (%s)\n", ckc_impl_name(impls[k]));
+                exit(1);
+            }
+            bd = t0 < bd ? t0 : bd;
+        }
+        double planes = total * 8 / n, index = planes + 16.0 * 8 * nc / n, record = index + 192.0 * 8 / n;
+        printf("%-9s %-8s %8.4f %8.4f %8.4f %8s %9s %8.2f %6.2f %8.2f %6.2f   x K15 dec %.2f\n", "archive",
+               ckc_impl_name(impls[k]), planes, index, record, "-", "-", bytes / be / 1e9, bytes / be / 1e9 / mc,
+               bytes / bd / 1e9, bytes / bd / 1e9 / mc, k15_dec[k] > 0 ? bytes / bd / 1e9 / k15_dec[k] : 0);
+    }
+    printf("archive mode: %s, M = %u, K = %u (%s), %u symbols\n", ch.mode ? "coded" : "raw", ch.mbits,
+           ch.n_classes, ch.n_classes > 1 ? (ch.axis ? "rows" : "columns") : "no context", ch.n_syms);
+    ckc_ans_plan_free(p);
+    ckc_ans_tables_free(t);
+    free(buf);
+    free(off);
+    free(out);
+}
+
 int main(int argc, char **argv)
 {
     const char *path = argc > 1 && strcmp(argv[1], "-") ? argv[1] : NULL;
     int runs = argc > 2 ? atoi(argv[2]) : 5;
+    uint64_t cols = argc > 3 ? strtoull(argv[3], NULL, 10) : 0;
+    double k15_dec[3] = {0};
     size_t n;
     uint16_t *w = load(path, &n), *out = xcalloc(n * 2);
     size_t nc = n_chunks(n);
@@ -211,6 +294,8 @@ int main(int argc, char **argv)
             }
             double planes = (double)(t.size[0] + t.size[1] + t.size[2]) * 8 / n;
             double index = planes + 16.0 * 8 * nc / n, record = index + 192.0 * 8 / n;
+            if (enc == CKC_ENC_K15)
+                k15_dec[k] = bytes / bd / 1e9;
             printf("%-9s %-8s %8.4f %8.4f %8.4f %7.3f%% %9llu %8.2f %6.2f %8.2f %6.2f\n",
                    ckc_encoding_name(enc), ckc_impl_name(impls[k]), planes, index, record,
                    100.0 * t.prefix[nc] / n, (unsigned long long)t.prefix[nc], bytes / be / 1e9,
@@ -221,9 +306,11 @@ int main(int argc, char **argv)
             free(t.esc);
         }
     }
+    bench_archive(w, n, cols, runs, mc, k15_dec);
     printf("\nmemcpy again: %.2f GB/s\n", best_memcpy(out, w, n * 2, runs));
-    printf("enc = histogram + codebook + chunk encode + escape packing; dec = chunk decode;\n"
-           "GB/s of BF16 bytes (1e9); 'x mc' = ratio to memcpy of the same bytes.\n");
+    printf("enc = histogram + codebook + chunk encode + escape packing (archive: plan + chunk encode);\n"
+           "dec = chunk decode; GB/s of BF16 bytes (1e9); 'x mc' = ratio to memcpy of the same bytes;\n"
+           "'x K15 dec' = archive decode over K15 decode with the same implementation, this run.\n");
     free(w);
     free(out);
     free(h16);

@@ -5,7 +5,8 @@ For each model of the corpus (tests/corpus/make_corpus.py) prints one markdown
 table with, per method, the bits per BF16 weight and the space saved with every
 byte charged, and pack / decode throughput:
 
-  ckptfs K15, ckptfs byte-split  `ckptfs pack --jobs 1`, `unpack`; b/w from
+  ckptfs archive, K15, byte-split
+                                 `ckptfs pack --jobs 1`, `unpack`; b/w from
                                  `ckptfs stat --json` (bf16_bits_per_weight)
   ZipNN (zipnn, PyPI)            ZipNN(bytearray_dtype="bfloat16", threads=1)
                                  .compress/.decompress per file
@@ -329,7 +330,7 @@ def compare_model(args, model, src, work):
            "accounted": {k: v for k, v in st.items() if k != "tensors"}, "rows": {}}
     rows = res["rows"]
     tag = "" if os.path.basename(args.ckptfs) == "ckptfs" else " (ref)"
-    for fmt, label in (("k15", "ckptfs K15"), ("bytesplit", "ckptfs byte-split")):
+    for fmt, label in (("archive", "ckptfs archive"), ("k15", "ckptfs K15"), ("bytesplit", "ckptfs byte-split")):
         r = run_ckptfs(args.ckptfs, src, fmt, work, args.runs, shards)
         r["bpw"] = 8 * r["shard_bytes"] / n
         rows[label + tag] = r
