@@ -106,16 +106,15 @@ static int sync_dst_dirs(pack_ctx *c)
  * -> 1.60 MB (-100.3% saved)" of a pack of 4.) */
 static void print_summary(pack_ctx *c, double secs, uint64_t worked, size_t dirs_removed)
 {
-    char in[16], out[16], rate[24], del[16];
+    char in[16], out[16], rate[24], del[16], saved[24];
     uint64_t total = c->orig_bytes;
-    printf("packed %zu files: %s -> %s (%.1f%% saved) in %.1f s", c->n_packed, cku_human(total, in),
-           cku_human(c->packed_bytes, out), total ? 100.0 * (1.0 - (double)c->packed_bytes / (double)total) : 0.0,
-           secs);
+    printf("packed %zu file%s: %s -> %s (%s) in %.1f s", c->n_packed, cku_s(c->n_packed), cku_human(total, in),
+           cku_human(c->packed_bytes, out), cku_saved(total, c->packed_bytes, saved), secs);
     if (worked) /* the rate of the work done in this run only */
         printf(", %s", cku_human_rate(worked, secs, rate));
     uint64_t kept = atomic_load(&c->kept);
     if (kept)
-        printf(" (%llu files already packed by an earlier run, kept)", (unsigned long long)kept);
+        printf(" (%llu file%s already packed by an earlier run, kept)", (unsigned long long)kept, cku_s(kept));
     printf("\n");
     if (c->o->delete_source)
         printf("deleted %llu source files (%s)%s%.0zu%s and %zu empty source directories\n",

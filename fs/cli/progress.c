@@ -2,7 +2,11 @@
  * progress.c — the progress report of pack, unpack and verify.
  *
  * On a terminal one line is redrawn (at most 5 times a second): a bar, bytes
- * done of total, the rate and the ETA.  Off a terminal (a service's journal,
+ * done of total, the rate and the ETA, never wider than the terminal (its
+ * width read at each redraw: a resized one is followed; the bar shrinks,
+ * then goes, then the line is cut), so a redraw never wraps and leaves a
+ * stale line behind.  A terminal that cannot redraw (TERM=dumb or unset) or
+ * whose width is unknown gets the plain lines of a log.  Off a terminal (a service's journal,
  * a CI log) a plain line is printed at the start, every CKU_PROGRESS_EVERY
  * seconds and at the end, so a long pack shows it is alive without filling
  * the log.  Bytes found already done (a resumed pack) are not work: they are
@@ -15,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 static cku_progress_mode g_mode = CKU_PROGRESS_AUTO;
@@ -28,6 +33,24 @@ struct cku_progress {
 };
 
 void cku_progress_set_mode(cku_progress_mode m) { g_mode = m; }
+
+/* Columns of the terminal on stderr, else $COLUMNS, else 0 (unknown). */
+static int term_width(void)
+{
+    struct winsize ws;
+    if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+        return ws.ws_col;
+    const char *c = getenv("COLUMNS");
+    int n = c ? atoi(c) : 0;
+    return n > 0 && n < 10000 ? n : 0;
+}
+
+/* A terminal that can redraw a line: not TERM=dumb (nor unset). */
+static int term_smart(void)
+{
+    const char *t = getenv("TERM");
+    return t && *t && strcmp(t, "dumb") != 0;
+}
 
 int cku_progress_parse(const char *s)
 {
@@ -47,25 +70,14 @@ cku_progress *cku_progress_new(const char *what, uint64_t total)
     p->what = what;
     p->total = total;
     p->start = p->last = cku_now();
-    p->mode = g_mode != CKU_PROGRESS_AUTO ? g_mode : isatty(STDERR_FILENO) ? CKU_PROGRESS_BAR : CKU_PROGRESS_PLAIN;
+    p->mode = g_mode != CKU_PROGRESS_AUTO                           ? g_mode
+              : isatty(STDERR_FILENO) && term_smart() && term_width() ? CKU_PROGRESS_BAR
+                                                                       : CKU_PROGRESS_PLAIN;
     if (p->mode == CKU_PROGRESS_PLAIN) {
         char t[16];
         fprintf(stderr, "%s: %s to do\n", what, cku_human(total, t));
     }
     return p;
-}
-
-char *cku_human(uint64_t bytes, char *out)
-{
-    static const char *unit[] = {"B", "kB", "MB", "GB", "TB", "PB", "EB"};
-    double v = (double)bytes;
-    int u = 0;
-    while (v >= 999.5 && u < 6) {
-        v /= 1000;
-        u++;
-    }
-    snprintf(out, 16, u == 0 ? "%.0f %s" : v < 9.995 ? "%.2f %s" : v < 99.95 ? "%.1f %s" : "%.0f %s", v, unit[u]);
-    return out;
 }
 
 char *cku_human_rate(uint64_t bytes, double secs, char *out)
@@ -102,13 +114,36 @@ static void progress_print(cku_progress *p, double now, int final)
                 final ? "" : e);
         return;
     }
-    int width = 30, fill = p->total ? (int)(width * (double)p->done / p->total) : width;
-    char bar[64];
-    for (int i = 0; i < width; i++)
-        bar[i] = i < fill ? '#' : '.';
-    bar[width] = 0;
-    fprintf(stderr, "\r%s [%s] %3d%% %s / %s  %s  ETA %s \033[K%s", p->what, bar, pct, d, t, r, e,
-            final ? "\n" : "");
+    /* the line fits in the terminal less one column (a full last column
+     * wraps on some terminals): info first, the bar from what is left */
+    int cols = term_width() ? term_width() - 1 : 79;
+    char info[160], line[256], bar[48];
+    int room = 0;
+    for (int keep = 3; keep >= 0; keep--) { /* ETA, then the rate, then the total go before the bar */
+        snprintf(info, sizeof info, " %3d%% %s%s%s%s%s%s%s", pct, d, keep >= 1 ? " / " : "", keep >= 1 ? t : "",
+                 keep >= 2 ? "  " : "", keep >= 2 ? r : "", keep >= 3 ? "  ETA " : "", keep >= 3 ? e : "");
+        room = cols - (int)strlen(p->what) - (int)strlen(info) - 3; /* " [" "]" */
+        if (room >= 10)
+            break;
+    }
+    int width = room > 40 ? 40 : room;
+    if (width >= 10) {
+        int fill = p->total ? (int)(width * (double)p->done / (double)p->total) : width;
+        for (int i = 0; i < width; i++)
+            bar[i] = i < fill ? '#' : '.';
+        bar[width] = 0;
+        snprintf(line, sizeof line, "%s [%s]%s", p->what, bar, info);
+    } else {
+        snprintf(line, sizeof line, "%s%s", p->what, info);
+    }
+    if (cols > 0 && (int)strlen(line) > cols)
+        line[cols] = 0;
+    /* \033[K clears what a longer earlier line left; a dumb terminal (an
+     * explicit --progress=bar) gets spaces instead */
+    if (term_smart())
+        fprintf(stderr, "\r%s\033[K%s", line, final ? "\n" : "");
+    else
+        fprintf(stderr, "\r%-*s%s", cols, line, final ? "\n" : "");
 }
 
 static void progress_count(cku_progress *p, uint64_t bytes, int skipped)

@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include "util.h"
+
 /* How progress is shown on stderr (--progress=auto|bar|plain|none). */
 typedef enum {
     CKU_PROGRESS_AUTO = 0, /* a bar on a terminal, plain lines otherwise */
@@ -34,9 +36,7 @@ double cku_progress_seconds(const cku_progress *p);
 uint64_t cku_progress_worked(cku_progress *p);
 void cku_progress_done(cku_progress *p); /* prints the final line; frees */
 
-/* bytes for a person: "812 B", "3.40 MB", "1.21 GB" (powers of 1000, three
- * significant digits).  out: at least 16 chars; @return out. */
-char *cku_human(uint64_t bytes, char *out);
+/* cku_human (bytes for a person) is in util.h, shared with the daemon. */
 /* bytes per second over secs for a person ("850 MB/s"); out: 24 chars. */
 char *cku_human_rate(uint64_t bytes, double secs, char *out);
 

@@ -197,24 +197,27 @@ static void print_json(const char *dst, const stats *t, const file_stats *fs, ui
 /* One row of the per-file table. */
 static void print_row(const char *name, const file_stats *f, uint64_t extra_charge)
 {
-    char o[16], p[16], bpw[16] = "-", esc[16] = "-", enc[64];
+    char o[16], p[16], bpw[16] = "-", esc[16] = "-", enc[64], saved[16];
     uint64_t packed = f->packed + extra_charge;
     if (f->bf16_weights) {
         snprintf(bpw, sizeof bpw, "%.2f", 8.0 * ratio(f->bf16_charged + extra_charge, f->bf16_weights));
         snprintf(esc, sizeof esc, "%.3f%%", 100.0 * ratio(f->escapes, f->bf16_weights));
     }
     enc_list(f->enc_mask, enc, sizeof enc);
-    printf("  %-36s %9s %9s %6.1f%% %7s %8s  %s\n", name, cku_human(f->original, o), cku_human(packed, p),
-           f->original ? 100.0 * (1.0 - ratio(packed, f->original)) : 0.0, bpw, esc, enc);
+    if (packed > f->original) /* never "0.0%" for a file that grew */
+        snprintf(saved, sizeof saved, "grew");
+    else
+        snprintf(saved, sizeof saved, "%.1f%%", f->original ? 100.0 * (1.0 - ratio(packed, f->original)) : 0.0);
+    printf("  %-36s %9s %9s %7s %7s %8s  %s\n", name, cku_human(f->original, o), cku_human(packed, p), saved, bpw,
+           esc, enc);
 }
 
 static void print_text(const char *dst, const stats *t, const file_stats *fs, uint64_t manifest_size)
 {
-    char a[16], b[16], c[16];
+    char a[16], b[16], c[16], sv[24];
     uint64_t packed = t->all.packed + manifest_size;
-    printf("%s: %llu files, %s -> %s (%.1f%% saved)\n", dst, (unsigned long long)t->files,
-           cku_human(t->all.original, a), cku_human(packed, b),
-           t->all.original ? 100.0 * (1.0 - ratio(packed, t->all.original)) : 0.0);
+    printf("%s: %llu file%s, %s -> %s (%s)\n", dst, (unsigned long long)t->files, cku_s(t->files),
+           cku_human(t->all.original, a), cku_human(packed, b), cku_saved(t->all.original, packed, sv));
     if (t->all.bf16_weights)
         printf("BF16: %s weights at %.3f bits/weight (every byte of overhead charged), escape rate %.4f%%\n",
                count_human(t->all.bf16_weights, a), 8.0 * ratio(t->all.bf16_charged + manifest_size, t->all.bf16_weights),
@@ -224,7 +227,16 @@ static void print_text(const char *dst, const stats *t, const file_stats *fs, ui
     for (uint64_t i = 0; i < t->files; i++) {
         char name[PATH_MAX];
         size_t n = strlen(cku_escape(fs[i].path, name, sizeof name));
-        print_row(n > 36 ? name + n - 36 : name, &fs[i], 0); /* long paths: their end */
+        if (n > 36) { /* a long path: its start and end around a marker (whole in --json) */
+            size_t head = 12, tail = n - 21;
+            while (head && (name[head] & 0xC0) == 0x80) /* whole UTF-8 characters */
+                head--;
+            while ((name[tail] & 0xC0) == 0x80)
+                tail++;
+            memcpy(name + head, "...", 3);
+            memmove(name + head + 3, name + tail, n - tail + 1);
+        }
+        print_row(name, &fs[i], 0);
     }
     print_row("total (with the manifest)", &t->all, manifest_size);
     printf("\n  by dtype       %8s %10s %10s\n", "tensors", "original", "payload");
@@ -276,7 +288,8 @@ static int stat_mount(const char *dst, int json)
     char a[16], b[16], c[16];
     const char *src = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "source"));
     uint64_t hits = N("cache_hits"), misses = N("cache_misses");
-    printf("%s: ckptfs mount of %s (%llu files)\n", dst, src ? src : "?", (unsigned long long)N("files"));
+    printf("%s: ckptfs mount of %s (%llu file%s)\n", dst, src ? src : "?", (unsigned long long)N("files"),
+           cku_s(N("files")));
     printf("  reads            %llu (%llu of >= 512 KiB), %s served\n", (unsigned long long)N("reads"),
            (unsigned long long)N("big_reads"), cku_human(N("read_bytes"), a));
     printf("  decoded          %s; decode errors %llu\n", cku_human(N("decoded_bytes"), b),

@@ -399,7 +399,7 @@ static int unpack_locked(const char *dst, const char *out_arg, int jobs)
     cku_progress_done(pr);
     pr = NULL;
     char in[16], ob[16], rate[24];
-    printf("unpacked %zu files: %s -> %s in %.1f s, %s\n", m->n_files, cku_human(ckpt_packed_size(dst, m), in),
+    printf("unpacked %zu file%s: %s -> %s in %.1f s, %s\n", m->n_files, cku_s(m->n_files), cku_human(ckpt_packed_size(dst, m), in),
            cku_human(total, ob), secs, cku_human_rate(total, secs, rate));
     rc = 0;
 out:

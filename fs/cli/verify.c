@@ -277,26 +277,28 @@ static int verify_locked(const char *dst, const char *against, int jobs)
     size_t bad = damaged + differ + newer + extra + unreadable + (size_t)src_gone;
     if (newer)
         fprintf(stderr,
-                "ckptfs verify: %s: %zu of %zu files use a format version this ckptfs cannot read (see above; "
+                "ckptfs verify: %s: %zu of %zu file%s use%s a format version this ckptfs cannot read (see above; "
                 "a newer format needs a newer ckptfs)\n",
-                dst, newer, m->n_files);
+                dst, newer, m->n_files, cku_s(m->n_files), newer == 1 ? "s" : "");
     if (damaged)
-        fprintf(stderr, "ckptfs verify: %s: %zu of %zu files damaged\n", dst, damaged, m->n_files);
+        fprintf(stderr, "ckptfs verify: %s: %zu of %zu file%s damaged\n", dst, damaged, m->n_files, cku_s(m->n_files));
     if (differ)
-        fprintf(stderr, "ckptfs verify: %s: %zu of %zu files%s differ from the source %s\n", dst, differ,
-                m->n_files + m->n_links, m->n_links ? " and links" : "", against);
+        fprintf(stderr, "ckptfs verify: %s: %zu of %zu file%s%s differ%s from the source %s\n", dst, differ,
+                m->n_files + m->n_links, cku_s(m->n_files + m->n_links), m->n_links ? " and links" : "",
+                differ == 1 ? "s" : "", against);
     if (extra)
-        fprintf(stderr, "ckptfs verify: %s: %zu files or directories of the source %s are not in the pack\n", dst,
-                extra, against);
+        fprintf(stderr, "ckptfs verify: %s: %zu %s of the source %s %s not in the pack\n", dst, extra,
+                extra == 1 ? "file or directory" : "files or directories", against, extra == 1 ? "is" : "are");
     if (unreadable)
-        fprintf(stderr, "ckptfs verify: %s: %zu of %zu source files cannot be read (see above): not compared; "
-                "fix their permissions or run verify as a user who can read them\n", dst, unreadable, m->n_files);
+        fprintf(stderr, "ckptfs verify: %s: %zu of %zu source file%s cannot be read (see above): not compared; "
+                "fix their permissions or run verify as a user who can read them\n", dst, unreadable, m->n_files,
+                cku_s(m->n_files));
     char h[16], rate[24];
     if (src_gone && !damaged && !newer)
-        fprintf(stderr, "ckptfs verify: %s: %zu files, all checksums ok, but nothing was compared with the source "
-                "(see above)\n", dst, m->n_files);
+        fprintf(stderr, "ckptfs verify: %s: %zu file%s, all checksums ok, but nothing was compared with the source "
+                "(see above)\n", dst, m->n_files, cku_s(m->n_files));
     if (!bad)
-        printf("%s: %zu files, %s: all checksums%s ok (%.1f s, %s)\n", dst, m->n_files, cku_human(bytes, h),
+        printf("%s: %zu file%s, %s: all checksums%s ok (%.1f s, %s)\n", dst, m->n_files, cku_s(m->n_files), cku_human(bytes, h),
                against ? " and every byte against the source" : "", secs, cku_human_rate(bytes, secs, rate));
     ckm_free(m);
     return damaged                          ? CKPT_EXIT_DAMAGED

@@ -435,3 +435,28 @@ const char *cku_json_lex(const char *json, size_t n, int uints_only, size_t *at)
     *at = i;
     return why;
 }
+
+char *cku_human(uint64_t bytes, char *out)
+{
+    static const char *unit[] = {"B", "kB", "MB", "GB", "TB", "PB", "EB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 999.5 && u < 6) {
+        v /= 1000;
+        u++;
+    }
+    snprintf(out, 16, u == 0 ? "%.0f %s" : v < 9.995 ? "%.2f %s" : v < 99.95 ? "%.1f %s" : "%.0f %s", v, unit[u]);
+    return out;
+}
+
+const char *cku_saved(uint64_t original, uint64_t packed, char *out)
+{
+    if (packed > original) /* a file that grew: never "0.0% saved" */
+    {
+        double g = original ? 100.0 * ((double)packed / (double)original - 1.0) : 100.0;
+        snprintf(out, 24, g < 9.995 ? "grew %.2f%%" : g < 1e6 ? "grew %.0f%%" : "grew", g);
+    }
+    else
+        snprintf(out, 24, "%.1f%% saved", original ? 100.0 * (1.0 - (double)packed / (double)original) : 0.0);
+    return out;
+}

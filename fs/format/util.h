@@ -41,6 +41,14 @@ int cku_open_refused(int e);
  * a ".." in path are seen through, where comparing path strings is not.
  * 0 if not, -1 if dir cannot be stat'ed (errno). */
 int cku_path_within(const char *path, const char *dir);
+/* Sizes and counts for people, one system throughout (commands, stat, the
+ * daemon's log): bytes in powers of 1000 with three significant digits
+ * ("812 B", "3.40 MB", "1.21 GB"); out: at least 16 chars; @return out. */
+char *cku_human(uint64_t bytes, char *out);
+/* "37.8% saved", or "grew 0.41%" when packed > original; out: 24 chars. */
+const char *cku_saved(uint64_t original, uint64_t packed, char *out);
+/* "" or "s": "%llu file%s", n, cku_s(n). */
+static inline const char *cku_s(uint64_t n) { return n == 1 ? "" : "s"; }
 /* fsync the directory holding path (or path itself if it is a directory). */
 int cku_fsync_dir(const char *dir);
 /* fsync directory dir and, with up, each directory above it to the root: a

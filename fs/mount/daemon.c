@@ -190,20 +190,6 @@ static char *fuse_opt_string(const ckfs_ctx *c)
     return s;
 }
 
-/* bytes for a person, in the units of the options (K/M/G, powers of 1024). */
-static char *human(uint64_t b, char *out)
-{
-    static const char u[] = "BKMGTP";
-    int i = 0;
-    double v = (double)b;
-    while (v >= 1024 && i < 5) {
-        v /= 1024;
-        i++;
-    }
-    snprintf(out, 32, i ? "%.1f%c" : "%.0f%c", v, u[i]);
-    return out;
-}
-
 /* -o log=: "stderr" (a copy survives daemonizing) or a regular file,
  * appended to.  The file is opened without following a symbolic link in
  * its place and must be a regular file: a daemon run as root with its log
@@ -277,10 +263,10 @@ static int serve(ckfs_ctx *c, const char *mnt, int *served)
     start_inval(c, se);
     fuse_loop_cfg_set_max_threads(cfg, c->o.threads);
     fuse_loop_cfg_set_clone_fd(cfg, 0);
-    char size_s[32], cache_s[32];
-    ckfs_info("serving %s at %s: %zu files, %s; cache %s, %u threads, prefetch %llu KiB on %u workers, %s%s",
-              c->dst, mnt, c->m->n_files, human(c->total_size, size_s), human(c->o.cache_size, cache_s),
-              c->o.threads, (unsigned long long)(c->o.prefetch >> 10), c->o.prefetch_threads,
+    char size_s[16], cache_s[16], pf_s[16]; /* the units of every report (cku_human), not the options' */
+    ckfs_info("serving %s at %s: %zu file%s, %s; cache %s, %u threads, prefetch %s on %u workers, %s%s",
+              c->dst, mnt, c->m->n_files, cku_s(c->m->n_files), cku_human(c->total_size, size_s),
+              cku_human(c->o.cache_size, cache_s), c->o.threads, cku_human(c->o.prefetch, pf_s), c->o.prefetch_threads,
               c->o.mmap ? "mapped" : "pread", c->o.drop_packed ? ", drop_packed" : "");
     *served = 1;
     int rc = fuse_session_loop_mt(se, cfg);

@@ -331,7 +331,7 @@ static int fill_chunk(void *arg, const ckcache_key *k, void *dst, size_t len)
     if (bus)
         ckfs_log("%s: packed file changed size while mounted (SIGBUS reading it)",
                  CKU_ESC(c->m->files[k->file].path));
-    ckfs_log("%s: extent %u (%s) chunk %llu (original bytes %llu..%llu) unreadable: %s; "
+    ckfs_log("%s: extent %u (%s) chunk %llu (original bytes %llu-%llu) unreadable: %s; "
              "reads touching it fail with EIO",
              CKU_ESC(c->m->files[k->file].path), k->extent, x->name[0] ? CKU_ESC(x->name) : "header",
              (unsigned long long)k->chunk, (unsigned long long)start,

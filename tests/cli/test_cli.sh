@@ -146,7 +146,7 @@ cp -a "$T/src" "$T/changed" && printf 'x' >> "$T/changed/config.json"
 "$CK" verify --jobs 8 --against "$T/changed" "$T/p-k15" 2> "$T/err"
 check "verify --against a changed source: exit 4 (differs)" test $? -eq 4
 check "verify --against a changed source: names it, does not call the pack damaged" \
-  sh -c "grep -q 'changed/config.json: size differs' '$T/err' && grep -q '1 of 8 files differ from the source' '$T/err' && ! grep -q damaged '$T/err'"
+  sh -c "grep -q 'changed/config.json: size differs' '$T/err' && grep -q '1 of 8 files differs from the source' '$T/err' && ! grep -q damaged '$T/err'"
 
 "$CK" unpack "$T/p-one" "$T/no-such-dir/out" 2> "$T/err"
 check "unpack into a directory that does not exist: exit 1 naming OUT, not the staging directory" \
@@ -184,7 +184,8 @@ rm -rf "$T/u-sum"
 "$CK" pack --progress=sometimes "$T/src" "$T/p-k15" 2> "$T/err"
 check "--progress=sometimes: exit 2, says the choices" sh -c "test $? -eq 2 && grep -q 'auto, bar, plain or none' '$T/err'"
 if command -v script > /dev/null; then
-  script -qc "'$CK' verify '$T/p-k15'" /dev/null > "$T/tty" 2>&1
+  # script's terminal has no size here: COLUMNS gives one (without, plain lines)
+  COLUMNS=100 TERM=xterm script -qc "'$CK' verify '$T/p-k15'" /dev/null > "$T/tty" 2>&1
   check "on a terminal: a bar with bytes, rate and ETA, and the summary" \
     sh -c "grep -q 'verifying \\[#*\\] 100% 1.38 MB / 1.38 MB  .*B/s  ETA 0:00' '$T/tty' && grep -q 'all checksums ok' '$T/tty'"
 fi
@@ -227,7 +228,7 @@ set_version "$T/newer/config.json.ckpt" 1 9
 check "newer format version: verify exits 1, not 3 (damaged)" test $? -eq 1
 check "newer format version: says written by a newer ckptfs, upgrade; not damaged" \
   sh -c "grep -q 'config.json.ckpt: format version 1.9 (flags 0) was written by a newer ckptfs; upgrade ckptfs' '$T/err' &&
-         grep -q '1 of 8 files use a format version this ckptfs cannot read' '$T/err' && ! grep -q damaged '$T/err'"
+         grep -q '1 of 8 files uses a format version this ckptfs cannot read' '$T/err' && ! grep -q damaged '$T/err'"
 # format major 0 (no release wrote it): unsupported, but not 'newer' and not damage
 cp -a "$T/p-bytesplit" "$T/major0"
 set_version "$T/major0/config.json.ckpt" 0 0
@@ -379,6 +380,78 @@ check "Ctrl-C during unpack: dies of SIGINT, says to run it again, no OUT" \
   sh -c "test $? -eq 0 && grep -q 'ckptfs unpack: interrupted. Nothing is in OUT yet: run the same command again' '$T/err' && test ! -e '$T/u-int'"
 "$CK" unpack "$T/p-int" "$T/u-int" > /dev/null 2>&1
 check "Ctrl-C during unpack: the same command again gives the originals" diff -q <(tree_sums "$T/u-int") "$T/src.sums"
+
+# one wording: "1 file", a file that grew is said to grow (not "0.0% saved"),
+# a long path in stat's table keeps its start and end around a marker
+mkdir -p "$T/grow/a-rather-long-directory-name/and-another-deeper-one"
+head -c 10 /dev/urandom > "$T/grow/a-rather-long-directory-name/and-another-deeper-one/tiny-file.bin"
+"$CK" pack --progress=none "$T/grow" "$T/p-grow" > "$T/out" 2>&1
+check "wording: 'packed 1 file', grown: '(grew N%)'" grep -q '^packed 1 file: 10 B -> [0-9]* B (grew [0-9.]*%) in ' "$T/out"
+"$CK" stat "$T/p-grow" > "$T/out"
+check "wording: stat says '1 file' and 'grew'" grep -q "^$T/p-grow: 1 file, 10 B -> [0-9]* B (grew [0-9.]*%)$" "$T/out"
+check "stat table: a long path shortened in the middle with a marker, its end whole" \
+  sh -c "grep -q '^  a-rather-lon\.\.\.per-one/tiny-file.bin  *10 B  *[0-9]* B  *grew ' '$T/out' && ! grep -q '% saved\|0\.0%' '$T/out'"
+"$CK" verify "$T/p-grow" > "$T/out"
+check "wording: verify says '1 file'" grep -q "^$T/p-grow: 1 file, 10 B: all checksums ok" "$T/out"
+
+# the progress bar on a terminal: one line, never wider than the terminal
+# (each redraw), plain lines where TERM=dumb; a 24 MB shard gives redraws
+python3 - "$T/bar-src/w.safetensors" <<'PYEOF'
+import json, os, struct, sys
+os.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True)
+n = 12 << 20
+h = json.dumps({"w": {"dtype": "BF16", "shape": [n], "data_offsets": [0, 2 * n]}}).encode()
+h += b" " * (-len(h) % 8)
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h + os.urandom(2 * n))
+PYEOF
+onpty() { # onpty COLS TERM OUT ARGS...: run ckptfs ARGS with stderr on a pseudo-terminal COLS wide
+  python3 - "$CK" "$@" <<'PYEOF'
+import fcntl, os, pty, struct, subprocess, sys, termios
+ck, cols, term, out, args = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5:]
+m, s = pty.openpty()
+fcntl.ioctl(s, termios.TIOCSWINSZ, struct.pack("HHHH", 24, cols, 0, 0))
+env = dict(os.environ, TERM=term); env.pop("COLUMNS", None)
+p = subprocess.Popen([ck] + args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=s, env=env)
+os.close(s)
+data = b""
+while True:
+    try:
+        b = os.read(m, 65536)
+    except OSError:
+        break
+    if not b:
+        break
+    data += b
+p.wait()
+open(out, "wb").write(data)
+PYEOF
+}
+for cols in 50 30; do
+  rm -rf "$T/bar-p"
+  onpty $cols xterm "$T/bar.out" pack "$T/bar-src" "$T/bar-p"
+  check "progress bar, $cols columns: every redraw fits, one line, a bar where it fits" python3 - "$T/bar.out" $cols <<'PYEOF'
+import sys
+d = open(sys.argv[1], "rb").read().decode().replace("\033[K", "")
+cols = int(sys.argv[2])
+lines = d.replace("\r\n", "\n").split("\n")
+bar = [x for x in lines if "\r" in x]  # the bar's line: redraws after \r
+assert len(bar) == 1, lines
+draws = [x for x in bar[0].split("\r") if x]
+assert draws and all(len(x) < cols for x in draws), [(len(x), x) for x in draws]
+assert all(x.startswith("packing") for x in draws), draws
+assert (cols >= 50) == ("[" in draws[-1] and "100%" in draws[-1]), draws[-1]
+print(len(draws), "redraws, widest", max(map(len, draws)))
+PYEOF
+done
+rm -rf "$T/bar-p"
+onpty 50 dumb "$T/bar.out" pack "$T/bar-src" "$T/bar-p"
+check "progress on a TERM=dumb terminal: plain lines, no redraw" python3 - "$T/bar.out" <<'PYEOF'
+import re, sys
+d = open(sys.argv[1], "rb").read().decode().replace("\r\n", "\n")
+assert "\r" not in d and "\033" not in d and "[#" not in d, repr(d[:300])
+assert re.search(r"^packing: .* to do$", d, re.M), d
+PYEOF
 
 # damaged data: verify names it, unpack refuses and leaves nothing
 cp -a "$T/p-k15" "$T/dmg" 2>/dev/null; rm -rf "$T/dmg"; cp -a "$T/p-bytesplit" "$T/dmg"

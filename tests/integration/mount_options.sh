@@ -162,7 +162,7 @@ fusermount3 -u "$T/full" && wait_unmounted "$T/full"
 new_mnt lg
 "$CKPTFS" mount -o log="$T/daemon.log",cache_size=64M,threads=4 "$T/dst" "$T/lg" || fail "mount with log="
 for _ in $(seq 100); do grep -q serving "$T/daemon.log" && break; sleep 0.05; done # written once detached
-grep -q "ckptfs\[[0-9]*\]: serving $T/dst at $T/lg: 9 files, .*; cache 64.0M, 4 threads" "$T/daemon.log" ||
+grep -q "ckptfs\[[0-9]*\]: serving $T/dst at $T/lg: 9 files, [0-9.]* MB; cache 67.1 MB, 4 threads" "$T/daemon.log" ||
     fail "no start-up line in the log file: $(cat "$T/daemon.log")"
 fusermount3 -u "$T/lg" && wait_unmounted "$T/lg"
 # ... but never through a symbolic link in its place (a root daemon logging
