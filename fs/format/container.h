@@ -141,6 +141,34 @@ ckp_status ckp_open_at(const char *dir, const char *rel, unsigned flags, ckp_rea
  * of the directory it writes, wherever that directory's name now leads. */
 ckp_status ckp_open_in(int dirfd, const char *dir, const char *rel, ckp_reader **out, char *err,
                        size_t errCapacity);
+/* Where the packed bytes of a file come from when they are not a local
+ * file (DESIGN §2): "these byte ranges of this file, from this version of
+ * it".  An object in S3-compatible storage is one (fs/s3/s3_source.h).  The
+ * reader asks for exactly the bytes it needs (header, TOC, chunk indexes,
+ * plane ranges of chunks); everything it reads is checked as for a file. */
+typedef struct ckp_source ckp_source;
+struct ckp_source {
+    /* Read exactly len bytes at off into dst; thread-safe.  @return 0, or an
+     * errno value: EIO (cannot be read now), ESTALE (the file is no longer
+     * the version the source was bound to: none of its bytes may be mixed
+     * with earlier ones), ENOMEM. */
+    int (*pread)(ckp_source *s, void *dst, size_t len, uint64_t off);
+    /* Free the source (ckp_close, or a failed ckp_open_source, calls it). */
+    void (*close)(ckp_source *s);
+    uint64_t size;                 /* bytes of the packed file */
+};
+
+/* ckp_open of the packed file that src reads (named name in messages); the
+ * reader owns src from here, also on failure.  No descriptor: ckp_fd is -1,
+ * the page cache hints do nothing, CKP_OPEN_MMAP does not apply. */
+ckp_status ckp_open_source(ckp_source *src, const char *name, ckp_reader **out, char *err, size_t errCapacity);
+/* r's source, or NULL for a reader of a local file. */
+ckp_source *ckp_get_source(const ckp_reader *r);
+/* Bytes [off, off+len) of r's packed file, unchecked (the O_DIRECT or
+ * network windows of the mount read planes ahead with it; decoding checks
+ * them).  @return CKP_OK, CKP_ERR_IO (errno kept), CKP_ERR_NOMEM. */
+ckp_status ckp_read_packed(const ckp_reader *r, void *buf, size_t len, uint64_t off);
+
 /* 1 if reads of r go through a mapping (ckp_open_ex with CKP_OPEN_MMAP). */
 int ckp_is_mapped(const ckp_reader *r);
 /* Hint that chunks c0..c1-1 of extent e will be read soon: start reading
@@ -156,7 +184,7 @@ void ckp_dontneed(const ckp_reader *r, uint32_t e, uint64_t c0, uint64_t c1);
 
 const ckp_info *ckp_get_info(const ckp_reader *r);
 const ckp_extent *ckp_get_extent(const ckp_reader *r, uint32_t i);
-int ckp_fd(const ckp_reader *r);            /* for loaders that read planes themselves */
+int ckp_fd(const ckp_reader *r);            /* for loaders that read planes themselves; -1: a source */
 const char *ckp_file_name(const ckp_reader *r); /* the path it was opened with */
 
 /* Find the extent and chunk holding original byte off (< original_size). */

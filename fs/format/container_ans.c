@@ -39,7 +39,7 @@ ckp_status ckp_ans_load(ckp_reader *r, uint32_t e, char *err, size_t cap)
     a->blob[e] = malloc((size_t)x->plane_size[0]);
     if (!a->blob[e])
         return rerr(err, cap, r->file, CKP_ERR_NOMEM, "out of memory");
-    if (cku_pread_full(r->fd, a->blob[e], (size_t)x->plane_size[0], x->plane_offset[0]))
+    if (ckp_read_packed(r, a->blob[e], (size_t)x->plane_size[0], x->plane_offset[0]) != CKP_OK)
         return rerr(err, cap, r->file, CKP_ERR_IO, "reading the tables of extent %u: %s", e, strerror(errno));
     cs = ckc_ans_blob_check(a->blob[e], (size_t)x->plane_size[0], x->orig_size / 2);
     if (cs == CKC_ERR_NOMEM)

@@ -35,7 +35,8 @@ typedef struct ckp_ans_state ckp_ans_state;
 /* An open reader (container_read.c); immutable after ckp_open but for the
  * ARCHIVE decode tables, built once each on first use (ckp_ans_state). */
 struct ckp_reader {
-    int fd;
+    int fd;                 /* -1 when reading from src */
+    ckp_source *src;        /* ckp_open_source: where the bytes come from (owned), or NULL */
     const uint8_t *map;     /* whole file mapped read-only (CKP_OPEN_MMAP), or NULL */
     char *file;             /* path given to ckp_open */
     ckp_info info;

@@ -203,6 +203,25 @@ static int index_ok(const ckp_extent *x)
     return 1;
 }
 
+/* Bytes [off, off+len) of r's packed file: pread on its descriptor, or its
+ * source.  @return 0, or -1 with errno set. */
+static int read_at(const ckp_reader *r, void *buf, size_t len, uint64_t off)
+{
+    if (!r->src)
+        return cku_pread_full(r->fd, buf, len, off);
+    int e = r->src->pread(r->src, buf, len, off);
+    if (e)
+        errno = e;
+    return e ? -1 : 0;
+}
+
+ckp_status ckp_read_packed(const ckp_reader *r, void *buf, size_t len, uint64_t off)
+{
+    return read_at(r, buf, len, off) ? (errno == ENOMEM ? CKP_ERR_NOMEM : CKP_ERR_IO) : CKP_OK;
+}
+
+ckp_source *ckp_get_source(const ckp_reader *r) { return r->src; }
+
 static ckp_status load_indexes(ckp_reader *r, const uint8_t *toc, char *err, size_t cap)
 {
     uint64_t total = 0;
@@ -220,7 +239,7 @@ static ckp_status load_indexes(ckp_reader *r, const uint8_t *toc, char *err, siz
         ckp_extent *x = &r->x[i];
         const uint8_t *rec = toc + CKP_TOC_HEADER_SIZE + (size_t)i * CKP_EXTENT_SIZE;
         size_t bytes = (size_t)x->n_chunks * CKP_INDEX_ENTRY;
-        if (cku_pread_full(r->fd, buf, bytes, cku_le64(rec + X_INDEX_OFF))) {
+        if (read_at(r, buf, bytes, cku_le64(rec + X_INDEX_OFF))) {
             s = rerr(err, cap, r->file, CKP_ERR_IO, "reading chunk index: %s", strerror(errno));
             goto out;
         }
@@ -391,6 +410,7 @@ const char *ckp_check(const ckp_reader *r)
 
 static ckp_status open_reader(int rootfd, const char *root, const char *rel, const char *path, unsigned flags,
                               ckp_reader **out, char *err, size_t cap);
+static ckp_status read_meta(ckp_reader *r, uint64_t file_size, unsigned flags, char *err, size_t cap);
 
 ckp_status ckp_open(const char *path, ckp_reader **out, char *err, size_t cap)
 {
@@ -439,7 +459,6 @@ static ckp_status open_reader(int rootfd, const char *root, const char *rel, con
         free(r);
         return rerr(err, cap, path, CKP_ERR_NOMEM, "out of memory");
     }
-    uint8_t h[CKP_HEADER_SIZE], *toc = NULL;
     struct stat st;
     ckp_status s;
     char why[512];
@@ -450,15 +469,49 @@ static ckp_status open_reader(int rootfd, const char *root, const char *rel, con
                  "%s", why);
         goto fail;
     }
-    if (st.st_size < (off_t)CKP_HEADER_SIZE) {
-        s = rerr(err, cap, path, CKP_ERR_FORMAT, "too short for a packed file");
+    if ((s = read_meta(r, (uint64_t)st.st_size, flags, err, cap)) != CKP_OK)
+        goto fail;
+    *out = r;
+    return CKP_OK;
+fail:
+    ckp_close(r);
+    return s;
+}
+
+ckp_status ckp_open_source(ckp_source *src, const char *name, ckp_reader **out, char *err, size_t cap)
+{
+    *out = NULL;
+    ckp_reader *r = calloc(1, sizeof *r);
+    if (!r || !(r->file = strdup(name))) {
+        free(r);
+        src->close(src);
+        return rerr(err, cap, name, CKP_ERR_NOMEM, "out of memory");
+    }
+    r->fd = -1;
+    r->src = src;
+    ckp_status s = read_meta(r, src->size, 0, err, cap);
+    if (s != CKP_OK) {
+        ckp_close(r);
+        return s;
+    }
+    *out = r;
+    return CKP_OK;
+}
+
+/* Read and validate r's header and TOC (r->file names it in messages):
+ * what every open does once the bytes can be read. */
+static ckp_status read_meta(ckp_reader *r, uint64_t file_size, unsigned flags, char *err, size_t cap)
+{
+    uint8_t h[CKP_HEADER_SIZE], *toc = NULL;
+    ckp_status s;
+    const char *path = r->file;
+    if (file_size < CKP_HEADER_SIZE)
+        return rerr(err, cap, path, CKP_ERR_FORMAT, "too short for a packed file");
+    if (read_at(r, h, sizeof h, 0)) {
+        s = rerr(err, cap, path, errno == ENOMEM ? CKP_ERR_NOMEM : CKP_ERR_IO, "%s", strerror(errno));
         goto fail;
     }
-    if (cku_pread_full(r->fd, h, sizeof h, 0)) {
-        s = rerr(err, cap, path, CKP_ERR_IO, "%s", strerror(errno));
-        goto fail;
-    }
-    if ((s = parse_header(r, h, (uint64_t)st.st_size, err, cap)) != CKP_OK)
+    if ((s = parse_header(r, h, file_size, err, cap)) != CKP_OK)
         goto fail;
     uint64_t toc_off = cku_le64(h + H_TOC_OFF), toc_size = cku_le64(h + H_TOC_SIZE);
     toc = malloc(toc_size);
@@ -466,8 +519,8 @@ static ckp_status open_reader(int rootfd, const char *root, const char *rel, con
         s = rerr(err, cap, path, CKP_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    if (cku_pread_full(r->fd, toc, toc_size, toc_off)) {
-        s = rerr(err, cap, path, CKP_ERR_IO, "%s", strerror(errno));
+    if (read_at(r, toc, toc_size, toc_off)) {
+        s = rerr(err, cap, path, errno == ENOMEM ? CKP_ERR_NOMEM : CKP_ERR_IO, "%s", strerror(errno));
         goto fail;
     }
     if (ckc_hash64(toc, toc_size) != cku_le64(h + H_TOC_HASH)) {
@@ -477,7 +530,7 @@ static ckp_status open_reader(int rootfd, const char *root, const char *rel, con
     if ((s = parse_toc(r, toc, toc_off, toc_size, err, cap)) != CKP_OK)
         goto fail;
     free(toc);
-    if (flags & CKP_OPEN_MMAP) {
+    if ((flags & CKP_OPEN_MMAP) && r->fd >= 0) {
         /* Metadata was read and checked with pread above; only plane bytes
          * are loaded from the mapping.  No mapping: pread, as ckp_open. */
         void *m = mmap(NULL, (size_t)r->info.packed_size, PROT_READ, MAP_SHARED, r->fd, 0);
@@ -485,11 +538,9 @@ static ckp_status open_reader(int rootfd, const char *root, const char *rel, con
             r->map = m;
     }
     assert(ckp_check(r) == NULL);
-    *out = r;
     return CKP_OK;
 fail:
     free(toc);
-    ckp_close(r);
     return s;
 }
 
@@ -501,6 +552,8 @@ void ckp_close(ckp_reader *r)
         munmap((void *)r->map, (size_t)r->info.packed_size);
     if (r->fd >= 0)
         close(r->fd);
+    if (r->src)
+        r->src->close(r->src);
     free(r->file);
     free(r->x);
     free(r->index);
@@ -664,7 +717,7 @@ static ckp_status read_plane(const ckp_reader *r, const ckp_extent *x, const ckp
         memcpy(dst, m, len);
         return CKP_OK;
     }
-    return cku_pread_full(r->fd, dst, len, x->plane_offset[p] + off) ? CKP_ERR_IO : CKP_OK;
+    return ckp_read_packed(r, dst, len, x->plane_offset[p] + off);
 }
 
 static uint64_t min64(uint64_t a, uint64_t b) { return a < b ? a : b; }
@@ -892,7 +945,7 @@ static int chunk_ranges(const ckp_reader *r, uint32_t e, uint64_t c0, uint64_t c
 void ckp_willneed(const ckp_reader *r, uint32_t e, uint64_t c0, uint64_t c1)
 {
     uint64_t lo[3], hi[3];
-    if (!chunk_ranges(r, e, c0, c1, lo, hi))
+    if (r->fd < 0 || !chunk_ranges(r, e, c0, c1, lo, hi))
         return;
     for (int p = 0; p < 3; p++)
         if (lo[p] < hi[p])
@@ -902,7 +955,7 @@ void ckp_willneed(const ckp_reader *r, uint32_t e, uint64_t c0, uint64_t c1)
 
 void ckp_dontneed(const ckp_reader *r, uint32_t e, uint64_t c0, uint64_t c1)
 {
-    if (e >= r->info.n_extents)
+    if (r->fd < 0 || e >= r->info.n_extents)
         return;
     const ckp_extent *x = &r->x[e];
     if (c1 > x->n_chunks)

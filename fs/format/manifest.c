@@ -459,11 +459,23 @@ ckp_status ckm_load(const char *dst, ckm_manifest **out, char *err, size_t cap)
     struct stat lst;
     if (lstat(name, &lst) && (errno == ENOENT || errno == ENOTDIR))
         return explain_missing(dst, err, cap);
-    size_t size = 0, hdr;
+    size_t size = 0;
     ckp_status st = CKP_ERR_CORRUPT;
     char *buf = read_file(dst, CKP_MANIFEST_NAME, name, &size, &st, err, cap);
     if (!buf)
         return st;
+    st = ckm_parse(name, buf, size, out, err, cap);
+    free(buf);
+    return st;
+}
+
+ckp_status ckm_parse(const char *name, char *buf, size_t size, ckm_manifest **out, char *err, size_t cap)
+{
+    *out = NULL;
+    size_t hdr;
+    ckp_status st = CKP_ERR_CORRUPT;
+    if (size > MANIFEST_MAX)
+        return merr(err, cap, CKP_ERR_CORRUPT, "%s: larger than 1 GiB", name);
     cJSON *root = NULL;
     ckm_manifest *m = calloc(1, sizeof *m);
     if (!m) {
@@ -502,7 +514,6 @@ ckp_status ckm_load(const char *dst, ckm_manifest **out, char *err, size_t cap)
 out:
     cJSON_Delete(root);
     ckm_free(m);
-    free(buf);
     return st;
 }
 

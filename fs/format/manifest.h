@@ -95,6 +95,13 @@ const ckm_link *ckm_find_link(const ckm_manifest *m, const char *path);
  *   M5. sizes are at most 2^53, modes at most 07777. */
 ckp_status ckm_load(const char *dst_dir, ckm_manifest **out, char *err, size_t errCapacity);
 
+/* ckm_load of a manifest already read: the size bytes at buf, with a NUL
+ * at buf[size] (a stored manifest, named name in messages: an S3 object,
+ * say); buf is changed.  The same checks and statuses, but for the file's
+ * own (R51, CKP_ERR_IO). */
+ckp_status ckm_parse(const char *name, char *buf, size_t size, ckm_manifest **out, char *err,
+                     size_t errCapacity);
+
 /* Sort entries and write DST/ckptfs.manifest atomically (temporary file,
  * fsync, rename, fsync of the directory): format 1, or 2 if it lists links
  * (a reader of format 1 alone must refuse it rather than leave them out).  @return CKP_OK, CKP_ERR_IO (the
