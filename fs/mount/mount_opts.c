@@ -26,6 +26,9 @@ const char *ckfs_mount_usage(void)
            "\n"
            "Serve the packed directory PACKED at MOUNTPOINT as the original files\n"
            "(read-only).  Every packed file is checked before the command returns.\n"
+           "PACKED may be s3://BUCKET/PREFIX, a packed directory in S3-compatible\n"
+           "storage (credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or\n"
+           "AWS_PROFILE and ~/.aws; AWS_REGION, AWS_ENDPOINT_URL; never on the command line).\n"
            "  -f                 stay in the foreground (log to stderr, not syslog)\n"
            "  -d                 libfuse debug output (implies -f)\n"
            "  -h, --help         this text\n"
@@ -55,6 +58,11 @@ const char *ckfs_mount_usage(void)
            "                     with O_DIRECT, or dropped once decoded (default when\n"
            "                     the model is over half of RAM; implies nommap)\n"
            "  keep_packed        never drop them\n"
+           "  endpoint=URL       s3://: the server (default AWS_ENDPOINT_URL, or AWS's own)\n"
+           "  region=R, profile=P  s3://: region, and the profile of ~/.aws to use\n"
+           "  s3_windows=N       s3://: range GETs in flight at most (default 32)\n"
+           "  s3_timeout=SECONDS s3://: how long a read retries a failing server before\n"
+           "                     it fails with EIO (default 20)\n"
            "  ro, nosuid, nodev  accepted; always in effect\n"
            "  noexec, noatime    passed to the mount\n"
            "To unmount: fusermount3 -u MOUNTPOINT (or umount as root).\n"
@@ -213,6 +221,17 @@ static ckfs_status parse_one(ckfs_mount_opts *o, const char *opt, char *err, siz
             return 0;
         if (KEY("dir_mode") && parse_mask(val, &o->dir_mode) == 0)
             return 0;
+        if (KEY("endpoint") && *val && strlen(val) < sizeof o->endpoint)
+            return snprintf(o->endpoint, sizeof o->endpoint, "%s", val), 0;
+        if (KEY("region") && *val && strlen(val) < sizeof o->region)
+            return snprintf(o->region, sizeof o->region, "%s", val), 0;
+        if (KEY("profile") && *val && strlen(val) < sizeof o->profile)
+            return snprintf(o->profile, sizeof o->profile, "%s", val), 0;
+        if (KEY("s3_windows") && parse_uint(val, 1, 256, &o->s3_windows) == 0)
+            return 0;
+        unsigned secs;
+        if (KEY("s3_timeout") && parse_uint(val, 1, 3600, &secs) == 0)
+            return o->s3_timeout_ms = secs * 1000u, 0;
         if (KEY("log") && *val && strlen(val) < sizeof o->log)
             return snprintf(o->log, sizeof o->log, "%s", val), 0; /* val is freed after parsing */
         if (KEY("uid") || KEY("gid"))
@@ -235,6 +254,12 @@ static ckfs_status parse_one(ckfs_mount_opts *o, const char *opt, char *err, siz
             return usage_err(err, cap, BAD "an octal mode from 0 to 0777 expected", opt);
         if (KEY("log"))
             return usage_err(err, cap, BAD "a file name, or stderr expected", opt);
+        if (KEY("endpoint") || KEY("region") || KEY("profile"))
+            return usage_err(err, cap, BAD "a value (endpoint=http://HOST:PORT, region=us-east-1, profile=NAME) expected", opt);
+        if (KEY("s3_windows"))
+            return usage_err(err, cap, BAD "a whole number from 1 to 256 expected", opt);
+        if (KEY("s3_timeout"))
+            return usage_err(err, cap, BAD "a whole number of seconds from 1 to 3600 expected", opt);
 #undef BAD
     }
 #undef KEY
@@ -263,6 +288,8 @@ ckfs_status ckfs_parse_mount_args(int argc, char **argv, ckfs_mount_opts *o, cha
     o->read_ahead_kb = CKFS_DEFAULT_READ_AHEAD_KB;
     o->mmap = 1;
     o->drop_packed = -1;
+    o->s3_windows = CKFS_DEFAULT_S3_WINDOWS;
+    o->s3_timeout_ms = CKFS_DEFAULT_S3_TIMEOUT_MS;
     o->uid = o->gid = -1;
     o->fmask = o->dmask = -1;
     o->file_mode = o->dir_mode = -1;

@@ -16,6 +16,8 @@
 #define CKFS_DEFAULT_PREFETCH_THREADS 2   /* at most; and at most one less than the CPUs */
 #define CKFS_DEFAULT_READ_AHEAD_KB 1024
 #define CKFS_MAX_REQUEST (1u << 20)      /* largest read request we ask for */
+#define CKFS_DEFAULT_S3_WINDOWS 32       /* s3_windows= */
+#define CKFS_DEFAULT_S3_TIMEOUT_MS 20000 /* s3_timeout= */
 
 typedef struct {
     const char *dst;           /* as given */
@@ -39,6 +41,12 @@ typedef struct {
     int file_mode, dir_mode;   /* file_mode=/dir_mode=: the permission bits every file / dir
                                 * shows, whatever was stored (then masked); -1: stored */
     int mmap;                  /* decode from mappings of the packed files (default 1) */
+    /* PACKED is s3://BUCKET/PREFIX (readpath.c, s3_mount.c): where and how */
+    char endpoint[1024];       /* endpoint=: "" the AWS way (fs/s3/s3.h) */
+    char region[128];          /* region= */
+    char profile[256];         /* profile= */
+    unsigned s3_windows;       /* s3_windows=: range GETs in flight at most */
+    unsigned s3_timeout_ms;    /* s3_timeout=: time one read may spend retrying, then EIO */
     int drop_packed;           /* drop packed pages once decoded: 1 on, 0 off,
                                 * -1 auto (on when the files served exceed half
                                 * of the memory: see ckfs_drop_packed_auto) */

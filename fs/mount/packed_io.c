@@ -117,6 +117,8 @@ void ckfs_drop_decoded(ckfs_ctx *c, const ckcache_key *k, const ckp_reader *r, i
  * dropped). */
 static int direct_fd(ckfs_mfile *f, const ckp_reader *r)
 {
+    if (ckp_get_source(r))
+        return -1; /* no file: its windows read the source */
     int d1 = atomic_load_explicit(&f->dfd1, memory_order_acquire);
     if (d1)
         return d1 - 1 >= 0 ? d1 - 1 : -1;
@@ -142,8 +144,8 @@ void ckfs_window_range(ckfs_ctx *c, uint32_t file, const ckp_reader *r, uint64_t
             return;
         const ckp_extent *x = ckp_get_extent(r, e);
         uint64_t xend = x->orig_offset + x->orig_size;
-        unsigned n = ckw_window_chunks(x);
-        if (n && dfd >= 0) {
+        unsigned n = ckw_set_chunks(c->windows, x);
+        if (n && (dfd >= 0 || ckp_get_source(r))) {
             /* From the first chunk wholly past `from` (the one holding it
              * may be queued for decode already: the decode-ahead ends
              * there) to the next multiple of n, only chunks not decoded yet:

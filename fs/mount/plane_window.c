@@ -43,6 +43,7 @@ struct ckw_window {
 };
 
 struct ckw_set {
+    uint64_t window_bytes;         /* original bytes per window (ckw_new_sized) */
     pthread_mutex_t lock;
     pthread_cond_t loaded;         /* some load finished */
     pthread_cond_t work;           /* a window queued, or stopping */
@@ -57,12 +58,15 @@ struct ckw_set {
     ckw_stats st;
 };
 
-unsigned ckw_window_chunks(const ckp_extent *x)
+static unsigned chunks_of(uint64_t bytes, const ckp_extent *x)
 {
-    if (!x->chunk_size || x->chunk_size > CKW_BYTES)
+    if (!x->chunk_size || x->chunk_size > bytes)
         return 0;
-    return CKW_BYTES / x->chunk_size < CKW_MAX_CHUNKS ? (unsigned)(CKW_BYTES / x->chunk_size) : CKW_MAX_CHUNKS;
+    return bytes / x->chunk_size < CKW_MAX_CHUNKS ? (unsigned)(bytes / x->chunk_size) : CKW_MAX_CHUNKS;
 }
+
+unsigned ckw_window_chunks(const ckp_extent *x) { return chunks_of(CKW_BYTES, x); }
+unsigned ckw_set_chunks(const ckw_set *w, const ckp_extent *x) { return chunks_of(w->window_bytes, x); }
 
 /* The window holding chunk c of extent e of file, or NULL; with *end the
  * first chunk past c where another window of the extent starts (at most
@@ -102,8 +106,8 @@ static ckw_window *take_slot(ckw_set *w)
 void ckw_prefetch(ckw_set *w, uint32_t file, const ckp_reader *r, int dfd, uint32_t e, uint64_t c, uint64_t cEnd)
 {
     const ckp_extent *x = ckp_get_extent(r, e);
-    unsigned n_per = ckw_window_chunks(x);
-    if (!n_per || dfd < 0 || c >= x->n_chunks || cEnd <= c)
+    unsigned n_per = ckw_set_chunks(w, x);
+    if (!n_per || (dfd < 0 && !ckp_get_source(r)) || c >= x->n_chunks || cEnd <= c)
         return;
     /* From c (the chunks before it were asked for already: a window of
      * chunks decoded otherwise would never be used up) to the next multiple
@@ -150,10 +154,44 @@ static int read_direct(int fd, uint8_t *dst, uint64_t a, uint64_t b)
     return got >= b - a ? 0 : -1;
 }
 
+/* Load window s from its reader's source (no descriptor): one read (a
+ * ranged GET) per plane, no alignment.  @return bytes read, or 0. */
+static uint64_t load_source(ckw_window *s)
+{
+    const ckp_extent *x = ckp_get_extent(s->r, s->e);
+    uint64_t lo[3], hi[3];
+    size_t need = 0;
+    ckp_chunk_need(s->r, s->e, s->c0, s->c0 + s->n, lo, hi);
+    for (int p = 0; p < 3; p++)
+        need += hi[p] - lo[p];
+    if (need > s->cap || (s->cap > 2 * need && s->cap > (1u << 20))) {
+        free(s->buf);
+        s->cap = 0;
+        if (!(s->buf = malloc(need ? need : 1)))
+            return 0;
+        s->cap = need ? need : 1;
+    }
+    memset(&s->pl, 0, sizeof s->pl);
+    uint64_t at = 0;
+    for (int p = 0; p < 3; p++) {
+        if (hi[p] <= lo[p])
+            continue;
+        if (ckp_read_packed(s->r, s->buf + at, hi[p] - lo[p], x->plane_offset[p] + lo[p]) != CKP_OK)
+            return 0;
+        s->pl.base[p] = s->buf + at;
+        s->pl.off[p] = lo[p];
+        s->pl.len[p] = hi[p] - lo[p];
+        at += hi[p] - lo[p];
+    }
+    return at ? at : 1;
+}
+
 /* Load window s (LOADING: only this thread touches its buffer), one pread
  * per plane.  Called without the lock.  @return bytes read, or 0 on failure. */
 static uint64_t load(ckw_window *s)
 {
+    if (s->dfd < 0)
+        return load_source(s);
     const ckp_extent *x = ckp_get_extent(s->r, s->e);
     uint64_t c0 = s->c0, lo[3], hi[3], a[3], b[3];
     size_t need = 0;
@@ -221,7 +259,7 @@ static void *io_main(void *arg)
 
 ckw_window *ckw_get(ckw_set *w, uint32_t file, const ckp_reader *r, uint32_t e, uint64_t c, ckp_planes *pl)
 {
-    if (!ckw_window_chunks(ckp_get_extent(r, e)))
+    if (!ckw_set_chunks(w, ckp_get_extent(r, e)))
         return NULL;
     pthread_mutex_lock(&w->lock);
     ckw_window *s = find(w, file, e, c, NULL);
@@ -263,11 +301,14 @@ void ckw_get_stats(ckw_set *w, ckw_stats *st)
     pthread_mutex_unlock(&w->lock);
 }
 
-ckw_set *ckw_new(unsigned maxWindows, unsigned ioThreads)
+ckw_set *ckw_new(unsigned maxWindows, unsigned ioThreads) { return ckw_new_sized(maxWindows, ioThreads, CKW_BYTES); }
+
+ckw_set *ckw_new_sized(unsigned maxWindows, unsigned ioThreads, uint64_t windowBytes)
 {
     ckw_set *w = calloc(1, sizeof *w);
     if (!w)
         return NULL;
+    w->window_bytes = windowBytes;
     w->n_slots = maxWindows ? maxWindows : 1;
     w->slot = calloc(w->n_slots, sizeof *w->slot);
     w->queue = calloc(w->n_slots, sizeof *w->queue);

@@ -50,15 +50,24 @@ typedef struct {
  * CKW_MAX_CHUNKS, or 0 when its chunks are larger (read as before). */
 unsigned ckw_window_chunks(const ckp_extent *x);
 
+/* Chunks per window of extent x in set w (its window size). */
+unsigned ckw_set_chunks(const ckw_set *w, const ckp_extent *x);
+
 /* @return NULL when out of memory or the threads cannot start. */
 ckw_set *ckw_new(unsigned maxWindows, unsigned ioThreads);
+/* ckw_new with windows of windowBytes original bytes (CKW_MAX_CHUNKS chunks
+ * at most) instead of CKW_BYTES: the network windows of an s3:// mount
+ * (8 MiB: 64 BF16 chunks, ~5.6 MiB of packed bytes, 3 range GETs). */
+ckw_set *ckw_new_sized(unsigned maxWindows, unsigned ioThreads, uint64_t windowBytes);
 /* Stop the I/O threads and free everything; no window may be held. */
 void ckw_free(ckw_set *w);
 
 /* Queue the load of a window from chunk c of extent e of file number file
- * (reader r, and dfd, a descriptor of the same file opened O_DIRECT), up to
- * chunk cEnd at most (exclusive), unless one holds c.  Best effort; r and
- * dfd must stay open until ckw_free. */
+ * (reader r, and dfd, a descriptor of the same file opened O_DIRECT; -1
+ * for a reader of a source, ckp_open_source, whose windows are read with
+ * ckp_read_packed: one range GET per plane), up to chunk cEnd at most
+ * (exclusive), unless one holds c.  Best effort; r and dfd must stay open
+ * until ckw_free. */
 void ckw_prefetch(ckw_set *w, uint32_t file, const ckp_reader *r, int dfd, uint32_t e, uint64_t c, uint64_t cEnd);
 
 /* The loaded window holding chunk c of extent e of file (waiting while it

@@ -31,6 +31,7 @@
 #include "packed_io.h"
 #include "plane_window.h"
 #include "readpath.h"
+#include "s3_mount.h"
 #include "util.h"
 
 #include <cjson/cJSON.h>
@@ -152,10 +153,16 @@ static int open_reader(ckfs_ctx *c, uint32_t i, ckp_reader **out)
 {
     const ckm_file *f = &c->m->files[i];
     char msg[512];
-    ckp_status st = ckp_open_at(c->dst, f->path, c->o.mmap ? CKP_OPEN_MMAP : 0, out, msg, sizeof msg);
-    if (st != CKP_OK) {
-        ckfs_log("%s: cannot open packed file: %s", CKU_ESC(f->path), msg);
-        return ckp_status_errno(st);
+    if (c->s3) {
+        int e = ckfs_s3_open_reader(c, i, out);
+        if (e)
+            return e;
+    } else {
+        ckp_status st = ckp_open_at(c->dst, f->path, c->o.mmap ? CKP_OPEN_MMAP : 0, out, msg, sizeof msg);
+        if (st != CKP_OK) {
+            ckfs_log("%s: cannot open packed file: %s", CKU_ESC(f->path), msg);
+            return ckp_status_errno(st);
+        }
     }
     const ckp_info *in = ckp_get_info(*out);
     if (in->original_size != f->size || strcmp(in->path, f->path) || memcmp(in->sha256, f->sha256, 32)) {
@@ -182,7 +189,7 @@ static int get_reader(ckfs_ctx *c, uint32_t i, const ckp_reader **out)
         err = f->open_err;
         if (!r && !err) {
             err = open_reader(c, i, &r);
-            if (!err && fstat(ckp_fd(r), &f->bound) != 0) {
+            if (!err && !c->s3 && fstat(ckp_fd(r), &f->bound) != 0) {
                 ckfs_log("%s: cannot look at packed file: %s", CKU_ESC(c->m->files[i].path), strerror(errno));
                 ckp_close(r);
                 r = NULL;
@@ -190,6 +197,8 @@ static int get_reader(ckfs_ctx *c, uint32_t i, const ckp_reader **out)
             }
             if (err == EIO)
                 f->open_err = err;     /* damage does not heal; other errors may */
+            else if (err == EAGAIN)
+                err = EIO;             /* s3://: the server failed; a later open tries again */
             else if (!err) {
                 if (c->o.drop_packed)
                     ckfs_no_readahead(r);
@@ -236,6 +245,8 @@ static int same_time(const struct timespec *a, const struct timespec *b)
  * c->on_change). */
 static int check_bound(ckfs_ctx *c, uint32_t i, const ckp_reader *r)
 {
+    if (c->s3) /* an object: its ETag, checked by every GET (If-Match) */
+        return ckfs_s3_check(c, i, r);
     ckfs_mfile *f = &c->files[i];
     if (atomic_load_explicit(&f->changed, memory_order_relaxed))
         return EIO;
@@ -307,6 +318,12 @@ static int fill_chunk(void *arg, const ckcache_key *k, void *dst, size_t len)
     int bus = 0;
     ckp_planes pl;
     ckw_window *win = c->windows ? ckw_get(c->windows, k->file, r, k->extent, k->chunk, &pl) : NULL;
+    if (!win && c->s3 && c->windows) {
+        /* s3://: through a window too (one of this chunk alone if need be),
+         * so that no chunk's bytes are fetched twice, by a window and here */
+        ckw_prefetch(c->windows, k->file, r, -1, k->extent, k->chunk, k->chunk + 1);
+        win = ckw_get(c->windows, k->file, r, k->extent, k->chunk, &pl);
+    }
     ckp_status st = win ? ckp_read_chunk_from(r, k->extent, k->chunk, &pl, dst, s)
                         : read_chunk_guarded(r, k, dst, s, &bus);
     if (win)
@@ -320,12 +337,16 @@ static int fill_chunk(void *arg, const ckcache_key *k, void *dst, size_t len)
     }
     if (st == CKP_OK) {
         atomic_fetch_add_explicit(&c->decoded_bytes, len, memory_order_relaxed);
-        /* The decoded bytes go to the page cache: not both. */
-        if (c->o.drop_packed)
-            ckfs_drop_decoded(c, k, r, !win);
+        /* The decoded bytes go to the page cache: not both.  s3://: only
+         * marked decoded, so that no window fetches its bytes again */
+        if (c->o.drop_packed || c->s3)
+            ckfs_drop_decoded(c, k, r, !win && c->o.drop_packed);
         return 0;
     }
     atomic_fetch_add_explicit(&c->decode_errors, 1, memory_order_relaxed);
+    if (c->s3 && st == CKP_ERR_IO)
+        return EAGAIN; /* the server failed (logged by s3_mount.c): EIO for this read, not
+                        * remembered by the cache as damage; a later read tries again */
     const ckp_extent *x = ckp_get_extent(r, k->extent);
     uint64_t start = x->orig_offset + k->chunk * x->chunk_size;
     if (bus)
@@ -427,7 +448,8 @@ void ckfs_ahead_next(ckfs_ahead *a, uint64_t depth, uint64_t off, uint64_t end, 
         return;
     uint64_t run = a->next_off - a->run_start;
     uint64_t ahead = run / 4 < depth ? run / 4 : depth;
-    uint64_t hint = run / 2 < HINT_MAX ? run / 2 : HINT_MAX;
+    uint64_t hmax = a->hint_max ? a->hint_max : HINT_MAX;
+    uint64_t hint = run / 2 < hmax ? run / 2 : hmax;
     /* a run that began in this tensor stops at its end: a loader taking
      * tensors by name jumps elsewhere next (layers.1 -> layers.10) */
     uint64_t stop = a->run_start >= xstart && xend < fsize ? xend : fsize;
@@ -465,7 +487,7 @@ static void read_ahead(ckfs_ctx *c, ckfs_ofile *of, const ckp_reader *r, uint64_
     pthread_mutex_lock(&of->lock);
     ckfs_ahead_next(&of->ahead, c->o.prefetch, off, end, fsize, xstart, xend, &p);
     pthread_mutex_unlock(&of->lock);
-    if (p.hto > p.hfrom && c->windows)
+    if (p.hto > p.hfrom && c->windows) /* drop_packed's O_DIRECT or s3://'s network windows */
         ckfs_window_range(c, of->file, r, p.hfrom, p.hto, 0);
     else if (p.hto > p.hfrom)
         hint_range(r, p.hfrom, p.hto);
@@ -488,6 +510,7 @@ int ckfs_file_open(ckfs_ctx *c, uint32_t file, ckfs_ofile **out)
         return ENOMEM;
     of->file = file;
     of->c = c;
+    of->ahead.hint_max = c->s3 ? ckfs_s3_ahead(c) : 0;
     pthread_mutex_init(&of->lock, NULL);
     pthread_mutex_lock(&c->ofiles_lock);
     of->next = c->ofiles;
@@ -612,7 +635,7 @@ int ckfs_read(ckfs_ctx *c, ckfs_ofile *of, uint64_t fsize, uint64_t off, size_t 
     if (size >= (512u << 10))
         atomic_fetch_add_explicit(&c->big_reads, 1, memory_order_relaxed);
     read_ahead(c, of, r, off, end, fsize);
-    if (c->windows) /* drop_packed: this request's own packed bytes in a few large reads */
+    if (c->windows) /* this request's own packed bytes in a few large reads (a window per plane) */
         ckfs_window_range(c, of->file, r, off, end, 1);
     /* A request spanning several chunks: workers decode the later ones
      * while this thread decodes the first (each is decoded once either way). */
@@ -648,7 +671,7 @@ int ckfs_read(ckfs_ctx *c, ckfs_ofile *of, uint64_t fsize, uint64_t off, size_t 
         ckfs_pieces_release(c, p, 0);
         memset(p, 0, sizeof *p);
     }
-    return err;
+    return err == EAGAIN ? EIO : err; /* s3://: the server failed, see fill_chunk */
 }
 
 /* ---- setup ------------------------------------------------------------------ */
@@ -670,11 +693,13 @@ void ckfs_ctx_free(ckfs_ctx *c)
     cki_free(c->t);
     ckm_free(c->m);
     free(c->dst);
+    ckfs_s3_free(c);
 }
 
-ckfs_status ckfs_ctx_load(ckfs_ctx *c, char *err, size_t errCapacity)
+/* ckfs_ctx_load of a local packed directory: c->dst, c->m, and the mode
+ * and mtime of the tree's root (the directory's, the manifest's). */
+static ckfs_status load_local(ckfs_ctx *c, uint32_t *root_mode, int64_t *mtime, char *err, size_t errCapacity)
 {
-    pthread_mutex_init(&c->ofiles_lock, NULL);
     c->dst = realpath(c->o.dst, NULL);
     if (!c->dst)
         return cku_errf(err, errCapacity, errno == ENOMEM ? CKFS_ERR_NOMEM : CKFS_ERR_IO, "%s: %s", c->o.dst,
@@ -684,15 +709,32 @@ ckfs_status ckfs_ctx_load(ckfs_ctx *c, char *err, size_t errCapacity)
         return ls;
     char *mpath;
     struct stat st;
-    int64_t mtime = 0;
-    uint32_t root_mode = 0700; /* if the directory cannot be stat'ed: nobody else's */
     if (stat(c->dst, &st) == 0)
-        root_mode = st.st_mode & 07777;
+        *root_mode = st.st_mode & 07777;
     if (asprintf(&mpath, "%s/%s", c->dst, CKP_MANIFEST_NAME) >= 0) {
         if (stat(mpath, &st) == 0)
-            mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+            *mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
         free(mpath);
     }
+    return CKFS_OK;
+}
+
+ckfs_status ckfs_ctx_load(ckfs_ctx *c, char *err, size_t errCapacity)
+{
+    pthread_mutex_init(&c->ofiles_lock, NULL);
+    int64_t mtime = 0;
+    uint32_t root_mode = 0700; /* if the directory cannot be stat'ed: nobody else's */
+    ckfs_status ls;
+    if (ckfs_is_s3(c->o.dst)) {
+        /* objects have no directory: the root is 0755, of the mount's time */
+        root_mode = 0755;
+        mtime = (int64_t)time(NULL) * 1000000000;
+        ls = ckfs_s3_load(c, err, errCapacity);
+    } else {
+        ls = load_local(c, &root_mode, &mtime, err, errCapacity);
+    }
+    if (ls != CKFS_OK)
+        return ls;
     char msg[1024];
     if ((ls = cki_build(c->m, root_mode, mtime, &c->t, msg, sizeof msg)) != CKFS_OK)
         return cku_errf(err, errCapacity, ls, "%s: %s", c->dst, msg);
@@ -707,6 +749,8 @@ ckfs_status ckfs_ctx_load(ckfs_ctx *c, char *err, size_t errCapacity)
         }
         c->total_size += c->m->files[i].size;
     }
+    if (c->s3) /* no page cache of packed bytes to drop, no file to map */
+        c->o.drop_packed = c->o.mmap = 0;
     if (c->o.drop_packed < 0)
         c->o.drop_packed = ckfs_drop_packed_auto(c->total_size);
     if (c->o.drop_packed) /* pages of a mapping that fault-around mapped again */
@@ -718,6 +762,8 @@ ckfs_status ckfs_ctx_load(ckfs_ctx *c, char *err, size_t errCapacity)
 
 ckfs_status ckfs_open_all(ckfs_ctx *c, char *err, size_t errCapacity)
 {
+    if (c->s3) /* objects are opened at their first open: here, that each is there */
+        return ckfs_s3_check_objects(c, err, errCapacity);
     size_t bad = 0, nomem = 0;
     for (uint32_t i = 0; i < c->m->n_files; i++) {
         const ckp_reader *r;
@@ -748,6 +794,10 @@ ckfs_status ckfs_cache_start(ckfs_ctx *c)
     if (c->o.drop_packed && c->o.prefetch && c->o.prefetch_threads &&
         !(c->windows = ckw_new(DIRECT_WINDOWS, DIRECT_THREADS)))
         ckfs_log("cannot start the O_DIRECT read-ahead (out of memory or threads): reading through the page cache");
+    /* s3://: chunks come through network windows (a range GET per plane
+     * of up to 8 MiB of original bytes), many in flight */
+    if (c->s3 && !(c->windows = ckfs_s3_windows(c)))
+        ckfs_log("cannot start the network windows (out of memory or threads): a range GET per chunk");
     return CKFS_OK;
 }
 
@@ -761,11 +811,23 @@ void ckfs_cache_stop(ckfs_ctx *c)
 
 /* The daemon's counters, in the order `ckptfs stat` and -o stats show them:
  * up to CKFS_N_COUNTERS, the O_DIRECT windows' only with drop_packed. */
-#define CKFS_N_COUNTERS 32
+#define CKFS_N_COUNTERS 40
 typedef struct {
     const char *name;
     uint64_t v;
 } ckfs_counter;
+
+typedef struct {
+    ckfs_counter *n;
+    size_t *k;
+} counter_sink;
+
+static void put_counter(void *arg, const char *name, uint64_t v)
+{
+    counter_sink *s = arg;
+    if (*s->k < CKFS_N_COUNTERS)
+        s->n[(*s->k)++] = (ckfs_counter){name, v};
+}
 
 static size_t counters(ckfs_ctx *c, ckfs_counter *n)
 {
@@ -803,6 +865,10 @@ static size_t counters(ckfs_ctx *c, ckfs_counter *n)
         PUT("direct_replaced", w.replaced);
     }
 #undef PUT
+    if (c->s3) {
+        counter_sink sink = {n, &k};
+        ckfs_s3_counters(c, put_counter, &sink);
+    }
     assert(k <= CKFS_N_COUNTERS);
     return k;
 }

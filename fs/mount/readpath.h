@@ -30,6 +30,7 @@
 #define CKFS_MAX_IOV 1000          /* pieces in one reply: below IOV_MAX, leaving room for the header */
 
 struct ckfs_decoded;
+struct ckfs_s3;
 
 /* A packed file, opened and bound to its manifest entry at mount time
  * (ckfs_open_all) and kept open until unmount.  What it was when bound is
@@ -67,7 +68,9 @@ typedef struct ckfs_ctx {
     ckfs_mfile *files;             /* one per manifest file */
     ckcache *cache;                /* from ckfs_cache_start */
     struct ckw_set *windows;       /* drop_packed: O_DIRECT read-ahead (plane_window.h),
-                                    * from ckfs_cache_start; NULL: none */
+                                    * s3://: the network windows; from
+                                    * ckfs_cache_start; NULL: none */
+    struct ckfs_s3 *s3;            /* PACKED is s3://BUCKET/PREFIX (s3_mount.h), or NULL */
     uid_t uid;
     gid_t gid;
     uint64_t total_size;
@@ -93,6 +96,8 @@ typedef struct {
     unsigned seq;                  /* near-sequential reads in a row */
     uint64_t ahead_to;             /* decode-ahead requested up to here */
     uint64_t hint_to;              /* disk readahead hinted up to here */
+    uint64_t hint_max;             /* hint at most this far past a read; 0: 16 MiB
+                                    * (an s3:// mount's network windows go further) */
 } ckfs_ahead;
 
 /* What one read asks for ahead of it: decode the chunks holding original

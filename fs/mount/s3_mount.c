@@ -1,0 +1,307 @@
+/*
+ * s3_mount.c — the s3:// side of the mount (s3_mount.h): the client and
+ * the manifest at mount, with a message for each way that fails; the
+ * objects' listing; each file's first open on a source bound to its ETag;
+ * the network windows; the counters.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "plane_window.h"
+#include "s3.h"
+#include "s3_mount.h"
+#include "s3_source.h"
+#include "util.h"
+
+#define PACKED_HEADER 64u          /* format §3.1: a packed file is at least its header */
+#define MANIFEST_MAX (1ull << 30)   /* format §7: a manifest is at most 1 GiB */
+#define FAIL_FAST_MS 1000u          /* after a read gave up, others fail at once this long */
+#define LOG_EVERY_MS 1000u          /* failed reads: one log line a second at most */
+
+struct ckfs_s3 {
+    cks3_client *client;
+    char *bucket, *prefix;
+    cks3_source_ctx sc;
+    pthread_mutex_t log_lock;
+    uint64_t last_log_ms;           /* by log_lock */
+    unsigned suppressed;            /* by log_lock */
+};
+
+int ckfs_is_s3(const char *packed) { return cks3_is_url(packed); }
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* A failed read's message (s3_source.h on_error): logged, at most one a
+ * second (a server down fails every read), with the count left out. */
+static void on_error(void *arg, const char *msg)
+{
+    struct ckfs_s3 *s = arg;
+    uint64_t now = now_ms();
+    unsigned skipped = 0;
+    pthread_mutex_lock(&s->log_lock);
+    int say = now - s->last_log_ms >= LOG_EVERY_MS;
+    if (say) {
+        skipped = s->suppressed;
+        s->suppressed = 0;
+        s->last_log_ms = now;
+    } else {
+        s->suppressed++;
+    }
+    pthread_mutex_unlock(&s->log_lock);
+    if (say && skipped)
+        ckfs_log("%s (and %u more failed reads)", msg, skipped);
+    else if (say)
+        ckfs_log("%s", msg);
+}
+
+/* The message of a failed manifest GET or listing: which, and what to do. */
+static ckfs_status load_error(ckfs_ctx *c, cks3_status st, const char *msg, char *err, size_t cap)
+{
+    struct ckfs_s3 *s = c->s3;
+    const char *ep = cks3_endpoint(s->client);
+    switch (st) {
+    case CKS3_ERR_AUTH:
+        return cku_errf(err, cap, CKFS_ERR_IO,
+                        "%s: access denied by %s with the credentials from %s (%s): check AWS_ACCESS_KEY_ID and "
+                        "AWS_SECRET_ACCESS_KEY (or the profile: AWS_PROFILE, -o profile=) and that they may read "
+                        "bucket %s",
+                        c->dst, ep, cks3_cred_source(s->client), msg, s->bucket);
+    case CKS3_ERR_NO_BUCKET:
+        return cku_errf(err, cap, CKFS_ERR_IO,
+                        "%s: bucket %s does not exist at %s (region %s): check the bucket's name, and the endpoint "
+                        "(-o endpoint=, AWS_ENDPOINT_URL) and region (-o region=, AWS_REGION)",
+                        c->dst, s->bucket, ep, cks3_region(s->client));
+    case CKS3_ERR_NETWORK:
+    case CKS3_ERR_SERVER:
+        return cku_errf(err, cap, CKFS_ERR_IO,
+                        "%s: cannot reach the S3 server %s (%s): check the endpoint (-o endpoint=, "
+                        "AWS_ENDPOINT_URL) and the network, or raise s3_timeout=",
+                        c->dst, ep, msg);
+    case CKS3_ERR_NOMEM:
+        return cku_errf(err, cap, CKFS_ERR_NOMEM, "%s: out of memory", c->dst);
+    default:
+        return cku_errf(err, cap, CKFS_ERR_IO, "%s: %s", c->dst, msg);
+    }
+}
+
+/* No manifest under the prefix: say what is there instead. */
+static ckfs_status explain_missing(ckfs_ctx *c, char *err, size_t cap)
+{
+    struct ckfs_s3 *s = c->s3;
+    char msg[1024];
+    cks3_list_result l;
+    char *dir = *s->prefix ? cks3_key(s->prefix, "") : strdup("");
+    if (!dir)
+        return cku_errf(err, cap, CKFS_ERR_NOMEM, "%s: out of memory", c->dst);
+    cks3_status st = cks3_list(s->client, s->bucket, dir, &l, msg, sizeof msg);
+    free(dir);
+    if (st != CKS3_OK)
+        return load_error(c, st, msg, err, cap);
+    int unfinished = 0;
+    char below[1024] = "";          /* a packed directory further down, if any */
+    size_t skip = *s->prefix ? strlen(s->prefix) + 1 : 0;
+    for (size_t i = 0; i < l.n; i++) {
+        const char *rel = l.v[i].key + skip, *base = strrchr(rel, '/');
+        unfinished |= !strcmp(rel, CKP_STATE_NAME);
+        if (!below[0] && base && !strcmp(base + 1, CKP_MANIFEST_NAME))
+            snprintf(below, sizeof below, "; s3://%s/%.*s holds one", s->bucket, (int)(base - l.v[i].key),
+                     l.v[i].key);
+    }
+    size_t n = l.n;
+    cks3_list_free(&l);
+    if (unfinished)
+        return cku_errf(err, cap, CKFS_ERR_NOT_PACKED,
+                        "%s: not a packed directory yet: a pack to it is unfinished (%s is there, %s is not); "
+                        "run the same ckptfs pack command again to finish it",
+                        c->dst, CKP_STATE_NAME, CKP_MANIFEST_NAME);
+    if (!n)
+        return cku_errf(err, cap, CKFS_ERR_NOT_PACKED,
+                        "%s: nothing is stored under this prefix in bucket %s: check the prefix, or pack a model "
+                        "there first (ckptfs pack SRC %s)",
+                        c->dst, s->bucket, c->dst);
+    return cku_errf(err, cap, CKFS_ERR_NOT_PACKED,
+                    "%s: not a packed directory: %zu objects under it but no %s; name the prefix that holds %s "
+                    "(the directory ckptfs pack wrote)%s",
+                    c->dst, n, CKP_MANIFEST_NAME, CKP_MANIFEST_NAME, below);
+}
+
+ckfs_status ckfs_s3_load(ckfs_ctx *c, char *err, size_t cap)
+{
+    char msg[1024];
+    struct ckfs_s3 *s = c->s3 = calloc(1, sizeof *c->s3);
+    if (!s)
+        return cku_errf(err, cap, CKFS_ERR_NOMEM, "%s: out of memory", c->o.dst);
+    pthread_mutex_init(&s->log_lock, NULL);
+    cks3_status st = cks3_parse_url(c->o.dst, &s->bucket, &s->prefix, msg, sizeof msg);
+    if (st != CKS3_OK)
+        return cku_errf(err, cap, st == CKS3_ERR_NOMEM ? CKFS_ERR_NOMEM : CKFS_ERR_USAGE, "%s", msg);
+    if (asprintf(&c->dst, "s3://%s%s%s", s->bucket, *s->prefix ? "/" : "", s->prefix) < 0) {
+        c->dst = NULL;
+        return cku_errf(err, cap, CKFS_ERR_NOMEM, "%s: out of memory", c->o.dst);
+    }
+    cks3_config cfg = {.endpoint = c->o.endpoint[0] ? c->o.endpoint : NULL,
+                       .region = c->o.region[0] ? c->o.region : NULL,
+                       .profile = c->o.profile[0] ? c->o.profile : NULL,
+                       .max_conns = c->o.s3_windows * 3 + c->o.threads,
+                       .retry_ms = c->o.s3_timeout_ms};
+    if ((st = cks3_client_new(&cfg, &s->client, msg, sizeof msg)) != CKS3_OK)
+        return cku_errf(err, cap, st == CKS3_ERR_NOMEM ? CKFS_ERR_NOMEM : CKFS_ERR_IO, "%s: %s", c->dst, msg);
+    s->sc = (cks3_source_ctx){.c = s->client, .bucket = s->bucket, .fail_fast_ms = FAIL_FAST_MS,
+                              .on_error = on_error, .on_error_arg = s};
+    char *key = cks3_key(s->prefix, CKP_MANIFEST_NAME), *buf = NULL, name[4096];
+    size_t len = 0;
+    if (!key)
+        return cku_errf(err, cap, CKFS_ERR_NOMEM, "%s: out of memory", c->dst);
+    snprintf(name, sizeof name, "s3://%s/%s", s->bucket, key);
+    st = cks3_get_object(s->client, s->bucket, key, MANIFEST_MAX, NULL, &buf, &len, msg, sizeof msg);
+    free(key);
+    if (st == CKS3_ERR_NOT_FOUND)
+        return explain_missing(c, err, cap);
+    if (st == CKS3_ERR_RANGE)
+        return cku_errf(err, cap, CKFS_ERR_DAMAGED, "%s: larger than 1 GiB", name);
+    if (st != CKS3_OK)
+        return load_error(c, st, msg, err, cap);
+    ckfs_status ls = ckfs_from_ckp(ckm_parse(name, buf, len, &c->m, err, cap));
+    free(buf);
+    return ls;
+}
+
+static int cmp_entry(const void *a, const void *b)
+{
+    return strcmp(((const cks3_entry *)a)->key, ((const cks3_entry *)b)->key);
+}
+
+ckfs_status ckfs_s3_check_objects(ckfs_ctx *c, char *err, size_t cap)
+{
+    struct ckfs_s3 *s = c->s3;
+    char msg[1024];
+    cks3_list_result l;
+    char *dir = *s->prefix ? cks3_key(s->prefix, "") : strdup("");
+    if (!dir)
+        return cku_errf(err, cap, CKFS_ERR_NOMEM, "%s: out of memory", c->dst);
+    cks3_status st = cks3_list(s->client, s->bucket, dir, &l, msg, sizeof msg);
+    size_t skip = strlen(dir);
+    free(dir);
+    if (st != CKS3_OK)
+        return load_error(c, st, msg, err, cap);
+    size_t missing = 0, first = 0;
+    /* in byte order (S3 lists so, but a server walking directories may not) */
+    qsort(l.v, l.n, sizeof *l.v, cmp_entry);
+    for (size_t i = 0; i < c->m->n_files; i++) {
+        char want[CKP_MAX_PATH + 8];
+        snprintf(want, sizeof want, "%s%s", c->m->files[i].path, CKP_SUFFIX);
+        size_t lo = 0, hi = l.n;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (strcmp(l.v[mid].key + skip, want) < 0)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        int found = lo < l.n && !strcmp(l.v[lo].key + skip, want) && l.v[lo].size >= PACKED_HEADER;
+        if (!found && !missing++)
+            first = i;
+    }
+    cks3_list_free(&l);
+    if (missing)
+        return cku_errf(err, cap, CKFS_ERR_DAMAGED,
+                        "%s: %zu of %zu packed files are missing or too short (first: %s%s); not mounted. Upload the "
+                        "whole packed directory (or run the pack again)",
+                        c->dst, missing, c->m->n_files, CKU_ESC(c->m->files[first].path), CKP_SUFFIX);
+    return CKFS_OK;
+}
+
+int ckfs_s3_open_reader(ckfs_ctx *c, uint32_t i, ckp_reader **out)
+{
+    struct ckfs_s3 *s = c->s3;
+    const ckm_file *f = &c->m->files[i];
+    char msg[1024], name[CKP_MAX_PATH + 8];
+    snprintf(name, sizeof name, "%s%s", f->path, CKP_SUFFIX);
+    char *key = cks3_key(s->prefix, name);
+    if (!key)
+        return ENOMEM;
+    cks3_object o;
+    cks3_status st = cks3_head(s->client, s->bucket, key, &o, msg, sizeof msg);
+    if (st != CKS3_OK) {
+        ckfs_log("%s: cannot open packed file: %s", CKU_ESC(f->path), msg);
+        free(key);
+        return st == CKS3_ERR_NOMEM ? ENOMEM : EIO;
+    }
+    ckp_source *src = cks3_source_new(&s->sc, key, &o);
+    if (!src) {
+        free(key);
+        return ENOMEM;
+    }
+    char where[4200];
+    snprintf(where, sizeof where, "s3://%s/%s", s->bucket, key);
+    free(key);
+    ckp_status ps = ckp_open_source(src, where, out, msg, sizeof msg);
+    if (ps != CKP_OK) {
+        ckfs_log("%s: cannot open packed file: %s", CKU_ESC(f->path), msg);
+        /* a server down is not damage: a later open may succeed */
+        return ps == CKP_ERR_IO ? EAGAIN : ckp_status_errno(ps);
+    }
+    return 0;
+}
+
+int ckfs_s3_check(ckfs_ctx *c, uint32_t i, const ckp_reader *r)
+{
+    ckfs_mfile *f = &c->files[i];
+    if (atomic_load_explicit(&f->changed, memory_order_relaxed))
+        return EIO;
+    const ckp_source *src = ckp_get_source(r);
+    if (!src || !cks3_source_changed(src))
+        return 0;
+    if (atomic_exchange(&f->changed, EIO) == 0) {
+        ckfs_log("%s: packed object replaced, removed or truncated while mounted (it is no longer ETag %s); "
+                 "its opens and reads fail with EIO until it is mounted again",
+                 CKU_ESC(c->m->files[i].path), cks3_source_etag(src));
+        if (c->on_change)
+            c->on_change(c->on_change_arg, i);
+    }
+    return EIO;
+}
+
+struct ckw_set *ckfs_s3_windows(ckfs_ctx *c)
+{
+    unsigned n = c->o.s3_windows;
+    return ckw_new_sized(n + n / 2 + 2, n, CKFS_S3_WINDOW_BYTES);
+}
+
+uint64_t ckfs_s3_ahead(const ckfs_ctx *c) { return (uint64_t)(c->o.s3_windows / 2 + 1) * CKFS_S3_WINDOW_BYTES; }
+
+void ckfs_s3_counters(ckfs_ctx *c, void (*put)(void *arg, const char *name, uint64_t v), void *arg)
+{
+    struct ckfs_s3 *s = c->s3;
+    cks3_stats st;
+    cks3_get_stats(s->client, &st);
+    put(arg, "s3_packed_bytes_fetched", atomic_load(&s->sc.bytes));
+    put(arg, "s3_range_gets", atomic_load(&s->sc.reads));
+    put(arg, "s3_read_errors", atomic_load(&s->sc.errors));
+    put(arg, "s3_requests", st.requests);
+    put(arg, "s3_retries", st.retries);
+    put(arg, "s3_bytes_in", st.bytes_in);
+}
+
+void ckfs_s3_free(ckfs_ctx *c)
+{
+    struct ckfs_s3 *s = c->s3;
+    if (!s)
+        return;
+    cks3_client_free(s->client);
+    free(s->bucket);
+    free(s->prefix);
+    pthread_mutex_destroy(&s->log_lock);
+    free(s);
+    c->s3 = NULL;
+}

@@ -1,0 +1,52 @@
+/*
+ * s3_source.h — an S3 object as a source of packed bytes for the format
+ * library's reader (container.h, ckp_source): "these byte ranges of this
+ * file, from this version of it".  Every read is a ranged GET carrying
+ * If-Match with the ETag the source was bound to, so an object replaced
+ * later is never mixed with the bytes read before: the read fails with
+ * ESTALE and the source stays marked changed.
+ *
+ *   cks3_source_ctx sc = {.c = client, .bucket = "b", .fail_fast_ms = 1000};
+ *   cks3_object o;  cks3_head(client, "b", key, &o, ...);
+ *   ckp_open_source(cks3_source_new(&sc, key, &o), key, &reader, ...);
+ *
+ * One cks3_source_ctx (owned by the caller, outliving its sources) is
+ * shared by the sources of one mount or command: its counters add up their
+ * reads.  Thread-safe.
+ */
+#ifndef CKS3_SOURCE_H
+#define CKS3_SOURCE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "container.h"
+#include "s3.h"
+
+typedef struct {
+    cks3_client *c;
+    const char *bucket;
+    /* After a read gave up on a network or server failure (the client's
+     * retries spent), reads of every source of this ctx fail at once (EIO)
+     * for this long, so that a request touching many chunks fails within
+     * one retry budget, not one per chunk; 0: never. */
+    unsigned fail_fast_ms;
+    /* Each failed read's message (names the object and what happened; no
+     * secret), or NULL. */
+    void (*on_error)(void *arg, const char *msg);
+    void *on_error_arg;
+    _Atomic uint64_t bytes;        /* packed bytes read (successful GETs) */
+    _Atomic uint64_t reads;        /* successful GETs */
+    _Atomic uint64_t errors;       /* failed reads */
+    _Atomic uint64_t down_until_ms;/* fail-fast until then (CLOCK_MONOTONIC ms) */
+} cks3_source_ctx;
+
+/* A source reading key of ctx->bucket, bound to o (its size and ETag).
+ * @return NULL when out of memory. */
+ckp_source *cks3_source_new(cks3_source_ctx *ctx, const char *key, const cks3_object *o);
+/* 1 once a read of s found the object replaced (ESTALE). */
+int cks3_source_changed(const ckp_source *s);
+/* The ETag s is bound to. */
+const char *cks3_source_etag(const ckp_source *s);
+
+#endif
