@@ -235,7 +235,10 @@ runt gpu_tile 60 "$BIN/test_gpu_tile"
 runt gpu_kernels 120 "$BIN/test_gpu_kernels"
 runt gpu_loader 120 "$BIN/test_gpu_loader" "$WORK/loader"
 if have python3; then
-    runt gpu_python 120 python3 "$PY/test_ckptfs_gpu.py" "$LIB" "$CKPTFS" "$WORK/python"
+    # its helpers (tests/lib/format_dtypes.py, which reads docs/format.md) come from this
+    # checkout: a bundle's python/ has no ../../tests/lib
+    runt gpu_python 120 env PYTHONPATH="$ROOT/tests/lib${PYTHONPATH:+:$PYTHONPATH}" \
+        python3 "$PY/test_ckptfs_gpu.py" "$LIB" "$CKPTFS" "$WORK/python"
 fi
 
 # ---- 3. benchmark: whatever the tests said; each figure a row as bench_gpu prints it -------------
@@ -252,7 +255,7 @@ else
     lim=$(limit 300 150)   # keep 150 s for the serving check and the sanitizers
     q=$QUICK
     [ -z "$q" ] && [ "$lim" -lt 200 ] && q=--quick
-    note "-- bench_gpu $q (limit $lim s)"
+    note "-- bench_gpu${q:+ $q} (limit $lim s)"
     t=$(date +%s)
     timeout -k 5 "$lim" "$BIN/bench_gpu" $q --workdir "$WORK/bench" 2>"$WORK/bench.err" |
         while IFS= read -r l; do

@@ -5,10 +5,10 @@
 #     reported), tests and benchmark are reported apart, the failure shows in
 #     the result and the exit status, and the output ends with one table;
 #  2. the deadline: a benchmark that prints a figure and a sanitizer that
-#     hangs — the whole run ends within --deadline, the hung sanitizer is
-#     TIMEOUT (not FAIL: the result stays PASS), the one after it is skipped
-#     for lack of time, and while the sanitizer hangs every earlier row is
-#     already out (a kill would keep them);
+#     hangs — the whole run ends within --deadline (60 s), the hung
+#     sanitizer is TIMEOUT (not FAIL: the result stays PASS), the one after
+#     it is skipped for lack of time, and while the sanitizer hangs every
+#     earlier row is already out (a kill would keep them);
 #  3. no device: the tests' "SKIP device part" is SKIP, not PASS (only the
 #     host-only gpu_tile may pass), and the run ends "| result | NO DEVICE |"
 #     with exit status 3.
@@ -63,20 +63,21 @@ echo "test_check_sh: a failed test keeps the benchmark; one table at the end"
 bundle
 fake bench_gpu '[ "$1" = --devices ] && { echo "| device 0 | Fake GPU, cc 9.0 | 2 SMs |"; exit 0; }
 echo "## fake device"; echo "| decode k15 | 64 Mi weights | 100 us |"; sleep 3; echo "| gemv 64x64 | batch 1 | 1 us |"'
-printf '#!/bin/sh\nsleep 600\n' >"$W/path/compute-sanitizer" && chmod +x "$W/path/compute-sanitizer"
-deadline=40
+printf '#!/bin/sh\n: >"%s/san_started"\nsleep 600\n' "$W" >"$W/path/compute-sanitizer" && chmod +x "$W/path/compute-sanitizer"
+deadline=60
 t0=$(date +%s)
 check --deadline $deadline &
 pid=$!
-sleep 12   # the benchmark (3 s) is done, memcheck hangs
+for _ in $(seq 50); do [ -f "$W/san_started" ] && break; sleep 1; done   # memcheck hangs now
 early=$(cat "$W/log")
 wait $pid
 rc=$? el=$(( $(date +%s) - t0 ))
 t=$(table)
 [ $el -le $deadline ] || fail "the run took $el s, over its deadline of $deadline s"
 [ $rc = 0 ] || fail "a sanitizer timeout must not fail the run (exit $rc)"
-echo "$early" | grep -q '^| bench decode k15 | 64 Mi weights | 100 us |' || fail "after 12 s the benchmark's rows were not out"
-echo "$early" | grep -q '^| test serve_check | PASS' || fail "after 12 s the serving check's row was not out"
+[ -f "$W/san_started" ] || fail "memcheck never started"
+echo "$early" | grep -q '^| bench decode k15 | 64 Mi weights | 100 us |' || fail "while memcheck hangs, the benchmark's rows are not out"
+echo "$early" | grep -q '^| test serve_check | PASS' || fail "while memcheck hangs, the serving check's row is not out"
 echo "$t" | grep -q '^| sanitizer memcheck | TIMEOUT' || fail "the hung memcheck is not TIMEOUT"
 echo "$t" | grep -q '^| sanitizer racecheck | SKIP (deadline)' || fail "racecheck was not skipped for lack of time"
 echo "$t" | tail -1 | grep -q '^| result | PASS |' || fail "last row: $(echo "$t" | tail -1)"
