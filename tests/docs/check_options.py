@@ -29,9 +29,9 @@ def help_mount_options(text):
     block = text.split("OPTIONS (comma-separated):", 1)[1].split("\nTo unmount", 1)[0]
     names = set()
     for line in block.splitlines():
-        m = re.match(r"  ([a-z_]+(?:=[^\s,]+)?(?:, [a-z_]+(?:=[^\s,]+)?)*)(?:\s|$)", line)
+        m = re.match(r"  ([a-z0-9_]+(?:=[^\s,]+)?(?:, [a-z0-9_]+(?:=[^\s,]+)?)*)(?:\s|$)", line)
         if m:
-            names.update(re.findall(r"([a-z_]+)(?:=\S+)?", m.group(1)))
+            names.update(re.findall(r"([a-z0-9_]+)(?:=\S+)?", m.group(1)))
     return names
 
 
@@ -58,7 +58,7 @@ def man_mount_options(man):
     names = set()
     for m in re.finditer(r"^\.TP\n(.*)$", opts, re.M):
         line = re.sub(r'"[^"]*"', " ", m.group(1))
-        names.update(re.findall(r"(?<![|\w])([a-z_]+)(?==|\s|$)", line.split(" ", 1)[1]))
+        names.update(re.findall(r"(?<![|\w])([a-z][a-z0-9_]*)(?==|\s|$)", line.split(" ", 1)[1]))
     return names
 
 
