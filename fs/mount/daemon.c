@@ -225,11 +225,82 @@ static int open_log(const char *where)
     return 0;
 }
 
+/* ---- the mount point at exit --------------------------------------------- */
+
+/* Is the mount point field of /proc/self/mountinfo (space, tab, newline and
+ * backslash written as octal \ooo) the path mnt? */
+static int mountinfo_field_is(const char *field, const char *mnt)
+{
+    for (;; mnt++) {
+        int ch = (unsigned char)*field++;
+        if (ch == '\\' && field[0] >= '0' && field[0] <= '3' && field[1] >= '0' && field[1] <= '7' &&
+            field[2] >= '0' && field[2] <= '7') {
+            ch = (field[0] - '0') * 64 + (field[1] - '0') * 8 + (field[2] - '0');
+            field += 3;
+        }
+        if (ch != (unsigned char)*mnt)
+            return 0;
+        if (!ch)
+            return 1;
+    }
+}
+
+/* The device ("major:minor") of the mounts at mnt: with want NULL, the last
+ * one's (just mounted: ours) into dev; else whether one of device want is
+ * still there.  @return 1 found, 0 not, -1 mountinfo unreadable. */
+static int mount_at(const char *mnt, const char *want, char dev[32])
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    if (!f)
+        return -1;
+    char *line = NULL, *save;
+    size_t cap = 0;
+    int found = 0;
+    while (!(found && want) && getline(&line, &cap, f) > 0) {
+        char *d = NULL, *point = strtok_r(line, " ", &save);
+        for (int i = 1; i <= 4 && point; i++) { /* id, parent, major:minor, root, mount point */
+            if (i == 3)
+                d = point;
+            point = strtok_r(NULL, " ", &save);
+        }
+        if (point && d && mountinfo_field_is(point, mnt) && (!want || !strcmp(d, want))) {
+            found = 1;
+            if (dev)
+                snprintf(dev, 32, "%s", d);
+        }
+    }
+    free(line);
+    fclose(f);
+    return found;
+}
+
+/* Before fuse_session_unmount.  libfuse 3.14 unmounts the mount point's
+ * path unless the device polls POLLERR (the connection has ended).  A mount
+ * detached while files stay open (umount -l, fusermount3 -uz) keeps its
+ * connection, so a daemon stopped by a signal then unmounted whatever was
+ * mounted at that path since (another daemon's mount; with nothing there,
+ * 'fuse: failed to unmount ...: Invalid argument').  When our mount (device
+ * dev) is no longer at mnt, the device's descriptor is swapped for a pipe's
+ * write end without a reader, which polls POLLERR: libfuse closes it and
+ * unmounts nothing.  Closing the device ends the connection, as the exit
+ * would (readers still holding files get ENOTCONN). */
+static void leave_mount_point(struct fuse_session *se, const char *mnt, const char *dev)
+{
+    int p[2];
+    if (!dev[0] || mount_at(mnt, dev, NULL) != 0 || pipe2(p, O_CLOEXEC) != 0)
+        return; /* still ours, or unknown: libfuse unmounts it */
+    close(p[0]);
+    if (dup3(p[1], fuse_session_fd(se), O_CLOEXEC) < 0)
+        ckfs_log("cannot release the detached mount's device: %s", strerror(errno));
+    close(p[1]);
+}
+
 /* Mount, serve until unmounted or signalled, unmount; *served is set once
  * requests are answered.  @return exit status. */
 static int serve(ckfs_ctx *c, const char *mnt, int *served)
 {
     int status = 1;
+    char dev[32] = "";
     char *opts = fuse_opt_string(c);
     char *fargv[] = {"ckptfs", "-o", opts, c->o.debug ? "-d" : NULL, NULL};
     struct fuse_args args = FUSE_ARGS_INIT(c->o.debug ? 4 : 3, fargv);
@@ -245,6 +316,7 @@ static int serve(ckfs_ctx *c, const char *mnt, int *served)
         goto out_session;
     if (fuse_session_mount(se, mnt) != 0)
         goto out_signals;
+    mount_at(mnt, NULL, dev); /* ours, to tell it from a later mount there (leave_mount_point) */
     if (c->o.read_ahead_kb && ckfs_set_read_ahead_kb(mnt, c->o.read_ahead_kb) != 0 &&
         geteuid() == 0)
         fprintf(stderr, "ckptfs mount: warning: cannot set read_ahead_kb: %s\n", strerror(errno));
@@ -282,6 +354,7 @@ static int serve(ckfs_ctx *c, const char *mnt, int *served)
 out_cache:
     ckfs_cache_stop(c);
 out_unmount:
+    leave_mount_point(se, mnt, dev);
     fuse_session_unmount(se);
 out_signals:
     fuse_remove_signal_handlers(se);
