@@ -43,6 +43,7 @@ typedef struct {
 typedef struct {
     file_stats all;
     uint64_t files, code_bytes, low_bytes, esc_bytes, index_bytes;
+    uint64_t links; /* symbolic links the manifest lists: no data (a shared blob counts once) */
     uint64_t ans_table_bytes, ans_stream_bytes; /* ARCHIVE planes 0 and 1 */
     uint64_t blob_original, blob_packed;
     tally dtype[33], enc[5]; /* dtype[32]: codes of 32 and over */
@@ -161,6 +162,7 @@ static void print_json(const char *dst, const stats *t, const file_stats *fs, ui
     cJSON *files = cJSON_CreateArray();
     cJSON_AddStringToObject(o, "path", dst);
     cJSON_AddNumberToObject(o, "files", (double)t->files);
+    cJSON_AddNumberToObject(o, "links", (double)t->links);
     file_json(o, &t->all, manifest_size); /* the whole pack is charged the manifest too */
     cJSON_AddNumberToObject(o, "bf16_charged_bytes", (double)(t->all.bf16_charged + manifest_size));
     cJSON_AddNumberToObject(o, "code_plane_bytes", (double)t->code_bytes);
@@ -218,6 +220,8 @@ static void print_text(const char *dst, const stats *t, const file_stats *fs, ui
     uint64_t packed = t->all.packed + manifest_size;
     printf("%s: %llu file%s, %s -> %s (%s)\n", dst, (unsigned long long)t->files, cku_s(t->files),
            cku_human(t->all.original, a), cku_human(packed, b), cku_saved(t->all.original, packed, sv));
+    if (t->links) /* counted apart: a blob that several links name is one file above */
+        printf("%llu symbolic link%s (no data of their own)\n", (unsigned long long)t->links, cku_s(t->links));
     if (t->all.bf16_weights)
         printf("BF16: %s weights at %.3f bits/weight (every byte of overhead charged), escape rate %.4f%%\n",
                count_human(t->all.bf16_weights, a), 8.0 * ratio(t->all.bf16_charged + manifest_size, t->all.bf16_weights),
@@ -334,6 +338,7 @@ int ckpt_stat(const char *dst, int json)
     }
     stats t;
     memset(&t, 0, sizeof t);
+    t.links = m->n_links;
     file_stats *fs = calloc(m->n_files ? m->n_files : 1, sizeof *fs);
     int rc = fs ? 0 : ckpt_fail("stat", CKP_ERR_NOMEM, "out of memory");
     for (size_t i = 0; fs && i < m->n_files; i++) {

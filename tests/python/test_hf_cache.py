@@ -124,7 +124,8 @@ def test_hub_cache_packed_with_delete_source_serves_from_pretrained(ckptfs, work
     m = re.search(r"packed (\d+) files: ", r.stdout)
     assert m and int(m.group(1)) == n_files, r.stdout
     st = json.loads(subprocess.check_output([ckptfs, "stat", "--json", packed]))
-    assert st["files"] == n_files and st["original_bytes"] == blob_bytes, (blob_bytes, st)
+    n_links = sum(1 for v in before.values() if v[0] == "link")
+    assert st["files"] == n_files and st["links"] == n_links and st["original_bytes"] == blob_bytes, (blob_bytes, st)
     assert all("k15" in f["encodings"] for f in st["by_file"] if kinds_of(packed).get(f["path"]) == "safetensors")
     with open(os.path.join(packed, "ckptfs.manifest"), "rb") as f:
         man = json.loads(f.read().split(b"\n", 1)[1])
