@@ -47,6 +47,13 @@ int ckpt_swapped(const char *cmd, const char *packed, const char *other, const c
 int ckpt_check_space(const char *cmd, const char *path, uint64_t need, const char *what);
 /* 0 after --no-space-check: ckpt_check_space passes. */
 extern int ckpt_space_check;
+/* -q (0: errors only), default 1, -v (2: a line per file). */
+extern int ckpt_verbosity;
+/* --json: the summary on stdout is one JSON object (ckpt_json_print). */
+extern int ckpt_json;
+struct cJSON;
+/* Print o (a cJSON object) on stdout and free it. */
+void ckpt_json_print(struct cJSON *o);
 /* Ctrl-C (SIGINT), SIGTERM, SIGHUP (each unless ignored, as nohup does):
  * print how to go on (msg, one line), then die of the signal as before. */
 void ckpt_on_interrupt(const char *msg);

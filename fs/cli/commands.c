@@ -171,6 +171,17 @@ int ckpt_swapped(const char *cmd, const char *packed, const char *other, const c
 }
 
 int ckpt_space_check = 1;
+int ckpt_verbosity = 1;
+int ckpt_json = 0;
+
+void ckpt_json_print(cJSON *o)
+{
+    char *s = o ? cJSON_Print(o) : NULL;
+    if (s)
+        puts(s);
+    free(s);
+    cJSON_Delete(o);
+}
 
 int ckpt_check_space(const char *cmd, const char *path, uint64_t need, const char *what)
 {

@@ -24,6 +24,8 @@ typedef struct {
     int jobs;
     int delete_source;
     int force;
+    int dry_run;         /* what would be packed, estimated; nothing written */
+    int skip_bad;        /* a bad .safetensors file is stored as an opaque file */
 } ckpt_pack_opts;
 
 /* Most files that pack, unpack and verify work on at once: one file's
@@ -40,6 +42,8 @@ typedef struct {
  * (verify counts the packed files it finds damaged apart: CKPT_EXIT_DAMAGED.) */
 int ckpt_fail(const char *cmd, ckp_status st, const char *msg);
 
+/* ckptfs --version: the program's and the format's versions.  @return 0. */
+int ckpt_print_version(void);
 int ckpt_pack(const ckpt_pack_opts *o);
 int ckpt_unpack(const char *dst, const char *out, int jobs);
 int ckpt_verify(const char *dst, const char *against, int jobs);

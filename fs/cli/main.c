@@ -21,6 +21,10 @@
 #define PROGRESS_HELP                                                                                  \
     "  --progress=WHEN         auto (a bar on a terminal, plain lines every 5 s otherwise),\n"             \
     "                          bar, plain or none; a summary is printed at the end in any case\n"
+#define COMMON_HELP                                                                                    \
+    "  -q, --quiet             errors only (no progress, no summary)\n"                                   \
+    "  -v, --verbose           a line per file as well\n"                                                \
+    "  -V, --version           the program's and the format's versions\n"
 #define SPACE_HELP                                                                                     \
     "  --no-space-check        go ahead even if the free space looks too small (the check\n"            \
     "                          before writing anything uses an estimate with a margin)\n"
@@ -32,7 +36,8 @@ typedef struct {
 
 static const cmd_help helps[] = {
     {"pack", "ckptfs pack [--format k15|bytesplit|archive] [--jobs N] [--delete-source] [--force]\n"
-             "       [--progress=WHEN] [--no-space-check] SRC PACKED",
+             "       [--progress=WHEN] [--no-space-check] [--skip-bad] [--dry-run]\n"
+             "       [--json] [-q|-v] SRC PACKED",
      "Store SRC (a model directory, or one .safetensors file) losslessly packed\n"
      "in the new directory PACKED.  Every packed file is read back and compared\n"
      "with its source before it counts as done.  If it is interrupted, run the\n"
@@ -47,19 +52,27 @@ static const cmd_help helps[] = {
      "  --force                 replace PACKED if it holds another pack (never a\n"
      "                          directory holding files that ckptfs did not write)\n"
 PROGRESS_HELP
+COMMON_HELP
 SPACE_HELP
+     "  --skip-bad              store a .safetensors file that is not a valid one as an\n"
+     "                          opaque file (byte for byte) instead of refusing the pack\n"
+     "  --dry-run               list each file with its encoding and estimated packed size,\n"
+     "                          the bad files, and the free-space check; write nothing\n"
+     "  --json                  the summary as one JSON object on stdout\n"
      "\n"
      "Example:  ckptfs pack /srv/models/llama /srv/models/llama.packed\n"},
-    {"unpack", "ckptfs unpack [--jobs N] [--progress=WHEN] [--no-space-check] PACKED OUT",
+    {"unpack", "ckptfs unpack [--jobs N] [--progress=WHEN] [--no-space-check] [--json] [-q|-v] PACKED OUT",
      "Rebuild the original files of PACKED in the new directory OUT, checking\n"
      "every chunk and each file's SHA-256.  Damaged data leaves no output (exit 3).\n"
      "\n"
      "  --jobs N                threads (default: the number of CPUs)\n"
 PROGRESS_HELP
+COMMON_HELP
 SPACE_HELP
+     "  --json                  the summary as one JSON object on stdout\n"
      "\n"
      "Example:  ckptfs unpack /srv/models/llama.packed /tmp/llama\n"},
-    {"verify", "ckptfs verify [--against SRC] [--jobs N] [--progress=WHEN] PACKED",
+    {"verify", "ckptfs verify [--against SRC] [--jobs N] [--progress=WHEN] [--json] [-q|-v] PACKED",
      "Check every chunk and every file's SHA-256 in PACKED; with --against,\n"
      "compare every byte with the source too.\n"
      "Exit status: 0 all good, 3 a packed file is damaged, 4 the pack is intact\n"
@@ -68,6 +81,8 @@ SPACE_HELP
      "  --against SRC           the directory (or the one file) that was packed\n"
      "  --jobs N                threads (default: the number of CPUs)\n"
 PROGRESS_HELP
+COMMON_HELP
+     "  --json                  the outcome as one JSON object on stdout (also on failure)\n"
      "\n"
      "Example:  ckptfs verify --against /srv/models/llama /srv/models/llama.packed\n"},
     {"repack", "ckptfs repack --format k15|bytesplit|archive [--jobs N] PACKED",
@@ -82,7 +97,7 @@ PROGRESS_HELP
      "  --jobs N                threads (default: the number of CPUs)\n"
      "\n"
      "Example:  ckptfs repack --format k15 /srv/models/llama.packed\n"},
-    {"stat", "ckptfs stat [--json] PACKED|MOUNTPOINT",
+    {"stat", "ckptfs stat [--json] [-q|-v] PACKED|MOUNTPOINT",
      "Sizes of PACKED: original, packed and saved, bits per BF16 weight and\n"
      "escape rate for each file and in total, and by dtype and encoding.\n"
      "Given the MOUNTPOINT of a running `ckptfs mount`: the daemon's counters\n"
@@ -90,6 +105,7 @@ PROGRESS_HELP
      "read from the extended attribute user.ckptfs.stats of the mount's root.\n"
      "\n"
      "  --json                  the same figures as JSON (per file under \"by_file\")\n"
+COMMON_HELP
      "\n"
      "Example:  ckptfs stat /srv/models/llama.packed; ckptfs stat /models/llama\n"},
 };
@@ -107,7 +123,7 @@ static void usage(FILE *f)
     fputs("usage: ckptfs COMMAND [options] ARGS   (ckptfs COMMAND --help for its options)\n", f);
     for (size_t i = 0; i < sizeof helps / sizeof *helps; i++)
         fprintf(f, "  %s\n", helps[i].synopsis + strlen("ckptfs "));
-    fputs("  mount [-f] [-d] [-o OPTIONS] PACKED MOUNTPOINT\n"
+    fputs("  mount [-f] [-d] [-q|-v] [-o OPTIONS] PACKED MOUNTPOINT\n"
           "  --version\n"
           "Exit status: 0 ok, 1 failure, 2 usage error, 3 damaged (verify, unpack), 4 differs (verify).\n",
           f);
@@ -124,12 +140,19 @@ static int cmd_usage(const char *name, FILE *f, int status)
     return status;
 }
 
-static int version(void)
+int ckpt_print_version(void)
 {
     printf("ckptfs %s\nformat %d.%d (reads %d.0-%d.%d, writes %d.%d)\n", CKPTFS_VERSION, CKP_VERSION_MAJOR,
            CKP_VERSION_MINOR, CKP_VERSION_MAJOR, CKP_VERSION_MAJOR, CKP_VERSION_MINOR, CKP_VERSION_MAJOR,
            CKP_VERSION_MINOR);
     return 0;
+}
+
+/* -q: errors only. */
+static void quiet(void)
+{
+    ckpt_verbosity = 0;
+    cku_progress_set_mode(CKU_PROGRESS_NONE);
 }
 
 static int default_jobs(void)
@@ -170,10 +193,13 @@ static int cmd_pack(int argc, char **argv)
     static const struct option lo[] = {{"format", 1, 0, 'F'}, {"jobs", 1, 0, 'j'},
                                        {"delete-source", 0, 0, 'D'}, {"force", 0, 0, 'f'},
                                        {"progress", 1, 0, 'P'}, {"no-space-check", 0, 0, 'S'},
+                                       {"dry-run", 0, 0, 'n'}, {"json", 0, 0, 'J'}, {"quiet", 0, 0, 'q'},
+                                       {"skip-bad", 0, 0, 'B'},
+                                       {"verbose", 0, 0, 'v'}, {"version", 0, 0, 'V'},
                                        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     argv[0] = (char *)"ckptfs pack"; /* getopt's own messages begin with it */
-    while ((c = getopt_long(argc, argv, "j:fh", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "j:fhqvV", lo, NULL)) != -1) {
         switch (c) {
         case 'F':
             if ((o.encoding = parse_format("pack", optarg)) == UINT32_MAX)
@@ -185,6 +211,12 @@ static int cmd_pack(int argc, char **argv)
             break;
         case 'D': o.delete_source = 1; break;
         case 'S': ckpt_space_check = 0; break;
+        case 'n': o.dry_run = 1; break;
+        case 'B': o.skip_bad = 1; break;
+        case 'J': ckpt_json = 1; break;
+        case 'q': quiet(); break;
+        case 'v': ckpt_verbosity = 2; break;
+        case 'V': return ckpt_print_version();
         case 'f': o.force = 1; break;
         case 'P':
             if (parse_progress("pack", optarg))
@@ -259,15 +291,22 @@ static int cmd_simple(const char *name, int argc, char **argv)
     int json = 0, c, jobs = default_jobs(), idx = 0;
     static const struct option lo[] = {{"against", 1, 0, 'a'}, {"json", 0, 0, 'J'}, {"jobs", 1, 0, 'j'},
                                        {"progress", 1, 0, 'P'}, {"no-space-check", 0, 0, 'S'},
+                                       {"quiet", 0, 0, 'q'}, {"verbose", 0, 0, 'v'}, {"version", 0, 0, 'V'},
                                        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     char prog[32];
     snprintf(prog, sizeof prog, "ckptfs %s", name);
     argv[0] = prog; /* getopt's own messages begin with it */
-    while ((c = getopt_long(argc, argv, "h", lo, &idx)) != -1) {
+    while ((c = getopt_long(argc, argv, "hqvV", lo, &idx)) != -1) {
         if (c == 'a' && !strcmp(name, "verify"))
             against = optarg;
-        else if (c == 'J' && !strcmp(name, "stat"))
-            json = 1;
+        else if (c == 'J')
+            json = ckpt_json = 1;
+        else if (c == 'q')
+            quiet();
+        else if (c == 'v')
+            ckpt_verbosity = 2;
+        else if (c == 'V')
+            return ckpt_print_version();
         else if (c == 'j' && (!strcmp(name, "unpack") || !strcmp(name, "verify"))) {
             if ((jobs = parse_jobs(name, optarg)) < 0)
                 return CKPT_EXIT_USAGE;
@@ -304,8 +343,8 @@ int main(int argc, char **argv)
         return CKPT_EXIT_USAGE;
     }
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version"))
-        return version();
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version") || !strcmp(cmd, "-V"))
+        return ckpt_print_version();
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         if (argc > 2 && find_help(argv[2]))
             return cmd_usage(argv[2], stdout, 0);

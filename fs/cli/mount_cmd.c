@@ -67,7 +67,7 @@ static int check_fuse_access(const ckfs_mount_opts *o)
  * owner cannot read (that user is the one meant to read them). */
 static void warn_unreadable(const ckfs_ctx *c)
 {
-    if (!c->o.allow_other)
+    if (!c->o.allow_other || c->o.quiet)
         return;
     int given = c->o.uid >= 0;
     uint64_t n = 0, first = 0;
@@ -129,6 +129,10 @@ int ckptfs_mount_main(int argc, char **argv)
         fputs(ckfs_mount_usage(), stdout);
         return 0;
     }
+    if (st == CKFS_OK && c.o.version)
+        return ckpt_print_version();
+    if (st == CKFS_OK && c.o.verbose && !c.o.log[0])
+        snprintf(c.o.log, sizeof c.o.log, "stderr");
     if (st == CKFS_OK && ckpt_swapped("mount", c.o.dst, c.o.mnt, "ckptfs mount PACKED MOUNTPOINT"))
         return CKPT_EXIT_USAGE;
     if (st == CKFS_OK && check_fuse_access(&c.o))

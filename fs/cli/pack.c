@@ -36,6 +36,12 @@
 #include <unistd.h>
 
 #include "cmd_common.h"
+#include "source_map.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
 
 /* With --delete-source: remove source directories left empty, deepest
  * first.  @return how many were removed. */
@@ -104,8 +110,54 @@ static int sync_dst_dirs(pack_ctx *c)
  * --delete-source removed.  (The pack's files, not SRC's: a rerun after
  * --delete-source finds some sources gone, and said "packed 2 files: 800 kB
  * -> 1.60 MB (-100.3% saved)" of a pack of 4.) */
+/* -v: each file of the pack, its original and packed sizes. */
+static void print_files(const pack_ctx *c)
+{
+    for (size_t i = 0; i < c->list.n; i++) {
+        const src_entry *e = &c->list.v[i];
+        struct stat st;
+        char o[16], p[16], sv[24];
+        if (e->is_dir)
+            continue;
+        char rel[PATH_MAX];
+        snprintf(rel, sizeof rel, "%s%s", e->rel, CKP_SUFFIX);
+        if (fstatat(c->lock_fd, rel, &st, 0) == 0)
+            printf("  %s: %s -> %s (%s)\n", CKU_ESC(e->rel), cku_human((uint64_t)e->st.st_size, o),
+                   cku_human((uint64_t)st.st_size, p), cku_saved((uint64_t)e->st.st_size, (uint64_t)st.st_size, sv));
+    }
+}
+
+/* --json: the summary as one object. */
+static void print_summary_json(pack_ctx *c, double secs, uint64_t worked, size_t dirs_removed)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "command", "pack");
+    cJSON_AddStringToObject(o, "source", c->o->src);
+    cJSON_AddStringToObject(o, "packed", c->dst);
+    cJSON_AddNumberToObject(o, "files", (double)c->n_packed);
+    cJSON_AddNumberToObject(o, "original_bytes", (double)c->orig_bytes);
+    cJSON_AddNumberToObject(o, "packed_bytes", (double)c->packed_bytes);
+    cJSON_AddNumberToObject(o, "saved_bytes", (double)c->orig_bytes - (double)c->packed_bytes);
+    cJSON_AddNumberToObject(o, "seconds", secs);
+    cJSON_AddNumberToObject(o, "bytes_worked", (double)worked);
+    cJSON_AddNumberToObject(o, "files_kept_from_earlier_run", (double)atomic_load(&c->kept));
+    if (c->o->delete_source) {
+        cJSON_AddNumberToObject(o, "deleted_files", (double)atomic_load(&c->deleted));
+        cJSON_AddNumberToObject(o, "deleted_bytes", (double)atomic_load(&c->deleted_bytes));
+        cJSON_AddNumberToObject(o, "deleted_links", (double)c->links_deleted);
+        cJSON_AddNumberToObject(o, "deleted_dirs", (double)dirs_removed);
+    }
+    ckpt_json_print(o);
+}
+
 static void print_summary(pack_ctx *c, double secs, uint64_t worked, size_t dirs_removed)
 {
+    if (ckpt_json)
+        return print_summary_json(c, secs, worked, dirs_removed);
+    if (ckpt_verbosity >= 2)
+        print_files(c);
+    if (ckpt_verbosity < 1)
+        return;
     char in[16], out[16], rate[24], del[16], saved[24];
     uint64_t total = c->orig_bytes;
     printf("packed %zu file%s: %s -> %s (%s) in %.1f s", c->n_packed, cku_s(c->n_packed), cku_human(total, in),
@@ -142,7 +194,7 @@ uint64_t pack_estimate(const pack_ctx *c, uint64_t *largest)
         uint64_t size = (uint64_t)e->st.st_size;
         /* BF16 weights pack to ~70% (K15) or 75% (byte-split); other dtypes
          * and files are stored as they are at worst */
-        uint64_t f = has_suffix(e->rel, ".safetensors") ? size / 4 * 3 + 4096 : size + 4096;
+        uint64_t f = has_suffix(e->rel, ".safetensors") ? size / 4 * 3 + 512 : size + 512;
         est += f;
         if (f > *largest)
             *largest = f;
@@ -174,6 +226,66 @@ static int check_pack_space(const pack_ctx *c)
     return ckpt_check_space("pack", c->dst, need, what);
 }
 
+/* --dry-run: each file with what pack would do with it and its estimated
+ * packed size, the safetensors files it would refuse (all of them, not the
+ * first), the total and the free-space check.  Nothing is written.
+ * @return the exit status: 0, or 1 with bad files or too little space. */
+static int dry_run(pack_ctx *c)
+{
+    uint64_t total = 0, est = 0, largest;
+    size_t bad = 0, files = 0;
+    printf("%s -> %s (dry run: nothing is written)\n", c->o->src, c->dst);
+    for (size_t i = 0; i < c->list.n; i++) {
+        const src_entry *e = &c->list.v[i];
+        if (e->is_dir)
+            continue;
+        char path[PATH_MAX], o[16], p[16];
+        uint64_t size = (uint64_t)e->st.st_size, bf16 = 0;
+        const char *how = "zstd, or stored as is";
+        files++;
+        total += size;
+        if (has_suffix(e->rel, ".safetensors") && !c->o->skip_bad) {
+            join_path(path, sizeof path, c->src_root, e->rel, "");
+            cks_map sm;
+            char why[512];
+            st_header *h = NULL;
+            if (cks_map_open(path, &sm, why, sizeof why))
+                fprintf(stderr, "ckptfs pack: %s: %s\n", CKU_ESC(path), why);
+            else {
+                h = check_safetensors(path, sm.p, sm.size); /* names what is wrong */
+                cks_map_close(&sm);
+            }
+            if (!h) {
+                printf("  %-40s %9s    BAD: not a valid safetensors file (see above)\n", CKU_ESC(e->rel),
+                       cku_human(size, o));
+                bad++;
+                continue;
+            }
+            for (size_t t = 0; t < h->n_tensors; t++)
+                if (h->tensors[t].dtype == 7) /* BF16 */
+                    bf16 += h->tensors[t].end - h->tensors[t].begin;
+            st_free(h);
+            how = c->o->encoding == CKC_ENC_BSPLIT ? "safetensors: BF16 bytesplit, the rest zstd or as is"
+                                                    : "safetensors: BF16 k15, the rest zstd or as is";
+        }
+        /* BF16 at ~70% (k15) or 75% (bytesplit) of its bytes, the rest whole */
+        uint64_t f = size - bf16 + (c->o->encoding == CKC_ENC_BSPLIT ? bf16 / 4 * 3 : bf16 / 10 * 7) + 512;
+        est += f;
+        printf("  %-40s %9s -> ~%-9s %s\n", CKU_ESC(e->rel), cku_human(size, o), cku_human(f, p), how);
+    }
+    char a[16], b[16], sv[24];
+    printf("%zu file%s: %s -> about %s (%s)\n", files, cku_s(files), cku_human(total, a), cku_human(est, b),
+           cku_saved(total, est, sv));
+    (void)pack_estimate(c, &largest);
+    int space = check_pack_space(c) == 0;
+    if (space)
+        printf("free space: enough on %s's file system\n", c->dst);
+    if (bad)
+        printf("%zu bad file%s: pack would refuse (nothing packed) until each is removed, or stored as an "
+               "opaque file with --skip-bad\n", bad, cku_s(bad));
+    return bad || !space ? 1 : 0;
+}
+
 int ckpt_pack(const ckpt_pack_opts *o)
 {
     pack_ctx c = {.o = o, .lock_fd = -1};
@@ -201,6 +313,10 @@ int ckpt_pack(const ckpt_pack_opts *o)
                 "what they point to), and a mount or unpack shows them pointing there\n",
                 c.links_outside, CKU_ESC(o->src));
     uint64_t total;
+    if (o->dry_run) {
+        rc = check_names(&c) ? 1 : dry_run(&c);
+        goto out;
+    }
     if (check_names(&c) || validate_all(&c, &total) || check_pack_space(&c))
         goto out;
     atomic_init(&c.left, total);

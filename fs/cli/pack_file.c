@@ -511,7 +511,8 @@ static int pack_file(pack_ctx *c, const src_entry *e)
     }
     if (c->o->delete_source && !lease_for_delete(&sm, src_path))
         goto out;
-    if ((e->is_st || has_suffix(e->rel, ".safetensors")) && !(h = check_safetensors(src_path, sm.p, sm.size)))
+    if ((e->is_st || (has_suffix(e->rel, ".safetensors") && !e->as_blob)) &&
+        !(h = check_safetensors(src_path, sm.p, sm.size)))
         goto out;
     if ((tfd = write_packed(c, e, tmp, tmp_name, sm.p, sm.size, h, &sj)) < 0 ||
         sync_and_read_back(c, tfd, &sm, e, tmp, tmp_name, src_path, sj.sha) || fstat(tfd, &packed) ||

@@ -29,6 +29,7 @@ typedef struct {
     char *rel;        /* relative path */
     int is_dir;
     int is_st;        /* a file that holds a valid safetensors header, whatever its name */
+    int as_blob;      /* --skip-bad: a .safetensors name without a valid one, stored as is */
     char *target;     /* links (pack_ctx.links): the target text, as readlink gave it */
     struct stat st;   /* of the file (a SRC named by a link: followed); of a link: lstat */
 } src_entry;

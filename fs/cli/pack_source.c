@@ -184,6 +184,7 @@ st_header *check_safetensors(const char *path, const uint8_t *p, uint64_t size)
 
 int validate_all(pack_ctx *c, uint64_t *total)
 {
+    size_t bad = 0;
     *total = 0;
     for (size_t i = 0; i < c->list.n; i++) {
         const src_entry *e = &c->list.v[i];
@@ -211,12 +212,25 @@ int validate_all(pack_ctx *c, uint64_t *total)
             h = NULL;
         int truncated = cks_map_truncated(&sm);
         cks_map_close(&sm);
-        if (named && !h)
-            return -1;
+        if (named && !h) { /* every bad one named (check_safetensors said why), then the way on */
+            char esc[PATH_MAX];
+            if (c->o->skip_bad)
+                fprintf(stderr, "ckptfs pack: %s: stored as an opaque file, byte for byte (--skip-bad)\n",
+                        cku_escape(path, esc, sizeof esc));
+            c->list.v[i].as_blob = c->o->skip_bad;
+            bad += !c->o->skip_bad;
+            continue;
+        }
         c->list.v[i].is_st = h && !truncated;
         st_free(h);
     }
-    return 0;
+    if (bad)
+        fprintf(stderr, "ckptfs pack: %zu bad safetensors file%s (see above): nothing was packed.\n"
+                "Remove %s, or run the same command with --skip-bad to store %s (byte for byte, "
+                "served and unpacked as %s, but not compressed as weights).\n",
+                bad, cku_s(bad), bad == 1 ? "it" : "them", bad == 1 ? "it as an opaque file" : "them as opaque files",
+                bad == 1 ? "it is" : "they are");
+    return bad ? -1 : 0;
 }
 
 /* The absolute, symlink-free form of path, which may not exist: components

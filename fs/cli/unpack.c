@@ -399,7 +399,24 @@ static int unpack_locked(const char *dst, const char *out_arg, int jobs)
     cku_progress_done(pr);
     pr = NULL;
     char in[16], ob[16], rate[24];
-    printf("unpacked %zu file%s: %s -> %s in %.1f s, %s\n", m->n_files, cku_s(m->n_files), cku_human(ckpt_packed_size(dst, m), in),
+    uint64_t packed_size = ckpt_packed_size(dst, m);
+    if (ckpt_json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "command", "unpack");
+        cJSON_AddStringToObject(o, "packed", dst);
+        cJSON_AddStringToObject(o, "out", out);
+        cJSON_AddNumberToObject(o, "files", (double)m->n_files);
+        cJSON_AddNumberToObject(o, "packed_bytes", (double)packed_size);
+        cJSON_AddNumberToObject(o, "original_bytes", (double)total);
+        cJSON_AddNumberToObject(o, "seconds", secs);
+        ckpt_json_print(o);
+        rc = 0;
+        goto out;
+    }
+    for (size_t i = 0; ckpt_verbosity >= 2 && i < m->n_files; i++)
+        printf("  %s: %s\n", CKU_ESC(m->files[i].path), cku_human(m->files[i].size, ob));
+    if (ckpt_verbosity >= 1)
+    printf("unpacked %zu file%s: %s -> %s in %.1f s, %s\n", m->n_files, cku_s(m->n_files), cku_human(packed_size, in),
            cku_human(total, ob), secs, cku_human_rate(total, secs, rate));
     rc = 0;
 out:

@@ -155,6 +155,8 @@ static void *verify_worker(void *arg)
             atomic_fetch_add(&v->newer, 1);
         else if (r == VERIFY_UNREADABLE)
             atomic_fetch_add(&v->unreadable, 1);
+        else if (ckpt_verbosity >= 2 && !ckpt_json)
+            printf("  ok: %s\n", CKU_ESC(v->m->files[i].path));
         cku_progress_add(v->pr, v->m->files[i].size);
     }
     free(src_buf);
@@ -239,6 +241,7 @@ static int verify_locked(const char *dst, const char *against, int jobs)
     /* SRC as pack took it: a directory, or the one file that was packed */
     struct stat ast;
     int against_file = 0, src_gone = 0;
+    const char *against_arg = against;
     if (against) {
         if (stat(against, &ast)) { /* the pack is checked all the same: damage is exit 3 whatever SRC is */
             fprintf(stderr, "ckptfs verify: %s: %s (the source cannot be read: checking the pack alone)\n",
@@ -293,18 +296,39 @@ static int verify_locked(const char *dst, const char *against, int jobs)
         fprintf(stderr, "ckptfs verify: %s: %zu of %zu source file%s cannot be read (see above): not compared; "
                 "fix their permissions or run verify as a user who can read them\n", dst, unreadable, m->n_files,
                 cku_s(m->n_files));
+    int status = damaged                          ? CKPT_EXIT_DAMAGED
+                 : newer || unreadable || src_gone ? CKPT_EXIT_FAIL
+                 : differ || extra                 ? CKPT_EXIT_DIFFERS
+                                                   : CKPT_EXIT_OK;
+    if (ckpt_json) { /* the outcome in every case, for scripts */
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "command", "verify");
+        cJSON_AddStringToObject(o, "packed", dst);
+        if (against || src_gone)
+            cJSON_AddStringToObject(o, "against", against ? against : against_arg);
+        cJSON_AddNumberToObject(o, "files", (double)m->n_files);
+        cJSON_AddNumberToObject(o, "original_bytes", (double)bytes);
+        cJSON_AddNumberToObject(o, "damaged", (double)damaged);
+        cJSON_AddNumberToObject(o, "newer_format", (double)newer);
+        cJSON_AddNumberToObject(o, "differ", (double)differ);
+        cJSON_AddNumberToObject(o, "not_in_pack", (double)extra);
+        cJSON_AddNumberToObject(o, "source_unreadable", (double)(unreadable + (size_t)src_gone));
+        cJSON_AddBoolToObject(o, "ok", status == CKPT_EXIT_OK);
+        cJSON_AddNumberToObject(o, "exit_status", status);
+        cJSON_AddNumberToObject(o, "seconds", secs);
+        ckpt_json_print(o);
+        ckm_free(m);
+        return status;
+    }
     char h[16], rate[24];
     if (src_gone && !damaged && !newer)
         fprintf(stderr, "ckptfs verify: %s: %zu file%s, all checksums ok, but nothing was compared with the source "
                 "(see above)\n", dst, m->n_files, cku_s(m->n_files));
-    if (!bad)
+    if (!bad && ckpt_verbosity >= 1)
         printf("%s: %zu file%s, %s: all checksums%s ok (%.1f s, %s)\n", dst, m->n_files, cku_s(m->n_files), cku_human(bytes, h),
                against ? " and every byte against the source" : "", secs, cku_human_rate(bytes, secs, rate));
     ckm_free(m);
-    return damaged                          ? CKPT_EXIT_DAMAGED
-           : newer || unreadable || src_gone ? CKPT_EXIT_FAIL
-           : differ || extra                 ? CKPT_EXIT_DIFFERS
-                                             : CKPT_EXIT_OK;
+    return status;
 }
 
 int ckpt_verify(const char *dst, const char *against, int jobs)

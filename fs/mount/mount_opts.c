@@ -22,7 +22,7 @@
 
 const char *ckfs_mount_usage(void)
 {
-    return "usage: ckptfs mount [-f] [-d] [-o OPTIONS] PACKED MOUNTPOINT\n"
+    return "usage: ckptfs mount [-f] [-d] [-q|-v] [-o OPTIONS] PACKED MOUNTPOINT\n"
            "\n"
            "Serve the packed directory PACKED at MOUNTPOINT as the original files\n"
            "(read-only).  Every packed file is checked before the command returns.\n"
@@ -31,6 +31,9 @@ const char *ckfs_mount_usage(void)
            "AWS_PROFILE and ~/.aws; AWS_REGION, AWS_ENDPOINT_URL; never on the command line).\n"
            "  -f                 stay in the foreground (log to stderr, not syslog)\n"
            "  -d                 libfuse debug output (implies -f)\n"
+           "  -q, --quiet        no warnings, errors only\n"
+           "  -v, --verbose      log to stderr as well once detached (as -o log=stderr)\n"
+           "  -V, --version      the program's and the format's versions\n"
            "  -h, --help         this text\n"
            "OPTIONS (comma-separated):\n"
            "  cache_size=BYTES   decoded chunks kept in memory (K, M, G, T: KiB, MiB, GiB,\n"
@@ -306,6 +309,13 @@ ckfs_status ckfs_parse_mount_args(int argc, char **argv, ckfs_mount_opts *o, cha
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             o->help = 1;
             return CKFS_OK;
+        } else if (!strcmp(a, "-V") || !strcmp(a, "--version")) {
+            o->version = 1;
+            return CKFS_OK;
+        } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+            o->quiet = 1;
+        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+            o->verbose = 1;
         } else if (!strcmp(a, "-f")) {
             o->foreground = 1;
         } else if (!strcmp(a, "-d")) {

@@ -25,6 +25,9 @@ typedef struct {
     int foreground;
     int debug;                 /* -d: libfuse debug output, implies -f */
     int help;
+    int version;               /* -V, --version */
+    int quiet;                 /* -q: no warnings, errors only */
+    int verbose;               /* -v: the log on stderr too, once detached (as log=stderr) */
     int allow_other;
     int noexec, noatime;
     uint64_t cache_size;       /* bytes of decoded chunks kept */

@@ -453,6 +453,63 @@ assert "\r" not in d and "\033" not in d and "[#" not in d, repr(d[:300])
 assert re.search(r"^packing: .* to do$", d, re.M), d
 PYEOF
 
+# a bad safetensors file: named, "nothing was packed" and the ways on; all
+# of them, not only the first; --skip-bad stores it as an opaque file
+mkdir -p "$T/badst/sub" && : > "$T/badst/empty.safetensors" && printf 'not a header' > "$T/badst/sub/junk.safetensors" &&
+  cp "$T/src/config.json" "$T/badst/"
+"$CK" pack "$T/badst" "$T/p-badst" > /dev/null 2> "$T/err"
+check "bad safetensors: exit 1, each named, nothing was packed, --skip-bad or remove" \
+  sh -c "test $? -eq 1 && grep -q 'badst/empty.safetensors: invalid safetensors file' '$T/err' &&
+         grep -q 'badst/sub/junk.safetensors: invalid safetensors file' '$T/err' &&
+         grep -q '2 bad safetensors files (see above): nothing was packed' '$T/err' && grep -q -- '--skip-bad' '$T/err' &&
+         test ! -e '$T/p-badst'"
+"$CK" pack --skip-bad "$T/badst" "$T/p-badst" > /dev/null 2> "$T/err" && "$CK" unpack "$T/p-badst" "$T/u-badst" > /dev/null 2>&1
+check "--skip-bad: packed as opaque files, unpacked byte for byte" \
+  sh -c "cmp '$T/badst/sub/junk.safetensors' '$T/u-badst/sub/junk.safetensors' && cmp '$T/badst/empty.safetensors' '$T/u-badst/empty.safetensors' &&
+         grep -q 'stored as an opaque file, byte for byte (--skip-bad)' '$T/err'"
+
+# the conventions: -V, -q, -v on every command; --dry-run; --json summaries
+for c in pack unpack verify stat mount; do
+  check "$c -V: the version" sh -c "'$CK' $c -V | grep -q '^ckptfs [0-9]' && '$CK' $c --version | grep -q '^format '"
+done
+"$CK" pack -q "$T/src" "$T/p-q" > "$T/out" 2> "$T/err"
+check "pack -q: exit 0, nothing on stdout or stderr" sh -c "test $? -eq 0 && test ! -s '$T/out' && test ! -s '$T/err'"
+"$CK" unpack -q "$T/p-q" "$T/u-q" > "$T/out" 2> "$T/err" && "$CK" verify -q "$T/p-q" >> "$T/out" 2>> "$T/err"
+check "unpack -q, verify -q: silent" sh -c "test ! -s '$T/out' && test ! -s '$T/err'"
+"$CK" verify -v --progress=none "$T/p-q" > "$T/out"
+check "verify -v: a line per file" sh -c "test \$(grep -c '^  ok: ' '$T/out') -eq 8 && grep -q '^  ok: nested/deeper/tokenizer.json$' '$T/out'"
+rm -rf "$T/p-v"; "$CK" pack -v --progress=none "$T/src" "$T/p-v" > "$T/out"
+check "pack -v: a line per file with its sizes" sh -c "test \$(grep -c '^  .*: [0-9.]* [kM]*B -> [0-9.]* [kM]*B (' '$T/out') -eq 8"
+"$CK" pack --dry-run "$T/src" "$T/p-dry" > "$T/out" 2> "$T/err"
+check "pack --dry-run: exit 0, each file with encoding and estimate, the space check, nothing written" \
+  sh -c "test $? -eq 0 && test ! -e '$T/p-dry' && grep -q '(dry run: nothing is written)' '$T/out' &&
+         grep -q '^  model-00001-of-00002.safetensors  *[0-9.]* kB -> ~[0-9.]* kB  *safetensors: BF16 k15' '$T/out' &&
+         grep -q '^  config.json .* zstd, or stored as is' '$T/out' && grep -q '^8 files: 1.38 MB -> about ' '$T/out' &&
+         grep -q '^free space: enough' '$T/out'"
+"$CK" pack --dry-run "$T/badst" "$T/p-dry" > "$T/out" 2> "$T/err"
+check "pack --dry-run of a source with bad files: exit 1, lists both, nothing written" \
+  sh -c "test $? -eq 1 && test ! -e '$T/p-dry' && test \$(grep -c 'BAD: not a valid safetensors file' '$T/out') -eq 2 &&
+         grep -q '^2 bad files: pack would refuse' '$T/out'"
+rm -rf "$T/p-json" "$T/u-json"
+"$CK" pack --json "$T/src" "$T/p-json" > "$T/pack.json" 2>/dev/null &&
+  "$CK" unpack --json "$T/p-json" "$T/u-json" > "$T/unpack.json" 2>/dev/null &&
+  "$CK" verify --json --against "$T/src" "$T/p-json" > "$T/verify.json" 2>/dev/null
+cp -a "$T/p-json" "$T/p-jdmg"
+printf '\xff' | dd of="$T/p-jdmg/model-00002-of-00002.safetensors.ckpt" bs=1 seek=$((4096 + 4000)) conv=notrunc status=none
+"$CK" verify --json "$T/p-jdmg" > "$T/vdmg.json" 2>/dev/null; vrc=$?
+check "--json: pack, unpack and verify summaries are JSON with the figures (verify's on failure too)" \
+  python3 - "$T" "$(du -sb "$T/p-json" | cut -f1)" $vrc <<'PYEOF'
+import json, sys
+t, vrc = sys.argv[1], int(sys.argv[3])
+p = json.load(open(t + "/pack.json")); u = json.load(open(t + "/unpack.json"))
+v = json.load(open(t + "/verify.json")); d = json.load(open(t + "/vdmg.json"))
+assert p["command"] == "pack" and p["files"] == 8 and p["original_bytes"] == 1381675, p
+assert 0 < p["packed_bytes"] < p["original_bytes"] and p["saved_bytes"] == p["original_bytes"] - p["packed_bytes"], p
+assert u["command"] == "unpack" and u["files"] == 8 and u["original_bytes"] == 1381675, u
+assert v["ok"] is True and v["exit_status"] == 0 and v["damaged"] == 0 and v["against"].endswith("/src"), v
+assert d["ok"] is False and d["damaged"] == 1 and d["exit_status"] == 3 == vrc, (d, vrc)
+PYEOF
+
 # damaged data: verify names it, unpack refuses and leaves nothing
 cp -a "$T/p-k15" "$T/dmg" 2>/dev/null; rm -rf "$T/dmg"; cp -a "$T/p-bytesplit" "$T/dmg"
 f="$T/dmg/model-00002-of-00002.safetensors.ckpt"
@@ -528,7 +585,8 @@ mountpoint -q "$N/mnt" && fusermount3 -u "$N/mnt"
 check "names: mount refuses a damaged file and names it escaped" sh -c "test $rc -ne 0 &&
   grep -qF 'm\\n\\x1b[2J.safetensors: cannot open packed file' '$N/err' && ! grep -q '$ESC' '$N/err'"
 "$CK" pack "$N/bad" "$N/pb" 2> "$N/err"
-check "names: a bad header's message is one line, names escaped" sh -c "test \$(wc -l < '$N/err') -eq 1 &&
+check "names: a bad header's message is one line, names escaped (then the two of what to do)" sh -c "test \$(wc -l < '$N/err') -eq 3 &&
+  grep -q 'nothing was packed' '$N/err' &&
   grep -qF 'b\\n\\x1b[2J.safetensors: invalid safetensors file: tensor \"t\\x1b[1m\" has unknown dtype' '$N/err'"
 # a DST that holds an unfinished pack of other files: the refusal names the
 # file that differs, escaped, on one line
