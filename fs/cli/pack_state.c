@@ -326,6 +326,21 @@ static int force_loses_nothing(pack_ctx *c, const cJSON *st)
     }
     if (rc && !b.m.n_files)
         fprintf(stderr, "ckptfs pack: %s: --force refused: cannot read what it holds\n", c->dst);
+    /* links: only its manifest and state hold one whose source link is gone */
+    const cJSON *links = cJSON_GetObjectItemCaseSensitive(st, "links");
+    for (const cJSON *l = cJSON_IsArray(links) ? links->child : NULL; rc == 0 && l; l = l->next) {
+        const char *p = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(l, "path"));
+        const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(l, "target"));
+        src_entry key = {.rel = (char *)p};
+        const src_entry *e = p && c->links.n ? bsearch(&key, c->links.v, c->links.n, sizeof key, cmp_entry) : NULL;
+        if (p && (!e || !t || strcmp(e->target, t))) {
+            fprintf(stderr,
+                    "ckptfs pack: %s: --force refused: it may hold the only record of the symbolic link %s (a "
+                    "--delete-source run deleted sources); unpack it first or remove it yourself\n",
+                    c->dst, CKU_ESC(p));
+            rc = -1;
+        }
+    }
     mf_free(&b);
     return rc;
 }

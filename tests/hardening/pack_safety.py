@@ -142,6 +142,21 @@ def item3():
     check("3: --force refuses to drop a packed file whose source was deleted",
           r.returncode != 0 and "only copy" in r.stderr and os.path.exists(os.path.join(dst, "a.bin.ckpt")),
           r.stderr.strip())
+    # a link is in no packed file: after --delete-source removed it, only the
+    # manifest and the state record it, and --force must not drop them
+    src_l, dst_l = fresh("s3l"), fresh("d3l")
+    make_src(src_l, {"blob": 3000})
+    os.symlink("blob", os.path.join(src_l, "name"))
+    p = run("pack", "--delete-source", src_l, dst_l)
+    u = run("unpack", dst_l, os.path.join(T, "s3l-out"))
+    other_l = fresh("o3l")  # the file (same bytes, another time) elsewhere, not the link: no resume
+    os.makedirs(other_l)
+    shutil.copy(os.path.join(T, "s3l-out", "blob"), os.path.join(other_l, "blob"))
+    os.utime(os.path.join(other_l, "blob"), (1e9, 1e9))
+    r = run("pack", "--force", other_l, dst_l)
+    check("3: --force refuses to drop the only record of a symbolic link --delete-source removed",
+          p.returncode == 0 and u.returncode == 0 and r.returncode != 0 and "symbolic link name" in r.stderr and
+          os.path.exists(os.path.join(dst_l, "blob.ckpt")), r.stderr.strip())
     moved = os.path.join(T, "s3-moved")
     shutil.rmtree(moved, ignore_errors=True)
     os.rename(src, moved)
