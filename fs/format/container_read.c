@@ -15,6 +15,8 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,36 +224,92 @@ ckp_status ckp_read_packed(const ckp_reader *r, void *buf, size_t len, uint64_t 
 
 ckp_source *ckp_get_source(const ckp_reader *r) { return r->src; }
 
+/* A reader of a source (an S3 object: a round trip per read) reads every
+ * extent's chunk index at once, on up to INDEX_THREADS threads, into buf at
+ * the extent's place (at[i] entries in), instead of one after another: a
+ * shard of a few hundred tensors opens in a few round trips, not hundreds. */
+#define INDEX_THREADS 16
+typedef struct {
+    ckp_reader *r;
+    const uint8_t *toc;
+    uint8_t *buf;
+    const uint64_t *at;
+    atomic_uint next;
+    atomic_int err;                /* the first failure's errno, 0 if none */
+} index_job;
+
+static void *index_worker(void *arg)
+{
+    index_job *j = arg;
+    for (uint32_t i; (i = atomic_fetch_add(&j->next, 1)) < j->r->info.n_extents && !atomic_load(&j->err);) {
+        const uint8_t *rec = j->toc + CKP_TOC_HEADER_SIZE + (size_t)i * CKP_EXTENT_SIZE;
+        size_t bytes = (size_t)j->r->x[i].n_chunks * CKP_INDEX_ENTRY;
+        int none = 0;
+        if (bytes && read_at(j->r, j->buf + j->at[i] * CKP_INDEX_ENTRY, bytes, cku_le64(rec + X_INDEX_OFF)))
+            atomic_compare_exchange_strong(&j->err, &none, errno ? errno : EIO);
+    }
+    return NULL;
+}
+
+/* Read every index of a source's reader into buf (index_job).  @return 0
+ * or the errno of a failed read (-1: no thread could start: read them one
+ * by one instead). */
+static int read_indexes_parallel(ckp_reader *r, const uint8_t *toc, uint8_t *buf, const uint64_t *at)
+{
+    index_job j = {.r = r, .toc = toc, .buf = buf, .at = at};
+    pthread_t t[INDEX_THREADS];
+    unsigned n = 0, want = r->info.n_extents < INDEX_THREADS ? r->info.n_extents : INDEX_THREADS;
+    while (n < want && pthread_create(&t[n], NULL, index_worker, &j) == 0)
+        n++;
+    index_worker(&j); /* this thread too (and alone if none started) */
+    for (unsigned k = 0; k < n; k++)
+        pthread_join(t[k], NULL);
+    return atomic_load(&j.err);
+}
+
 static ckp_status load_indexes(ckp_reader *r, const uint8_t *toc, char *err, size_t cap)
 {
     uint64_t total = 0;
-    for (uint32_t i = 0; i < r->info.n_extents; i++)
+    uint64_t *at = malloc(((size_t)r->info.n_extents + 1) * sizeof *at);
+    for (uint32_t i = 0; at && i < r->info.n_extents; i++) {
+        at[i] = total;
         total += r->x[i].n_chunks;
+    }
     r->index = malloc((total ? total : 1) * sizeof *r->index);
     uint8_t *buf = malloc(total ? total * CKP_INDEX_ENTRY : 1);
     ckp_status s = CKP_OK;
-    if (!r->index || !buf) {
+    if (!r->index || !buf || !at) {
         s = rerr(err, cap, r->file, CKP_ERR_NOMEM, "out of memory");
         goto out;
+    }
+    int pre = r->src && r->info.n_extents > 1; /* all read already, each at buf + at[i] entries */
+    if (pre) {
+        int e = read_indexes_parallel(r, toc, buf, at);
+        if (e) {
+            s = rerr(err, cap, r->file, e == ENOMEM ? CKP_ERR_NOMEM : CKP_ERR_IO, "reading chunk index: %s",
+                     strerror(e));
+            goto out;
+        }
     }
     ckp_chunk_entry *next = r->index;
     for (uint32_t i = 0; i < r->info.n_extents; i++) {
         ckp_extent *x = &r->x[i];
         const uint8_t *rec = toc + CKP_TOC_HEADER_SIZE + (size_t)i * CKP_EXTENT_SIZE;
         size_t bytes = (size_t)x->n_chunks * CKP_INDEX_ENTRY;
-        if (read_at(r, buf, bytes, cku_le64(rec + X_INDEX_OFF))) {
+        uint8_t *ib = pre ? buf + at[i] * CKP_INDEX_ENTRY : buf;
+        if (!pre && read_at(r, buf, bytes, cku_le64(rec + X_INDEX_OFF))) {
             s = rerr(err, cap, r->file, CKP_ERR_IO, "reading chunk index: %s", strerror(errno));
             goto out;
         }
-        if (ckc_hash64(buf, bytes) != cku_le64(rec + X_INDEX_HASH)) {
+        if (ckc_hash64(ib, bytes) != cku_le64(rec + X_INDEX_HASH)) {
             s = rerr(err, cap, r->file, CKP_ERR_CORRUPT, "chunk index of extent %u (%s) is damaged", i,
                      *x->name ? x->name : "header");
             goto out;
         }
         x->index = next;
         for (uint64_t c = 0; c < x->n_chunks; c++, next++) {
-            next->datum = cku_le64(buf + c * CKP_INDEX_ENTRY);
-            next->hash = cku_le64(buf + c * CKP_INDEX_ENTRY + 8);
+            next->datum = cku_le64(ib + c * CKP_INDEX_ENTRY);
+            next->hash = cku_le64(ib + c * CKP_INDEX_ENTRY + 8);
         }
         if (!index_ok(x)) {
             s = rerr(err, cap, r->file, CKP_ERR_CORRUPT, "chunk index of extent %u is inconsistent", i);
@@ -261,6 +319,7 @@ static ckp_status load_indexes(ckp_reader *r, const uint8_t *toc, char *err, siz
             goto out;
     }
 out:
+    free(at);
     free(buf);
     return s;
 }

@@ -269,6 +269,19 @@ def run(s3, tmp, mounts):
                     check(False, "truncated while open: a read returned bytes")
                 except OSError as e:
                     check(e.errno == errno.EIO, "truncated while open: EIO")
+            # a chunk index damaged (the indexes of a source are read at once,
+            # on threads): refused at the first open, named in the log
+            import struct
+            ck = bytearray(open(os.path.join(packed, "extra", "big.safetensors.ckpt"), "rb").read())
+            toc = struct.unpack_from("<Q", ck, 24)[0]
+            n_ext = struct.unpack_from("<I", ck, toc + 4)[0]  # TOC header: extent count (format §3.2)
+            rec = toc + 96 + 192 * (n_ext - 1)  # the last extent's record (format §4.1)
+            ck[struct.unpack_from("<Q", ck, rec + 32)[0] + 3] ^= 0x10
+            c.put_object(Bucket=s3.bucket, Key="models/m1/extra/big.safetensors.ckpt", Body=bytes(ck))
+        with mount("mnt3b") as m:
+            check(read_eio(os.path.join(m.mnt, "extra", "big.safetensors"), 0, MB) and
+                  b"chunk index of extent" in open(m.log, "rb").read(),
+                  "a damaged chunk index: EIO at the first open, the log names it")
         s3.upload_dir(packed, "models/m1")  # whole again
 
     def sec4():
