@@ -105,11 +105,15 @@ class SeaweedS3:
                "-s3", f"-s3.port={self.port}", f"-s3.port.grpc={self.s3_grpc}", "-s3.port.iceberg=0",
                "-s3.port.lance=0", f"-s3.config={self.config}", "-master.telemetry=false",
                "-master.volumeSizeLimitMB=64", "-master.raftHashicorp", "-master.raftBootstrap", "-volume.max=50", "-volume.preStopSeconds=0"]
+        # killed with the test (a ctest timeout kills the test's process, not
+        # its children): the kernel sends SIGKILL when this process dies
+        pre = ["setpriv", "--pdeathsig", "KILL"]
         if self.as_nobody:
-            cmd = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"] + cmd
+            pre += [f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+        cmd = pre + ["--"] + cmd
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True, cwd=self.dir)
+                                     cwd=self.dir)
         log.close()
         self._wait_ready(timeout)
         return self

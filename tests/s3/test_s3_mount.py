@@ -87,7 +87,9 @@ class Mount:
         self.log = mnt + ".log"
         os.makedirs(mnt, exist_ok=True)
         o = "log=" + self.log + (("," + opts) if opts else "")
-        self.p = subprocess.Popen([CKPTFS, "mount", "-f", "-o", o, url, mnt], env=env,
+        # SIGTERM to the daemon if this test dies (a ctest timeout): it unmounts
+        self.p = subprocess.Popen(["setpriv", "--pdeathsig", "TERM", "--", CKPTFS, "mount", "-f", "-o", o, url, mnt],
+                                  env=env,
                                   stdout=subprocess.DEVNULL, stderr=open(mnt + ".err", "wb"))
         for _ in range(400):
             if self.mounted() or self.p.poll() is not None:
