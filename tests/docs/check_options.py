@@ -124,7 +124,9 @@ def problems_of(ckptfs, root):
     synopsis = man_synopsis(man)
     helps = {c: run(ckptfs, c, "--help") for c in COMMANDS}
     for c in COMMANDS:
-        code = flags(helps[c].split("\n\n")[0] if c != "mount" else helps[c].split("OPTIONS (")[0]) - {"-h", "--help"}
+        # the usage lines; -h/--help and -V/--version, which every command
+        # takes, are in the man page's OPTIONS, not in each SYNOPSIS
+        code = flags(helps[c].split("\n\n")[0]) - {"-h", "--help", "-V", "--version"}
         doc = synopsis.get(c, set())
         if code != doc:
             problems.append(f"ckptfs {c}: --help has {sorted(code - doc)} that the man page's "
