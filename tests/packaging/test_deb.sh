@@ -234,7 +234,10 @@ for want in /usr/bin/ckptfs /usr/sbin/mount.ckptfs /usr/sbin/mount.fuse.ckptfs \
             /usr/share/man/man1/ckptfs.1.gz /usr/include/ckptfs/ckc.h /usr/include/ckptfs/ckc_decode.h \
             /usr/share/doc/ckptfs/examples/example.mount /usr/share/doc/ckptfs/examples/example.conf \
             /usr/include/ckptfs/ckread.h /usr/lib/python3/dist-packages/ckptfs_gpu_hf.py \
-            /usr/lib/python3/dist-packages/ckptfs_gpu.py; do
+            /usr/lib/python3/dist-packages/ckptfs_gpu.py \
+            /usr/share/man/man8/mount.ckptfs.8.gz /usr/share/man/man8/mount.fuse.ckptfs.8.gz \
+            /usr/share/bash-completion/completions/ckptfs \
+            /usr/share/doc/ckptfs/copyright /usr/share/doc/ckptfs/format.md; do
     grep -qxF "$want" <<<"$files" || fail "package lacks $want"
 done
 unit=$(grep -E '/systemd/system/ckptfs@\.service$' <<<"$files") || fail "package lacks ckptfs@.service"
@@ -248,7 +251,27 @@ fi
 if command -v man >/dev/null 2>&1; then
     man -w ckptfs >/dev/null || fail "man -w ckptfs does not find the page"
     MANWIDTH=80 man ckptfs 2>&1 | grep -q "SECURITY AND TRUST" || fail "man ckptfs does not render"
+    for page in ckptfs mount.ckptfs mount.fuse.ckptfs; do
+        for sec in ENVIRONMENT "EXIT STATUS"; do
+            MANWIDTH=80 man "$page" 2>/dev/null | grep -q "^$sec" || fail "man $page has no $sec section"
+        done
+    done
+    MANWIDTH=80 man mount.ckptfs 2>/dev/null | grep -q "^ *32 *The mount failed" || fail "man mount.ckptfs: exit 32 not documented"
 fi
+zcat /usr/share/man/man8/mount.ckptfs.8.gz | grep -q '^\.SH EXIT STATUS' || fail "mount.ckptfs.8 lacks EXIT STATUS"
+grep -q '^Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/' /usr/share/doc/ckptfs/copyright ||
+    grep -qi 'license' /usr/share/doc/ckptfs/copyright || fail "copyright file states nothing"
+grep -q '^# ckptfs' /usr/share/doc/ckptfs/format.md || fail "format.md is not the spec: $(head -1 /usr/share/doc/ckptfs/format.md)"
+
+step "bash completion"
+comp=$(bash -c 'source /usr/share/bash-completion/completions/ckptfs && complete -p ckptfs &&
+    COMP_WORDS=(ckptfs pa); COMP_CWORD=1; _ckptfs; echo "1:${COMPREPLY[*]}";
+    COMP_WORDS=(ckptfs pack --form); COMP_CWORD=2; _ckptfs; echo "2:${COMPREPLY[*]}";
+    COMP_WORDS=(ckptfs pack --format ""); COMP_CWORD=3; _ckptfs; echo "3:${COMPREPLY[*]}"') ||
+    fail "the installed completion does not load"
+grep -q '^complete -F _ckptfs ckptfs$' <<<"$comp" || fail "completion not registered: $comp"
+grep -qx '1:pack' <<<"$comp" && grep -qx '2:--format' <<<"$comp" && grep -qx '3:k15 bytesplit archive' <<<"$comp" ||
+    fail "completion gives: $comp"
 
 step "pkg-config + link a program against the installed codec"
 pkg-config --cflags --libs ckptfs || fail "pkg-config ckptfs"
