@@ -12,6 +12,7 @@
 #include "safetensors.h"
 #include "hashing.h"
 #include "progress.h"
+#include "remote.h"
 #include "util.h"
 
 #include <cjson/cJSON.h>
@@ -46,7 +47,14 @@ ckp_reader *ckpt_open_member_why(const char *cmd, const char *dst, const ckm_fil
     char path[PATH_MAX], err[768];
     snprintf(path, sizeof path, "%s/%s%s", dst, f->path, CKP_SUFFIX);
     ckp_reader *r;
-    ckp_status st = ckp_open_at(dst, f->path, 0, &r, err, sizeof err);
+    ckp_status st;
+    if (ckpt_is_remote(dst)) { /* s3://: the object PREFIX/REL.ckpt (remote.c) */
+        snprintf(path, sizeof path, "%s%s", f->path, CKP_SUFFIX);
+        st = ckpt_remote_open(path, &r, err, sizeof err);
+        snprintf(path, sizeof path, "%s/%s%s", dst, f->path, CKP_SUFFIX);
+    } else {
+        st = ckp_open_at(dst, f->path, 0, &r, err, sizeof err);
+    }
     if (why)
         *why = st == CKP_OK ? CKP_ERR_CORRUPT : st;
     if (st != CKP_OK) {
@@ -76,6 +84,8 @@ ckp_reader *ckpt_open_member(const char *cmd, const char *dst, const ckm_file *f
  * opened (loading the manifest then says why), -2 after saying it is busy. */
 int ckpt_read_lock(const char *cmd, const char *dst)
 {
+    if (ckpt_is_remote(dst)) /* no lock: an s3:// pack's manifest is written last */
+        return -1;
     int fd = open(dst, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return -1;
@@ -119,6 +129,8 @@ uint64_t ckpt_packed_size(const char *dst, const ckm_manifest *m)
 {
     char path[PATH_MAX];
     struct stat st;
+    if (ckpt_is_remote(dst))
+        return ckpt_remote_packed_size(m);
     snprintf(path, sizeof path, "%s/%s", dst, CKP_MANIFEST_NAME);
     uint64_t n = lstat(path, &st) ? 0 : (uint64_t)st.st_size;
     for (size_t i = 0; i < m->n_files; i++) {

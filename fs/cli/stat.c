@@ -8,6 +8,7 @@
 #include "cmd_common.h"
 #include "container.h"
 #include "manifest.h"
+#include "remote.h"
 #include "safetensors.h"
 #include "hashing.h"
 #include "progress.h"
@@ -330,7 +331,7 @@ int ckpt_stat(const char *dst, int json)
     int lock = ckpt_read_lock("stat", dst);
     if (lock == -2)
         return CKPT_EXIT_FAIL;
-    ckp_status ls = ckm_load(dst, &m, err, sizeof err);
+    ckp_status ls = ckpt_load_manifest(dst, &m, err, sizeof err);
     if (ls != CKP_OK) {
         if (lock >= 0)
             close(lock);
@@ -354,7 +355,8 @@ int ckpt_stat(const char *dst, int json)
     char path[PATH_MAX];
     struct stat st;
     snprintf(path, sizeof path, "%s/%s", dst, CKP_MANIFEST_NAME);
-    uint64_t msize = lstat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+    uint64_t msize = ckpt_is_remote(dst) ? ckpt_remote_manifest_size()
+                                         : lstat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
     if (rc == 0 && json)
         print_json(dst, &t, fs, msize);
     else if (rc == 0)

@@ -8,6 +8,7 @@
 #include "cmd_common.h"
 #include "container.h"
 #include "manifest.h"
+#include "remote.h"
 #include "safetensors.h"
 #include "hashing.h"
 #include "progress.h"
@@ -295,7 +296,7 @@ static int unpack_locked(const char *dst, const char *out_arg, int jobs)
 {
     char err[768], out[PATH_MAX], stage[PATH_MAX + 32], tree[PATH_MAX + 48];
     ckm_manifest *m;
-    ckp_status st = ckm_load(dst, &m, err, sizeof err);
+    ckp_status st = ckpt_load_manifest(dst, &m, err, sizeof err);
     if (st != CKP_OK && ckpt_swapped("unpack", dst, out_arg, "ckptfs unpack PACKED OUT"))
         return CKPT_EXIT_USAGE;
     if (st != CKP_OK)

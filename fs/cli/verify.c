@@ -8,6 +8,7 @@
 #include "cmd_common.h"
 #include "container.h"
 #include "manifest.h"
+#include "remote.h"
 #include "safetensors.h"
 #include "hashing.h"
 #include "progress.h"
@@ -233,7 +234,7 @@ static int verify_locked(const char *dst, const char *against, int jobs)
 {
     char err[768];
     ckm_manifest *m;
-    ckp_status st = ckm_load(dst, &m, err, sizeof err);
+    ckp_status st = ckpt_load_manifest(dst, &m, err, sizeof err);
     if (st != CKP_OK && ckpt_swapped("verify", dst, against, "ckptfs verify --against SRC PACKED"))
         return CKPT_EXIT_USAGE;
     if (st != CKP_OK)

@@ -1,0 +1,36 @@
+/*
+ * s3_pack.h — a packed directory stored under s3://BUCKET/PREFIX (one
+ * object per packed file, "PREFIX/REL.ckpt", and "PREFIX/ckptfs.manifest"):
+ * what every reader of one does, the mount (fs/mount/s3_mount.c) and the
+ * commands verify, stat and unpack (fs/cli/remote.c).  Messages name the
+ * URL and say what to do; no secret.
+ */
+#ifndef CKS3_PACK_H
+#define CKS3_PACK_H
+
+#include "container.h"
+#include "s3.h"
+#include "s3_source.h"
+
+/* A message for a failed call on the pack at url (st, the client's
+ * message msg): access denied (which credentials), no such bucket (which
+ * endpoint and region), the server unreachable, or msg itself. */
+void cks3_pack_explain(cks3_client *c, const char *url, const char *bucket, cks3_status st, const char *msg,
+                       char *err, size_t errCapacity);
+
+/* GET PREFIX/ckptfs.manifest (at most maxSize bytes) into a malloc'ed,
+ * NUL-terminated *buf of *len bytes.  @return CKS3_OK; CKS3_ERR_NOT_FOUND
+ * with a message that says what is under the prefix instead (nothing, an
+ * unfinished pack, objects but no manifest, a packed directory further
+ * down); CKS3_ERR_RANGE (larger than maxSize); else as cks3_pack_explain. */
+cks3_status cks3_pack_manifest(cks3_client *c, const char *bucket, const char *prefix, size_t maxSize, char **buf,
+                               size_t *len, char *err, size_t errCapacity);
+
+/* Open the packed file PREFIX/rel (rel with its .ckpt suffix) of sc's
+ * bucket: HEAD (size, ETag), then the reader on a source bound to that ETag.
+ * @return CKP_OK; CKP_ERR_IO (not there, unreachable: the message says),
+ * CKP_ERR_NOMEM, or the reader's status (damaged header, TOC, index). */
+ckp_status cks3_pack_open_file(cks3_source_ctx *sc, const char *prefix, const char *rel, ckp_reader **out,
+                               char *err, size_t errCapacity);
+
+#endif
