@@ -53,7 +53,11 @@ ckp_status ckpt_load_manifest(const char *dst, ckm_manifest **out, char *err, si
     R.sc = (cks3_source_ctx){.c = R.c, .bucket = R.bucket};
     char *buf = NULL, name[4096];
     size_t len = 0;
-    st = cks3_pack_manifest(R.c, R.bucket, R.prefix, MANIFEST_MAX, &buf, &len, err, cap);
+    st = cks3_pack_manifest(R.c, R.bucket, R.prefix, MANIFEST_MAX, &buf, &len, msg, sizeof msg);
+    if (st == CKS3_ERR_NOT_FOUND || st == CKS3_ERR_RANGE)
+        snprintf(err, cap, "%s", msg);
+    else if (st != CKS3_OK)
+        cks3_pack_explain(R.c, dst, R.bucket, st, msg, err, cap);
     if (st != CKS3_OK)
         return st == CKS3_ERR_NOMEM ? CKP_ERR_NOMEM : st == CKS3_ERR_RANGE ? CKP_ERR_CORRUPT : CKP_ERR_IO;
     R.manifest_size = len;

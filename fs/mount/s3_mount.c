@@ -15,6 +15,7 @@
 #include "plane_window.h"
 #include "s3.h"
 #include "s3_mount.h"
+#include "s3_pack.h"
 #include "s3_source.h"
 #include "util.h"
 
@@ -94,47 +95,6 @@ static ckfs_status load_error(ckfs_ctx *c, cks3_status st, const char *msg, char
     }
 }
 
-/* No manifest under the prefix: say what is there instead. */
-static ckfs_status explain_missing(ckfs_ctx *c, char *err, size_t cap)
-{
-    struct ckfs_s3 *s = c->s3;
-    char msg[1024];
-    cks3_list_result l;
-    char *dir = *s->prefix ? cks3_key(s->prefix, "") : strdup("");
-    if (!dir)
-        return cku_errf(err, cap, CKFS_ERR_NOMEM, "%s: out of memory", c->dst);
-    cks3_status st = cks3_list(s->client, s->bucket, dir, &l, msg, sizeof msg);
-    free(dir);
-    if (st != CKS3_OK)
-        return load_error(c, st, msg, err, cap);
-    int unfinished = 0;
-    char below[1024] = "";          /* a packed directory further down, if any */
-    size_t skip = *s->prefix ? strlen(s->prefix) + 1 : 0;
-    for (size_t i = 0; i < l.n; i++) {
-        const char *rel = l.v[i].key + skip, *base = strrchr(rel, '/');
-        unfinished |= !strcmp(rel, CKP_STATE_NAME);
-        if (!below[0] && base && !strcmp(base + 1, CKP_MANIFEST_NAME))
-            snprintf(below, sizeof below, "; s3://%s/%.*s holds one", s->bucket, (int)(base - l.v[i].key),
-                     l.v[i].key);
-    }
-    size_t n = l.n;
-    cks3_list_free(&l);
-    if (unfinished)
-        return cku_errf(err, cap, CKFS_ERR_NOT_PACKED,
-                        "%s: not a packed directory yet: a pack to it is unfinished (%s is there, %s is not); "
-                        "run the same ckptfs pack command again to finish it",
-                        c->dst, CKP_STATE_NAME, CKP_MANIFEST_NAME);
-    if (!n)
-        return cku_errf(err, cap, CKFS_ERR_NOT_PACKED,
-                        "%s: nothing is stored under this prefix in bucket %s: check the prefix, or pack a model "
-                        "there first (ckptfs pack SRC %s)",
-                        c->dst, s->bucket, c->dst);
-    return cku_errf(err, cap, CKFS_ERR_NOT_PACKED,
-                    "%s: not a packed directory: %zu objects under it but no %s; name the prefix that holds %s "
-                    "(the directory ckptfs pack wrote)%s",
-                    c->dst, n, CKP_MANIFEST_NAME, CKP_MANIFEST_NAME, below);
-}
-
 ckfs_status ckfs_s3_load(ckfs_ctx *c, char *err, size_t cap)
 {
     char msg[1024];
@@ -163,10 +123,11 @@ ckfs_status ckfs_s3_load(ckfs_ctx *c, char *err, size_t cap)
     if (!key)
         return cku_errf(err, cap, CKFS_ERR_NOMEM, "%s: out of memory", c->dst);
     snprintf(name, sizeof name, "s3://%s/%s", s->bucket, key);
-    st = cks3_get_object(s->client, s->bucket, key, MANIFEST_MAX, NULL, &buf, &len, msg, sizeof msg);
     free(key);
+    /* the manifest, or what is under the prefix instead (s3_pack.c) */
+    st = cks3_pack_manifest(s->client, s->bucket, s->prefix, MANIFEST_MAX, &buf, &len, msg, sizeof msg);
     if (st == CKS3_ERR_NOT_FOUND)
-        return explain_missing(c, err, cap);
+        return cku_errf(err, cap, CKFS_ERR_NOT_PACKED, "%s", msg);
     if (st == CKS3_ERR_RANGE)
         return cku_errf(err, cap, CKFS_ERR_DAMAGED, "%s: larger than 1 GiB", name);
     if (st != CKS3_OK)

@@ -53,8 +53,8 @@ static cks3_status explain_missing(cks3_client *c, const char *url, const char *
     }
     cks3_status st = cks3_list(c, bucket, dir, &l, msg, sizeof msg);
     free(dir);
-    if (st != CKS3_OK) {
-        cks3_pack_explain(c, url, bucket, st, msg, err, cap);
+    if (st != CKS3_OK) { /* the caller explains it, as a failed GET */
+        snprintf(err, cap, "%s", msg);
         return st;
     }
     int unfinished = 0;
@@ -104,7 +104,7 @@ cks3_status cks3_pack_manifest(cks3_client *c, const char *bucket, const char *p
     else if (st == CKS3_ERR_NOT_FOUND)
         st = explain_missing(c, url, bucket, prefix, err, cap);
     else if (st != CKS3_OK)
-        cks3_pack_explain(c, url, bucket, st, msg, err, cap);
+        snprintf(err, cap, "%s", msg);
     free(key);
     return st;
 }

@@ -22,7 +22,8 @@ void cks3_pack_explain(cks3_client *c, const char *url, const char *bucket, cks3
  * NUL-terminated *buf of *len bytes.  @return CKS3_OK; CKS3_ERR_NOT_FOUND
  * with a message that says what is under the prefix instead (nothing, an
  * unfinished pack, objects but no manifest, a packed directory further
- * down); CKS3_ERR_RANGE (larger than maxSize); else as cks3_pack_explain. */
+ * down); CKS3_ERR_RANGE (larger than maxSize); else the client's status
+ * and message (the caller explains it: cks3_pack_explain, or its own). */
 cks3_status cks3_pack_manifest(cks3_client *c, const char *bucket, const char *prefix, size_t maxSize, char **buf,
                                size_t *len, char *err, size_t errCapacity);
 
