@@ -8,7 +8,8 @@
  * rounded to nearest even.  A tensor is encoded the way the container writer
  * does it: histogram, codebook, chunks of 64 Ki weights, escapes packed in
  * order; it is decoded chunk by chunk and checked against the input.  Speeds
- * are the best of `runs` (default 5), in GB/s of BF16 bytes (1 GB = 1e9 B).
+ * are the best of `runs` (default 5), in GB/s of BF16 bytes (1 GB = 1e9 B)
+ * per second of the thread's CPU time (per core, whatever else runs).
  *
  * Size accounting, in bits per weight:
  *   planes    stored sizes of the code, low and escape planes (format §5.1)
@@ -37,10 +38,12 @@
 
 #define CHUNK 65536u
 
+/* CPU time of this thread: the speed of one core, which a loaded machine
+ * (other processes taking turns on the core) does not lower. */
 static double now(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 

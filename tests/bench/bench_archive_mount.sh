@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# bench_archive_mount.sh CKPTFS [SRC] — first read through `ckptfs mount` of
+# an archive pack against a K15 pack of the same model, in the same run
+# (issue 28: target archive >= 0.5x K15).  A benchmark: it prints figures and
+# never fails on them.
+#
+# SRC (default: the corpus's minilm-l6, tests/corpus/make_corpus.py, built in
+# $BENCH_DIR/corpus) is packed both ways.  For each prefetch_threads=N (the
+# daemon's decode-ahead workers: 1, 2, 4, 8) and each pack: a fresh mount
+# (FUSE's page cache empty; the packed files in the page cache, read once
+# before), then every *.safetensors shard read sequentially (dd bs=1M, one
+# reader), wall time; the best of $REPS (default 3) runs.  Prints MB/s of
+# original bytes and archive/K15.  Needs root, /dev/fuse, fusermount3.
+set -euo pipefail
+CK=$(readlink -f "$1")
+HERE=$(cd "$(dirname "$0")" && pwd)
+W=${BENCH_DIR:-/var/tmp/ckptfs-bench-archive}
+REPS=${REPS:-3}
+mkdir -p "$W"
+SRC=${2:-}
+if [ -z "$SRC" ]; then
+    python3 "$HERE/../corpus/make_corpus.py" "$W/corpus" >/dev/null
+    SRC=$W/corpus/minilm-l6
+fi
+MNT=$W/mnt
+mkdir -p "$MNT"
+cleanup() { fusermount3 -u "$MNT" 2>/dev/null || true; }
+trap cleanup EXIT
+for f in k15 archive; do
+    [ -e "$W/p-$f/ckptfs.manifest" ] || { rm -rf "$W/p-$f"; "$CK" pack --format "$f" --progress=none "$SRC" "$W/p-$f" >/dev/null; }
+    cat "$W/p-$f"/*.ckpt >/dev/null
+done
+shards=$(cd "$SRC" && ls ./*.safetensors)
+bytes=$(cd "$SRC" && cat $shards | wc -c)
+
+# seconds of the best of REPS first reads of every shard through a fresh mount
+first_read() {
+    local pack=$1 opts=$2 best=
+    for _ in $(seq "$REPS"); do
+        "$CK" mount -o "$opts" "$pack" "$MNT"
+        local t0 t1
+        t0=$(date +%s.%N)
+        for s in $shards; do dd if="$MNT/$s" of=/dev/null bs=1M status=none; done
+        t1=$(date +%s.%N)
+        fusermount3 -u "$MNT"
+        best=$(python3 -c "import sys; a=float('$t1')-float('$t0'); b='$best'; print(min(a, float(b)) if b else a)")
+    done
+    echo "$best"
+}
+
+echo "source: $SRC ($((bytes / 1000000)) MB of shards); load $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs"
+echo "| prefetch_threads | K15 MB/s | archive MB/s | archive / K15 |"
+echo "|---:|---:|---:|---:|"
+for n in 1 2 4 8; do
+    tk=$(first_read "$W/p-k15" "prefetch_threads=$n")
+    ta=$(first_read "$W/p-archive" "prefetch_threads=$n")
+    python3 -c "b=$bytes; k=$tk; a=$ta; print(f'| $n | {b/k/1e6:.0f} | {b/a/1e6:.0f} | {k/a:.2f} |')"
+done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
