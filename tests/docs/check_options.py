@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 
-COMMANDS = ["pack", "unpack", "verify", "stat", "mount"]
+COMMANDS = ["pack", "repack", "unpack", "verify", "stat", "mount"]
 
 
 def run(ckptfs, *args):
