@@ -45,6 +45,9 @@ int ckpt_fail(const char *cmd, ckp_status st, const char *msg);
 /* ckptfs --version: the program's and the format's versions.  @return 0. */
 int ckpt_print_version(void);
 int ckpt_pack(const ckpt_pack_opts *o);
+/* ckpt_pack to s3://BUCKET/PREFIX (pack_s3.c): staged locally, uploaded by
+ * multipart upload, the manifest last; a rerun goes on. */
+int ckpt_pack_s3(const ckpt_pack_opts *o);
 int ckpt_unpack(const char *dst, const char *out, int jobs);
 int ckpt_verify(const char *dst, const char *against, int jobs);
 int ckpt_stat(const char *dst, int json);

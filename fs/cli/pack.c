@@ -27,6 +27,7 @@
  */
 #define _GNU_SOURCE
 #include "pack_internal.h"
+#include "s3.h"
 #include "util.h"
 
 #include <errno.h>
@@ -288,6 +289,8 @@ static int dry_run(pack_ctx *c)
 
 int ckpt_pack(const ckpt_pack_opts *o)
 {
+    if (cks3_is_url(o->dst)) /* staged here, then uploaded (pack_s3.c) */
+        return ckpt_pack_s3(o);
     pack_ctx c = {.o = o, .lock_fd = -1};
     char src_real[PATH_MAX];
     int rc = 1, created = 0;
