@@ -202,20 +202,9 @@ int ckpt_check_space(const char *cmd, const char *path, uint64_t need, const cha
     if (!ckpt_space_check)
         return 0;
     snprintf(p, sizeof p, "%s", path);
-    while (statvfs(p, &v) != 0) { /* the nearest part of path that exists */
-        char *slash = strrchr(p, '/');
-        if (!slash) {
-            if (!strcmp(p, "."))
-                return 0;
-            snprintf(p, sizeof p, ".");
-        } else if (slash == p) {
-            if (!p[1])
-                return 0;
-            p[1] = 0;
-        } else {
-            *slash = 0;
-        }
-    }
+    while (statvfs(p, &v) != 0) /* the nearest part of path that exists */
+        if (!cku_path_up(p, sizeof p))
+            return 0;
     uint64_t avail = (uint64_t)v.f_bavail * v.f_frsize, want = need + need / 20 + (16ull << 20);
     if (!v.f_blocks || avail >= want)
         return 0; /* f_blocks 0: a file system that does not count */

@@ -97,6 +97,23 @@ int cku_fsync_dir(const char *dir)
     return fsync_dir(dir);
 }
 
+int cku_path_up(char *p, size_t cap)
+{
+    char *slash = strrchr(p, '/');
+    if (!slash) {
+        if (!strcmp(p, "."))
+            return 0;
+        snprintf(p, cap, ".");
+    } else if (slash == p) {
+        if (!p[1])
+            return 0;
+        p[1] = 0;
+    } else {
+        *slash = 0;
+    }
+    return 1;
+}
+
 int cku_path_within(const char *path, const char *dir)
 {
     struct stat d, st;
@@ -106,20 +123,9 @@ int cku_path_within(const char *path, const char *dir)
     snprintf(p, sizeof p, "%s", *path ? path : ".");
     int fd;
     /* the nearest part of path that exists, as a directory */
-    while ((fd = open(p, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
-        char *slash = strrchr(p, '/');
-        if (!slash) {
-            if (!strcmp(p, "."))
-                return 0;
-            snprintf(p, sizeof p, ".");
-        } else if (slash == p) {
-            if (!p[1])
-                return 0;
-            p[1] = 0;
-        } else {
-            *slash = 0;
-        }
-    }
+    while ((fd = open(p, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0)
+        if (!cku_path_up(p, sizeof p))
+            return 0;
     int in = 0;
     while (!in && fstat(fd, &st) == 0) {
         in = st.st_dev == d.st_dev && st.st_ino == d.st_ino;

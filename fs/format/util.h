@@ -35,6 +35,10 @@ int cku_open_regular_at(int rootfd, const char *rel, struct stat *st, char *err,
 /* 1 if errno e from cku_open_regular means "there, but not a regular file
  * reached without links" rather than an I/O or permission error. */
 int cku_open_refused(int e);
+/* Trim path p (capacity cap) in place to its parent: "a/b" -> "a", "/a" ->
+ * "/", "a" -> ".".  For walks up to the nearest part of a path that exists.
+ * @return 1, or 0 when p is "/" or "." (nothing above it). */
+int cku_path_up(char *p, size_t cap);
 /* 1 if path (which need not exist: its nearest existing ancestor stands
  * for it) is the directory dir or lies below it, found by walking ".." up
  * from it and comparing devices and inodes: a bind mount of dir, a link or
