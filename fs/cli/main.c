@@ -42,6 +42,11 @@ static const cmd_help helps[] = {
      "in the new directory PACKED.  Every packed file is read back and compared\n"
      "with its source before it counts as done.  If it is interrupted, run the\n"
      "same command again: finished files are kept, the rest is packed.\n"
+     "PACKED may be s3://BUCKET/PREFIX: the pack is made in a local staging\n"
+     "directory ($CKPTFS_STAGE_DIR, else /var/tmp), each file uploaded in parts,\n"
+     "the manifest last (--delete-source is refused there for now); credentials,\n"
+     "region and endpoint from the AWS environment (AWS_ACCESS_KEY_ID,\n"
+     "AWS_PROFILE, AWS_ENDPOINT_URL, ...).\n"
      "\n"
      "  --format k15|bytesplit|archive\n"
      "                          BF16 encoding (default k15, which the GPU loader reads;\n"
@@ -64,6 +69,8 @@ SPACE_HELP
     {"unpack", "ckptfs unpack [--jobs N] [--progress=WHEN] [--no-space-check] [--json] [-q|-v] PACKED OUT",
      "Rebuild the original files of PACKED in the new directory OUT, checking\n"
      "every chunk and each file's SHA-256.  Damaged data leaves no output (exit 3).\n"
+     "PACKED may be s3://BUCKET/PREFIX (credentials, region and endpoint from\n"
+     "the AWS environment: AWS_ACCESS_KEY_ID, AWS_PROFILE, AWS_ENDPOINT_URL, ...).\n"
      "\n"
      "  --jobs N                threads (default: the number of CPUs)\n"
 PROGRESS_HELP
@@ -75,6 +82,8 @@ SPACE_HELP
     {"verify", "ckptfs verify [--against SRC] [--jobs N] [--progress=WHEN] [--json] [-q|-v] PACKED",
      "Check every chunk and every file's SHA-256 in PACKED; with --against,\n"
      "compare every byte with the source too.\n"
+     "PACKED may be s3://BUCKET/PREFIX (credentials, region and endpoint from\n"
+     "the AWS environment: AWS_ACCESS_KEY_ID, AWS_PROFILE, AWS_ENDPOINT_URL, ...).\n"
      "Exit status: 0 all good, 3 a packed file is damaged, 4 the pack is intact\n"
      "but differs from SRC, 1 other failures, 2 usage.\n"
      "\n"
@@ -103,6 +112,8 @@ COMMON_HELP
      "Given the MOUNTPOINT of a running `ckptfs mount`: the daemon's counters\n"
      "(reads, decoded bytes, cache hits and misses, prefetches, decode errors),\n"
      "read from the extended attribute user.ckptfs.stats of the mount's root.\n"
+     "PACKED may be s3://BUCKET/PREFIX (credentials, region and endpoint from\n"
+     "the AWS environment: AWS_ACCESS_KEY_ID, AWS_PROFILE, AWS_ENDPOINT_URL, ...).\n"
      "\n"
      "  --json                  the same figures as JSON (per file under \"by_file\")\n"
 COMMON_HELP
