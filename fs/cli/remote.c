@@ -78,11 +78,6 @@ ckp_status ckpt_remote_open(const char *rel, ckp_reader **out, char *err, size_t
 
 uint64_t ckpt_remote_manifest_size(void) { return R.manifest_size; }
 
-static int cmp_entry(const void *a, const void *b)
-{
-    return strcmp(((const cks3_entry *)a)->key, ((const cks3_entry *)b)->key);
-}
-
 uint64_t ckpt_remote_packed_size(const ckm_manifest *m)
 {
     char msg[1024];
@@ -96,21 +91,14 @@ uint64_t ckpt_remote_packed_size(const ckm_manifest *m)
     }
     size_t skip = strlen(dir);
     free(dir);
-    qsort(l.v, l.n, sizeof *l.v, cmp_entry);
+    cks3_list_sort(&l);
     uint64_t n = R.manifest_size;
     for (size_t i = 0; i < m->n_files; i++) {
         char want[CKP_MAX_PATH + 8];
         snprintf(want, sizeof want, "%s%s", m->files[i].path, CKP_SUFFIX);
-        size_t lo = 0, hi = l.n;
-        while (lo < hi) {
-            size_t mid = lo + (hi - lo) / 2;
-            if (strcmp(l.v[mid].key + skip, want) < 0)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        if (lo < l.n && !strcmp(l.v[lo].key + skip, want))
-            n += l.v[lo].size;
+        const cks3_entry *e = cks3_list_find(&l, skip, want);
+        if (e)
+            n += e->size;
     }
     cks3_list_free(&l);
     return n;

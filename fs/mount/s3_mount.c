@@ -137,11 +137,6 @@ ckfs_status ckfs_s3_load(ckfs_ctx *c, char *err, size_t cap)
     return ls;
 }
 
-static int cmp_entry(const void *a, const void *b)
-{
-    return strcmp(((const cks3_entry *)a)->key, ((const cks3_entry *)b)->key);
-}
-
 ckfs_status ckfs_s3_check_objects(ckfs_ctx *c, char *err, size_t cap)
 {
     struct ckfs_s3 *s = c->s3;
@@ -157,19 +152,12 @@ ckfs_status ckfs_s3_check_objects(ckfs_ctx *c, char *err, size_t cap)
         return load_error(c, st, msg, err, cap);
     size_t missing = 0, first = 0;
     /* in byte order (S3 lists so, but a server walking directories may not) */
-    qsort(l.v, l.n, sizeof *l.v, cmp_entry);
+    cks3_list_sort(&l);
     for (size_t i = 0; i < c->m->n_files; i++) {
         char want[CKP_MAX_PATH + 8];
         snprintf(want, sizeof want, "%s%s", c->m->files[i].path, CKP_SUFFIX);
-        size_t lo = 0, hi = l.n;
-        while (lo < hi) {
-            size_t mid = lo + (hi - lo) / 2;
-            if (strcmp(l.v[mid].key + skip, want) < 0)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        int found = lo < l.n && !strcmp(l.v[lo].key + skip, want) && l.v[lo].size >= PACKED_HEADER;
+        const cks3_entry *e = cks3_list_find(&l, skip, want);
+        int found = e && e->size >= PACKED_HEADER;
         if (!found && !missing++)
             first = i;
     }

@@ -160,6 +160,12 @@ typedef struct {
 cks3_status cks3_list(cks3_client *c, const char *bucket, const char *prefix, cks3_list_result *out, char *err,
                       size_t errCapacity);
 void cks3_list_free(cks3_list_result *l);
+/* Sort l by key in byte order (S3 lists so; a server walking directories
+ * may not), for cks3_list_find. */
+void cks3_list_sort(cks3_list_result *l);
+/* The entry of the sorted l whose key, past its first skip bytes (the
+ * listed prefix, which every key carries), is name; NULL if none. */
+const cks3_entry *cks3_list_find(const cks3_list_result *l, size_t skip, const char *name);
 
 /* PUT bucket/key with body data[0..len) (its SHA-256 sent and signed: the
  * server checks it), the new ETag in etagOut (may be NULL).  Replaces what

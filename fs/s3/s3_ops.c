@@ -185,6 +185,30 @@ void cks3_list_free(cks3_list_result *l)
     memset(l, 0, sizeof *l);
 }
 
+static int cmp_entry(const void *a, const void *b)
+{
+    return strcmp(((const cks3_entry *)a)->key, ((const cks3_entry *)b)->key);
+}
+
+void cks3_list_sort(cks3_list_result *l)
+{
+    if (l->n)
+        qsort(l->v, l->n, sizeof *l->v, cmp_entry);
+}
+
+const cks3_entry *cks3_list_find(const cks3_list_result *l, size_t skip, const char *name)
+{
+    size_t lo = 0, hi = l->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(l->v[mid].key + skip, name) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < l->n && !strcmp(l->v[lo].key + skip, name) ? &l->v[lo] : NULL;
+}
+
 /* ---- writes ------------------------------------------------------------------ */
 
 static cks3_status put_body(cks3_client *c, const char *bucket, const char *key, const char *query,
