@@ -30,7 +30,11 @@ while [ $r -le "$ROUNDS" ]; do
     wait "$PID" || rc=$?
     wait || true # the unmount or signal sent in the background
     [ $rc = 0 ] || fail "round $r (case $((r % 3)), ${gap} s apart): daemon exit status $rc"
-    if grep -v "serving " "$T/log.m" | grep -q .; then
+    # libfuse's own 'reading device: Software caused connection abort' may
+    # follow a lazy unmount (case 2), when the kernel aborts the detached
+    # connection while a worker waits on /dev/fuse: the loop then ends as for
+    # an unmount (exit 0, checked above).  Any other line fails.
+    if grep -v -e "serving " -e "^fuse: reading device: Software caused connection abort$" "$T/log.m" | grep -q .; then
         fail "round $r (case $((r % 3))): the daemon logged: $(cat "$T/log.m")"
     fi
     is_mounted "$T/m" && fusermount3 -u "$T/m"
