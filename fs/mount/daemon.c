@@ -357,6 +357,12 @@ out_unmount:
     leave_mount_point(se, mnt, dev);
     fuse_session_unmount(se);
 out_signals:
+    /* The loop has ended: a SIGTERM from now on (a teardown racing the
+     * unmount, as every service manager's stop does) must not kill the
+     * exit with status 143 once libfuse restores the default action. */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
     fuse_remove_signal_handlers(se);
 out_session:
     fuse_session_destroy(se);
