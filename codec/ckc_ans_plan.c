@@ -29,6 +29,7 @@ typedef struct {
     unsigned A;
     uint16_t symval[CKC_ANS_MAX_SYMS];
     uint16_t idx[512];
+    uint64_t cnt[CKC_ANS_MAX_CLASSES * CKC_ANS_MAX_SYMS]; /* the chosen context's class histograms */
 } stats;
 
 static unsigned varint_len(uint32_t v) { return v < 128 ? 1u : 2u; }
@@ -155,6 +156,164 @@ static double mantissa_cost(const stats *s, unsigned m, uint8_t *explicit_tab)
 
 /* ---- contexts -------------------------------------------------------------- */
 
+/* The histograms of a tensor's lines (columns or rows), sparse: line l's
+ * nonzero counts are e[start[l] .. start[l+1]), by ascending symbol index
+ * (which keeps every float sum below in the order of the dense loops it
+ * replaces, skipping the zeros). */
+typedef struct {
+    uint32_t a, cnt;
+} lent;
+
+typedef struct {
+    uint64_t lines, n_ent;
+    uint64_t *start; /* lines + 1 */
+    lent *e;
+} lhist;
+
+static void lhist_free(lhist *h)
+{
+    free(h->start);
+    free(h->e);
+    h->start = NULL;
+    h->e = NULL;
+}
+
+static int lhist_alloc(lhist *h, uint64_t lines, uint64_t max_ent)
+{
+    h->lines = lines;
+    h->n_ent = 0;
+    h->start = malloc((lines + 1) * sizeof *h->start);
+    h->e = malloc((max_ent ? max_ent : 1) * sizeof *h->e);
+    return h->start && h->e ? 0 : -1;
+}
+
+/* Appends the nonzero counts of a dense line histogram d[0..A) (zeroing
+ * them) as line l's entries; `touched` lists the t symbols counted. */
+static void lhist_emit(lhist *h, uint64_t l, uint32_t *d, unsigned A, uint8_t *touched, unsigned t)
+{
+    h->start[l] = h->n_ent;
+    if (t < A / 4) { /* few symbols (short lines): sort them rather than scan A */
+        for (unsigned i = 1; i < t; i++)
+            for (unsigned j = i; j > 0 && touched[j - 1] > touched[j]; j--) {
+                uint8_t x = touched[j];
+                touched[j] = touched[j - 1];
+                touched[j - 1] = x;
+            }
+        for (unsigned i = 0; i < t; i++) {
+            h->e[h->n_ent++] = (lent){touched[i], d[touched[i]]};
+            d[touched[i]] = 0;
+        }
+        return;
+    }
+    for (unsigned a = 0; a < A; a++)
+        if (d[a]) {
+            h->e[h->n_ent++] = (lent){a, d[a]};
+            d[a] = 0;
+        }
+}
+
+/* Both axes' line histograms of a C-column tensor in one pass over it. */
+static int line_hists(const stats *s, lhist *col, lhist *row)
+{
+    unsigned A = s->A;
+    uint64_t C = s->n_cols, R = s->n / C;
+    uint32_t *ch = calloc(C * A, sizeof *ch), rh[CKC_ANS_MAX_SYMS] = {0};
+    uint8_t touched[CKC_ANS_MAX_SYMS];
+    uint8_t ai[512];
+
+    if (!ch || lhist_alloc(col, C, C * A) < 0 || lhist_alloc(row, R, R * (C < A ? C : A)) < 0) {
+        free(ch);
+        return -1;
+    }
+    for (unsigned v = 0; v < 512; v++)
+        ai[v] = (uint8_t)s->idx[v]; /* every symbol of the tensor has an index < 256 */
+    for (uint64_t r = 0; r < R; r++) {
+        const uint16_t *w = s->w + r * C;
+        uint32_t *cl = ch;
+        unsigned t = 0;
+        for (uint64_t c = 0; c < C; c++, cl += A) {
+            unsigned a = ai[w[c] >> 7];
+            touched[t] = (uint8_t)a;
+            t += rh[a]++ == 0;
+            cl[a]++;
+        }
+        lhist_emit(row, r, rh, A, touched, t);
+    }
+    row->start[R] = row->n_ent;
+    for (uint64_t c = 0; c < C; c++) {
+        col->start[c] = col->n_ent;
+        for (unsigned a = 0; a < A; a++)
+            if (ch[c * A + a])
+                col->e[col->n_ent++] = (lent){a, ch[c * A + a]};
+    }
+    col->start[C] = col->n_ent;
+    free(ch);
+    return 0;
+}
+
+/* Class histograms ch[c * A + a] (and totals) of an assignment. */
+static void class_counts(const lhist *h, unsigned A, unsigned k, const uint8_t *cls, uint64_t *ch, uint64_t *tot)
+{
+    memset(ch, 0, (size_t)k * A * sizeof *ch);
+    if (tot)
+        memset(tot, 0, k * sizeof *tot);
+    for (uint64_t l = 0; l < h->lines; l++) {
+        uint64_t *c = ch + (size_t)cls[l] * A, sum = 0;
+        for (uint64_t j = h->start[l]; j < h->start[l + 1]; j++) {
+            c[h->e[j].a] += h->e[j].cnt;
+            sum += h->e[j].cnt;
+        }
+        if (tot)
+            tot[cls[l]] += sum;
+    }
+}
+
+/* Exact cost of an assignment: class tables + class map.  ch: scratch of
+ * k * A counts, left holding the class histograms. */
+static double assign_cost(const stats *s, const lhist *h, unsigned k, const uint8_t *cls, uint64_t *ch)
+{
+    uint32_t f[CKC_ANS_MAX_SYMS];
+    double bits = 8.0 * (double)((h->lines * class_bits(k) + 7) / 8);
+    class_counts(h, s->A, k, cls, ch, NULL);
+    for (unsigned c = 0; c < k; c++)
+        bits += table_cost(ch + (size_t)c * s->A, s->A, EXP_SCALE, f);
+    return bits;
+}
+
+/* One k-means round: class statistics from cls, then each line to its
+ * cheapest class.  lc is [symbol][class] (floats), so that a line's costs
+ * under all k classes add up in one vectorizable loop per symbol it has.
+ * @return the number of lines that changed class. */
+static uint64_t lloyd_round(const stats *s, const lhist *h, unsigned k, uint8_t *cls, float *lc, uint64_t *ch)
+{
+    uint64_t tot[CKC_ANS_MAX_CLASSES], moved = 0;
+    unsigned A = s->A;
+
+    class_counts(h, A, k, cls, ch, tot);
+    for (unsigned c = 0; c < k; c++)
+        for (unsigned a = 0; a < A; a++)
+            lc[a * CKC_ANS_MAX_CLASSES + c] = (float)-log2((ch[c * A + a] + 0.5) / (tot[c] + 0.5 * A));
+    for (uint64_t l = 0; l < h->lines; l++) {
+        float cost[CKC_ANS_MAX_CLASSES] = {0}, best;
+        uint8_t old = cls[l];
+        for (uint64_t j = h->start[l]; j < h->start[l + 1]; j++) {
+            float n = (float)h->e[j].cnt;
+            const float *row = lc + h->e[j].a * CKC_ANS_MAX_CLASSES;
+            for (unsigned c = 0; c < CKC_ANS_MAX_CLASSES; c++)
+                cost[c] += n * row[c];
+        }
+        best = cost[0];
+        cls[l] = 0;
+        for (unsigned c = 1; c < k; c++)
+            if (cost[c] < best) {
+                best = cost[c];
+                cls[l] = (uint8_t)c;
+            }
+        moved += cls[l] != old;
+    }
+    return moved;
+}
+
 typedef struct {
     double key;
     uint64_t line;
@@ -168,110 +327,39 @@ static int cmp_key(const void *a, const void *b)
     return x->line < y->line ? -1 : x->line > y->line;
 }
 
-/* Per-line histograms over symbol indexes: lh[line * A + a]. */
-static uint32_t *line_hists(const stats *s, unsigned axis, uint64_t lines)
+/* The lines in order of their mean exponent (ties by line number). */
+static line_key *order_lines(const stats *s, const lhist *h)
 {
-    uint32_t *lh = calloc(lines * s->A, sizeof *lh);
-    uint64_t col = 0, row = 0;
-    if (!lh)
+    line_key *keys = malloc(h->lines * sizeof *keys);
+    if (!keys)
         return NULL;
-    for (uint64_t i = 0; i < s->n; i++) {
-        uint64_t l = axis == CKC_ANS_AXIS_COL ? col : row;
-        lh[l * s->A + s->idx[s->w[i] >> 7]]++;
-        if (++col == s->n_cols) {
-            col = 0;
-            row++;
-        }
-    }
-    return lh;
-}
-
-/* Exact cost of an assignment: class tables + class map. */
-static double assign_cost(const stats *s, const uint32_t *lh, uint64_t lines, unsigned k, const uint8_t *cls)
-{
-    uint64_t *ch = calloc((size_t)k * s->A, sizeof *ch);
-    uint32_t f[CKC_ANS_MAX_SYMS];
-    double bits = 8.0 * (double)((lines * class_bits(k) + 7) / 8);
-    if (!ch)
-        return INFINITY;
-    for (uint64_t l = 0; l < lines; l++)
-        for (unsigned a = 0; a < s->A; a++)
-            ch[cls[l] * s->A + a] += lh[l * s->A + a];
-    for (unsigned c = 0; c < k; c++)
-        bits += table_cost(ch + (size_t)c * s->A, s->A, EXP_SCALE, f);
-    free(ch);
-    return bits;
-}
-
-/* One k-means round: class statistics from cls, then each line to its
- * cheapest class.  lc is [symbol][class] (floats), so that a line's costs
- * under all k classes add up in one vectorizable loop per symbol it has. */
-static void lloyd_round(const stats *s, const uint32_t *lh, uint64_t lines, unsigned k, uint8_t *cls, float *lc)
-{
-    uint64_t ch[CKC_ANS_MAX_CLASSES][CKC_ANS_MAX_SYMS];
-    uint64_t tot[CKC_ANS_MAX_CLASSES] = {0};
-    unsigned A = s->A;
-
-    memset(ch, 0, sizeof ch);
-    for (uint64_t l = 0; l < lines; l++)
-        for (unsigned a = 0; a < A; a++) {
-            ch[cls[l]][a] += lh[l * A + a];
-            tot[cls[l]] += lh[l * A + a];
-        }
-    for (unsigned c = 0; c < k; c++)
-        for (unsigned a = 0; a < A; a++)
-            lc[a * CKC_ANS_MAX_CLASSES + c] = (float)-log2((ch[c][a] + 0.5) / (tot[c] + 0.5 * A));
-    for (uint64_t l = 0; l < lines; l++) {
-        const uint32_t *h = lh + l * A;
-        float cost[CKC_ANS_MAX_CLASSES] = {0}, best;
-        for (unsigned a = 0; a < A; a++) {
-            float n = (float)h[a];
-            const float *row = lc + a * CKC_ANS_MAX_CLASSES;
-            if (!h[a])
-                continue;
-            for (unsigned c = 0; c < CKC_ANS_MAX_CLASSES; c++)
-                cost[c] += n * row[c];
-        }
-        best = cost[0];
-        cls[l] = 0;
-        for (unsigned c = 1; c < k; c++)
-            if (cost[c] < best) {
-                best = cost[c];
-                cls[l] = (uint8_t)c;
-            }
-    }
-}
-
-/* Classes for k by mean exponent quantiles then k-means; *bits its cost. */
-static int search_classes(const stats *s, const uint32_t *lh, uint64_t lines, unsigned k, uint8_t *cls,
-                          double *bits)
-{
-    line_key *keys = malloc(lines * sizeof *keys);
-    float *lc = calloc((size_t)CKC_ANS_MAX_CLASSES * s->A, sizeof *lc);
-    if (!keys || !lc) {
-        free(keys);
-        free(lc);
-        return -1;
-    }
-    for (uint64_t l = 0; l < lines; l++) {
+    for (uint64_t l = 0; l < h->lines; l++) {
         double sum = 0, cnt = 0;
-        for (unsigned a = 0; a < s->A; a++) {
-            sum += (double)lh[l * s->A + a] * (s->symval[a] & 0xFFu);
-            cnt += lh[l * s->A + a];
+        for (uint64_t j = h->start[l]; j < h->start[l + 1]; j++) {
+            sum += (double)h->e[j].cnt * (s->symval[h->e[j].a] & 0xFFu);
+            cnt += h->e[j].cnt;
         }
         keys[l].key = cnt ? sum / cnt : 0;
         keys[l].line = l;
     }
-    qsort(keys, lines, sizeof *keys, cmp_key);
+    qsort(keys, h->lines, sizeof *keys, cmp_key);
+    return keys;
+}
+
+/* Classes for k: the ordered lines cut into k equal groups, then k-means
+ * (stopping early once no line moves: later rounds would change nothing);
+ * *bits its cost, ch left holding its class histograms. */
+static void search_classes(const stats *s, const lhist *h, const line_key *keys, unsigned k, uint8_t *cls,
+                           float *lc, uint64_t *ch, double *bits)
+{
+    uint64_t lines = h->lines;
     for (uint64_t r = 0; r < lines; r++)
         cls[keys[r].line] = (uint8_t)(r * k / lines);
     if ((double)lines * s->A * LLOYD_ROUNDS < (double)LLOYD_BUDGET)
         for (int round = 0; round < LLOYD_ROUNDS; round++)
-            lloyd_round(s, lh, lines, k, cls, lc);
-    *bits = assign_cost(s, lh, lines, k, cls);
-    free(keys);
-    free(lc);
-    return 0;
+            if (lloyd_round(s, h, k, cls, lc, ch) == 0)
+                break;
+    *bits = assign_cost(s, h, k, cls, ch);
 }
 
 /* ---- the plan -------------------------------------------------------------- */
@@ -305,21 +393,18 @@ static void put16(uint8_t **p, uint32_t v)
 }
 
 /* Writes the blob and the encoder tables of a coded plan. */
-static ckc_status build_coded(ckc_ans_plan *p, const stats *s, const uint8_t *explicit_tab)
+static ckc_status build_coded(ckc_ans_plan *p, const stats *s, const uint8_t *explicit_tab, const uint64_t *cnt)
 {
     unsigned A = s->A, K = p->ch.n_classes, M = p->ch.mbits, cb = class_bits(K);
     size_t cap = CKC_ANS_HEADER + 2u * A + (p->lines * cb + 7) / 8 + (size_t)K * A * 2 + (size_t)A * 33;
-    uint64_t *cnt = calloc((size_t)K * A, sizeof *cnt);
     uint8_t *q;
     uint32_t f[CKC_ANS_MAX_SYMS];
 
     p->blob = calloc(1, cap);
     p->exp_enc = calloc((size_t)K * A, sizeof *p->exp_enc);
     p->man_enc = calloc((size_t)A * 16, sizeof *p->man_enc);
-    if (!cnt || !p->blob || !p->exp_enc || !p->man_enc) {
-        free(cnt);
+    if (!p->blob || !p->exp_enc || !p->man_enc)
         return CKC_ERR_NOMEM;
-    }
     q = p->blob;
     *q++ = CKC_ANS_CODED;
     *q++ = (uint8_t)M;
@@ -335,18 +420,6 @@ static ckc_status build_coded(ckc_ans_plan *p, const stats *s, const uint8_t *ex
         for (unsigned b = 0; b < cb; b++)
             q[(l * cb + b) / 8] |= (uint8_t)(((p->cls[l] >> b) & 1u) << ((l * cb + b) % 8));
     q += (p->lines * cb + 7) / 8;
-    /* class histograms */
-    {
-        uint64_t col = 0, row = 0;
-        for (uint64_t i = 0; i < s->n; i++) {
-            unsigned c = K == 1 ? 0 : p->cls[p->ch.axis == CKC_ANS_AXIS_COL ? col : row];
-            cnt[(size_t)c * A + s->idx[s->w[i] >> 7]]++;
-            if (s->n_cols && ++col == s->n_cols) {
-                col = 0;
-                row++;
-            }
-        }
-    }
     for (unsigned c = 0; c < K; c++) {
         uint32_t cum = 0;
         quantize(cnt + (size_t)c * A, A, EXP_SCALE, f);
@@ -374,7 +447,6 @@ static ckc_status build_coded(ckc_ans_plan *p, const stats *s, const uint8_t *ex
         }
     }
     p->blob_size = (size_t)(q - p->blob);
-    free(cnt);
     return CKC_OK;
 }
 
@@ -389,63 +461,69 @@ static ckc_status build_raw(ckc_ans_plan *p)
     return CKC_OK;
 }
 
-/* Best context for s: sets p->ch.{n_classes,axis,n_cols}, p->cls, p->lines;
- * returns the exponent bits (tables, map included) or a negative on NOMEM. */
-static double choose_context(ckc_ans_plan *p, const stats *s, int force_k, int force_axis)
+/* Best context for s: sets p->ch.{n_classes,axis,n_cols}, p->cls, p->lines
+ * and cnt[c * A + a], the class histograms (room for 16 classes); returns
+ * the exponent bits (tables, map included) or a negative on NOMEM. */
+static double choose_context(ckc_ans_plan *p, const stats *s, int force_k, int force_axis, uint64_t *cnt)
 {
-    uint64_t hist[CKC_ANS_MAX_SYMS] = {0};
     uint32_t f[CKC_ANS_MAX_SYMS];
+    uint64_t *ch = NULL;
+    uint8_t *cls = NULL;
+    float *lc = NULL;
+    lhist lh[2] = {{0}};
     double best;
 
     for (unsigned a = 0; a < s->A; a++)
-        hist[a] = s->hist[s->symval[a]];
-    best = force_k > 1 ? INFINITY : table_cost(hist, s->A, EXP_SCALE, f);
+        cnt[a] = s->hist[s->symval[a]];
+    best = force_k > 1 ? INFINITY : table_cost(cnt, s->A, EXP_SCALE, f);
     p->ch.n_classes = 1;
     p->ch.axis = 0;
     p->ch.n_cols = 0;
     if (force_k == 1 || s->n_cols < 1 || s->n_cols > UINT32_MAX || s->n % s->n_cols)
         return best;
+    ch = malloc((size_t)CKC_ANS_MAX_CLASSES * s->A * sizeof *ch);
+    lc = calloc((size_t)CKC_ANS_MAX_CLASSES * s->A, sizeof *lc);
+    cls = malloc(s->n_cols > s->n / s->n_cols ? s->n_cols : s->n / s->n_cols);
+    if (!ch || !lc || !cls || line_hists(s, &lh[CKC_ANS_AXIS_COL], &lh[CKC_ANS_AXIS_ROW]) < 0)
+        goto nomem;
     for (unsigned axis = 0; axis < 2; axis++) {
-        uint64_t lines = axis == CKC_ANS_AXIS_COL ? s->n_cols : s->n / s->n_cols;
-        uint32_t *lh;
-        uint8_t *cls;
-        if ((force_axis >= 0 && (unsigned)force_axis != axis) || (force_k < 0 && lines < 16))
+        const lhist *h = &lh[axis];
+        line_key *keys;
+        if ((force_axis >= 0 && (unsigned)force_axis != axis) || (force_k < 0 && h->lines < 16))
             continue;
-        lh = line_hists(s, axis, lines);
-        cls = malloc(lines);
-        if (!lh || !cls) {
-            free(lh);
-            free(cls);
-            return -1;
-        }
+        if (!(keys = order_lines(s, h)))
+            goto nomem;
         for (unsigned k = 2; k <= CKC_ANS_MAX_CLASSES; k *= 2) {
             double bits;
             if (force_k > 0 && (unsigned)force_k != k)
                 continue;
-            if (search_classes(s, lh, lines, k, cls, &bits) < 0) {
-                free(lh);
-                free(cls);
-                return -1;
-            }
+            search_classes(s, h, keys, k, cls, lc, ch, &bits);
             if (bits < best) {
                 best = bits;
                 free(p->cls);
-                p->cls = malloc(lines);
-                if (!p->cls) {
-                    free(lh);
-                    free(cls);
-                    return -1;
+                if (!(p->cls = malloc(h->lines))) {
+                    free(keys);
+                    goto nomem;
                 }
-                memcpy(p->cls, cls, lines);
-                p->lines = lines;
+                memcpy(p->cls, cls, h->lines);
+                memcpy(cnt, ch, (size_t)k * s->A * sizeof *cnt);
+                p->lines = h->lines;
                 p->ch.n_classes = k;
                 p->ch.axis = axis;
                 p->ch.n_cols = s->n_cols;
             }
         }
-        free(lh);
-        free(cls);
+        free(keys);
     }
+    goto out;
+nomem:
+    best = -1;
+out:
+    lhist_free(&lh[0]);
+    lhist_free(&lh[1]);
+    free(ch);
+    free(lc);
+    free(cls);
     return best;
 }
 
@@ -492,7 +570,7 @@ static ckc_status plan(const uint16_t *w, uint64_t n, uint64_t n_cols, int force
             memcpy(ex_best, explicit_tab, sizeof ex_best);
         }
     }
-    exp_bits = choose_context(p, s, force_k, force_axis);
+    exp_bits = choose_context(p, s, force_k, force_axis, s->cnt);
     if (exp_bits < 0) {
         st = CKC_ERR_NOMEM;
         goto done;
@@ -512,7 +590,7 @@ static ckc_status plan(const uint16_t *w, uint64_t n, uint64_t n_cols, int force
     }
     p->ch.mode = CKC_ANS_CODED;
     p->ch.n_syms = s->A;
-    st = build_coded(p, s, ex_best);
+    st = build_coded(p, s, ex_best, s->cnt);
 done:
     free(s);
     if (st != CKC_OK) {
