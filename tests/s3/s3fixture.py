@@ -60,9 +60,14 @@ def free_ports(n):
 
 
 class SeaweedS3:
-    def __init__(self, bucket=BUCKET, keep=False):
+    def __init__(self, bucket=BUCKET, keep=False, ip="127.0.0.1", netns=None):
+        """ip: the address it listens on; netns: a network namespace (by name,
+        `ip netns add`) to run it in, e.g. behind a veth pair whose link the
+        benchmark caps with tc; ip is then the namespace's end of the pair."""
         self.bucket = bucket
         self.keep = keep
+        self.ip = ip
+        self.netns = netns
         self.weed = find_weed()
         self.dir = tempfile.mkdtemp(prefix="ckptfs-s3-")
         os.chmod(self.dir, 0o755)
@@ -90,7 +95,7 @@ class SeaweedS3:
 
     @property
     def endpoint(self):
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.ip}:{self.port}"
 
     def env(self, **over):
         """The environment ckptfs takes the server and credentials from."""
@@ -104,7 +109,7 @@ class SeaweedS3:
         return e
 
     def start(self, timeout=60):
-        cmd = [self.weed, "server", f"-dir={self.data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+        cmd = [self.weed, "server", f"-dir={self.data}", f"-ip={self.ip}", f"-ip.bind={self.ip}",
                f"-master.port={self.master}", f"-master.port.grpc={self.master_grpc}",
                f"-volume.port={self.volume}", f"-volume.port.grpc={self.volume_grpc}",
                f"-filer.port={self.filer}", f"-filer.port.grpc={self.filer_grpc}",
@@ -117,6 +122,8 @@ class SeaweedS3:
         if self.as_nobody:
             pre += [f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
         cmd = pre + ["--"] + cmd
+        if self.netns:
+            cmd = ["ip", "netns", "exec", self.netns] + cmd
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      cwd=self.dir)
