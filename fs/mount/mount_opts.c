@@ -5,6 +5,7 @@
  */
 #define _GNU_SOURCE
 #include "mount_opts.h"
+#include "s3.h" /* cks3_is_url */
 #include "util.h"
 
 #include <dirent.h>
@@ -66,6 +67,11 @@ const char *ckfs_mount_usage(void)
            "  s3_windows=N       s3://: range GETs in flight at most (default 32)\n"
            "  s3_timeout=SECONDS s3://: how long a read retries a failing server before\n"
            "                     it fails with EIO (default 20)\n"
+           "  cache_dir=DIR      s3://: keep the packed bytes fetched in DIR (made if\n"
+           "                     missing) and read them from there after a remount; each\n"
+           "                     use checked, a bad entry fetched again; DIR may be shared\n"
+           "  cache_dir_size=BYTES  s3://: most space cache_dir takes, least recently used\n"
+           "                     dropped first (default 10G)\n"
            "  ro, nosuid, nodev  accepted; always in effect\n"
            "  noexec, noatime    passed to the mount\n"
            "To unmount: fusermount3 -u MOUNTPOINT (or umount as root).\n"
@@ -232,6 +238,10 @@ static ckfs_status parse_one(ckfs_mount_opts *o, const char *opt, char *err, siz
             return snprintf(o->profile, sizeof o->profile, "%s", val), 0;
         if (KEY("s3_windows") && parse_uint(val, 1, 256, &o->s3_windows) == 0)
             return 0;
+        if (KEY("cache_dir") && *val && strlen(val) < sizeof o->cache_dir)
+            return snprintf(o->cache_dir, sizeof o->cache_dir, "%s", val), 0;
+        if (KEY("cache_dir_size") && parse_size(val, &o->cache_dir_size) == 0 && o->cache_dir_size >= (1u << 20))
+            return 0;
         unsigned secs;
         if (KEY("s3_timeout") && parse_uint(val, 1, 3600, &secs) == 0)
             return o->s3_timeout_ms = secs * 1000u, 0;
@@ -263,6 +273,10 @@ static ckfs_status parse_one(ckfs_mount_opts *o, const char *opt, char *err, siz
             return usage_err(err, cap, BAD "a whole number from 1 to 256 expected", opt);
         if (KEY("s3_timeout"))
             return usage_err(err, cap, BAD "a whole number of seconds from 1 to 3600 expected", opt);
+        if (KEY("cache_dir"))
+            return usage_err(err, cap, BAD "a directory expected", opt);
+        if (KEY("cache_dir_size"))
+            return usage_err(err, cap, BAD "a number of bytes of at least 1M (10G, 500M) expected", opt);
 #undef BAD
     }
 #undef KEY
@@ -293,6 +307,7 @@ ckfs_status ckfs_parse_mount_args(int argc, char **argv, ckfs_mount_opts *o, cha
     o->drop_packed = -1;
     o->s3_windows = CKFS_DEFAULT_S3_WINDOWS;
     o->s3_timeout_ms = CKFS_DEFAULT_S3_TIMEOUT_MS;
+    o->cache_dir_size = CKFS_DEFAULT_CACHE_DIR_SIZE;
     o->uid = o->gid = -1;
     o->fmask = o->dmask = -1;
     o->file_mode = o->dir_mode = -1;
@@ -335,6 +350,9 @@ ckfs_status ckfs_parse_mount_args(int argc, char **argv, ckfs_mount_opts *o, cha
         return usage_err(err, cap, "ckptfs mount: need PACKED and MOUNTPOINT (see ckptfs mount --help)");
     o->dst = pos[0];
     o->mnt = pos[1];
+    if (o->cache_dir[0] && !cks3_is_url(o->dst))
+        return usage_err(err, cap, "ckptfs mount: cache_dir= is for s3:// only: a local packed directory is read "
+                                   "from its own disk");
     if (o->uid >= 0 && !o->allow_other && (uid_t)o->uid != getuid())
         return usage_err(err, cap,
                          "ckptfs mount: uid=%ld without allow_other: the kernel lets only the user who mounts "

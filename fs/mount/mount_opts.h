@@ -18,6 +18,7 @@
 #define CKFS_MAX_REQUEST (1u << 20)      /* largest read request we ask for */
 #define CKFS_DEFAULT_S3_WINDOWS 32       /* s3_windows= */
 #define CKFS_DEFAULT_S3_TIMEOUT_MS 20000 /* s3_timeout= */
+#define CKFS_DEFAULT_CACHE_DIR_SIZE (10ull << 30) /* cache_dir_size= */
 
 typedef struct {
     const char *dst;           /* as given */
@@ -50,6 +51,8 @@ typedef struct {
     char profile[256];         /* profile= */
     unsigned s3_windows;       /* s3_windows=: range GETs in flight at most */
     unsigned s3_timeout_ms;    /* s3_timeout=: time one read may spend retrying, then EIO */
+    char cache_dir[4096];      /* cache_dir=: local disk cache of fetched ranges ("" none) */
+    uint64_t cache_dir_size;   /* cache_dir_size=: its bound in bytes */
     int drop_packed;           /* drop packed pages once decoded: 1 on, 0 off,
                                 * -1 auto (on when the files served exceed half
                                 * of the memory: see ckfs_drop_packed_auto) */

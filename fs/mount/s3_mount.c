@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "disk_cache.h"
 #include "plane_window.h"
 #include "s3.h"
 #include "s3_mount.h"
@@ -28,6 +29,7 @@ struct ckfs_s3 {
     cks3_client *client;
     char *bucket, *prefix;
     cks3_source_ctx sc;
+    ckdc *disk;                     /* -o cache_dir=, or NULL */
     pthread_mutex_t log_lock;
     uint64_t last_log_ms;           /* by log_lock */
     unsigned suppressed;            /* by log_lock */
@@ -118,6 +120,12 @@ ckfs_status ckfs_s3_load(ckfs_ctx *c, char *err, size_t cap)
         return cku_errf(err, cap, st == CKS3_ERR_NOMEM ? CKFS_ERR_NOMEM : CKFS_ERR_IO, "%s: %s", c->dst, msg);
     s->sc = (cks3_source_ctx){.c = s->client, .bucket = s->bucket, .fail_fast_ms = FAIL_FAST_MS,
                               .on_error = on_error, .on_error_arg = s};
+    if (c->o.cache_dir[0]) {
+        st = ckdc_open(c->o.cache_dir, c->o.cache_dir_size, &s->disk, msg, sizeof msg);
+        if (st != CKS3_OK)
+            return cku_errf(err, cap, st == CKS3_ERR_NOMEM ? CKFS_ERR_NOMEM : CKFS_ERR_USAGE, "%s: %s", c->dst, msg);
+        s->sc.disk = s->disk;
+    }
     char *key = cks3_key(s->prefix, CKP_MANIFEST_NAME), *buf = NULL, name[4096];
     size_t len = 0;
     if (!key)
@@ -240,6 +248,17 @@ void ckfs_s3_counters(ckfs_ctx *c, void (*put)(void *arg, const char *name, uint
     put(arg, "s3_requests", st.requests);
     put(arg, "s3_retries", st.retries);
     put(arg, "s3_bytes_in", st.bytes_in);
+    if (s->disk) {
+        ckdc_stats d;
+        ckdc_get_stats(s->disk, &d);
+        put(arg, "disk_cache_hit_bytes", d.hit_bytes);
+        put(arg, "disk_cache_miss_bytes", d.miss_bytes);
+        put(arg, "disk_cache_stored", d.stored);
+        put(arg, "disk_cache_bad", d.bad);
+        put(arg, "disk_cache_evicted", d.evicted);
+        put(arg, "disk_cache_write_errors", d.write_errors);
+        put(arg, "disk_cache_used", d.used);
+    }
 }
 
 void ckfs_s3_free(ckfs_ctx *c)
@@ -248,6 +267,7 @@ void ckfs_s3_free(ckfs_ctx *c)
     if (!s)
         return;
     cks3_client_free(s->client);
+    ckdc_close(s->disk);
     free(s->bucket);
     free(s->prefix);
     pthread_mutex_destroy(&s->log_lock);

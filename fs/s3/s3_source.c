@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "disk_cache.h"
 #include "s3_source.h"
 
 typedef struct {
@@ -15,6 +16,7 @@ typedef struct {
     cks3_source_ctx *ctx;
     char *key;
     char etag[CKS3_ETAG_MAX];
+    ckdc_obj *disk;                /* its entries in ctx->disk, or NULL */
     atomic_int changed;
 } s3_src;
 
@@ -25,9 +27,10 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static int src_pread(ckp_source *base, void *dst, size_t len, uint64_t off)
+/* A ranged GET of the object (ckdc_fetch_fn). */
+static int fetch(void *arg, void *dst, size_t len, uint64_t off)
 {
-    s3_src *s = (s3_src *)base;
+    s3_src *s = arg;
     cks3_source_ctx *x = s->ctx;
     char err[1024];
     if (atomic_load(&s->changed))
@@ -55,9 +58,19 @@ static int src_pread(ckp_source *base, void *dst, size_t len, uint64_t off)
     return stale ? ESTALE : st == CKS3_ERR_NOMEM ? ENOMEM : EIO;
 }
 
+static int src_pread(ckp_source *base, void *dst, size_t len, uint64_t off)
+{
+    s3_src *s = (s3_src *)base;
+    /* once replaced, not even what the disk cache holds of it */
+    if (atomic_load(&s->changed))
+        return ESTALE;
+    return s->disk ? ckdc_read(s->disk, dst, len, off, fetch, s) : fetch(s, dst, len, off);
+}
+
 static void src_close(ckp_source *base)
 {
     s3_src *s = (s3_src *)base;
+    ckdc_obj_free(s->disk);
     free(s->key);
     free(s);
 }
@@ -74,6 +87,11 @@ ckp_source *cks3_source_new(cks3_source_ctx *ctx, const char *key, const cks3_ob
     s->base.size = o->size;
     s->ctx = ctx;
     memcpy(s->etag, o->etag, sizeof s->etag);
+    if (ctx->disk && !(s->disk = ckdc_obj_new(ctx->disk, ctx->bucket, key, o->etag, o->size))) {
+        free(s->key);
+        free(s);
+        return NULL;
+    }
     return &s->base;
 }
 

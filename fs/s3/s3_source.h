@@ -23,6 +23,8 @@
 #include "container.h"
 #include "s3.h"
 
+typedef struct ckdc ckdc;          /* disk_cache.h */
+
 typedef struct {
     cks3_client *c;
     const char *bucket;
@@ -35,6 +37,10 @@ typedef struct {
      * secret), or NULL. */
     void (*on_error)(void *arg, const char *msg);
     void *on_error_arg;
+    /* The local disk cache of fetched ranges (disk_cache.h; owned by the
+     * caller), or NULL: reads take what its entries hold and fetch, then
+     * keep, the rest.  The counters below count fetched bytes only. */
+    ckdc *disk;
     _Atomic uint64_t bytes;        /* packed bytes read (successful GETs) */
     _Atomic uint64_t reads;        /* successful GETs */
     _Atomic uint64_t errors;       /* failed reads */
