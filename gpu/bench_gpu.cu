@@ -385,7 +385,11 @@ static void bench_load(const std::string &work, uint64_t mib, cudaStream_t s, FI
         fwrite(w.data(), 2, per, f);
     }
     fclose(f);
-    ckpt_pack_opts o = {src.c_str(), dst.c_str(), CKC_ENC_K15, (int)sysconf(_SC_NPROCESSORS_ONLN), 0, 0};
+    ckpt_pack_opts o = {};
+    o.src = src.c_str();
+    o.dst = dst.c_str();
+    o.encoding = CKC_ENC_K15;
+    o.jobs = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (ckpt_pack(&o) != 0)
         exit(1);
     uint64_t total = nt * per * 2, dev_bytes = 0;

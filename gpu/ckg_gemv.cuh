@@ -115,20 +115,35 @@ struct Lane {
     }
 };
 
+/* Byte offset of a K15 row's mantissas in their 16-byte piece: a row
+ * starting at weight w0 (a multiple of 32) has them at byte w0 / 8 * 7, a
+ * multiple of 4; 0 for every row when elem_off and cols are multiples of
+ * 128 (SHIFT false). */
+__device__ __forceinline__ uint32_t low_skew(const GemvArgs &A, uint32_t r)
+{
+    return (uint32_t)(((A.elem_off + (uint64_t)r * A.cols) & 127) / 8 * 7) & 15u;
+}
+
 /* Issue the copies of unit (tile, step) into a stage (FULL: all 512
- * columns inside the matrix, so only the row decides). */
-template <bool K15, bool FULL>
+ * columns inside the matrix, so only the row decides).  SHIFT (K15 rows
+ * that start at a multiple of 32, not of 128, weights: tensor-parallel
+ * slices): the mantissas are copied from the 16-byte piece holding their
+ * first byte, 29 pieces for 512 columns instead of 28 (piece 28 by lane 0). */
+template <bool K15, bool FULL, bool SHIFT>
 __device__ __forceinline__ void issue_unit(const GemvArgs &A, const Lane<K15> &L, uint32_t tile, uint32_t step,
                                            uint8_t *stage)
 {
-    constexpr int kLP = K15 ? 7 : 8;                        /* low pieces per lane */
+    static_assert(K15 || !SHIFT, "byte-split rows are 16-byte aligned at any multiple of 32 weights");
+    constexpr int kLP = K15 ? (SHIFT ? 8 : 7) : 8;          /* low pieces per lane (at most) */
     const uint32_t r = tile * 8 + L.g;
     const bool row_ok = r < A.rows;
-    const uint32_t ncols = umin((uint32_t)kStepCols, A.cols - step * kStepCols);   /* a multiple of 128 */
+    const uint32_t ncols = umin((uint32_t)kStepCols, A.cols - step * kStepCols);   /* a multiple of 32 */
     const uint64_t w0 = A.elem_off + (uint64_t)(row_ok ? r : 0) * A.cols + (uint64_t)step * kStepCols;
     const uint8_t *cs = A.P.codes + w0 / 2 + 16 * L.t;
-    const uint8_t *ls = A.P.low + (K15 ? w0 / 8 * 7 : w0) + 16 * L.t;
-    const int ncode = (int)(ncols / 32), nlow = (int)(K15 ? ncols * 7 / 128 : ncols / 16);   /* valid pieces */
+    const uint32_t skew = SHIFT ? (uint32_t)(w0 / 8 * 7) & 15u : 0u;
+    const uint8_t *ls = A.P.low + (K15 ? w0 / 8 * 7 - skew : w0) + 16 * L.t;
+    const int ncode = (int)(ncols / 32);                    /* valid pieces */
+    const int nlow = (int)(K15 ? (skew + ncols * 7 / 8 + 15) / 16 : ncols / 16);
 #pragma unroll
     for (int i = 0; i < 4; i++)
         ckg_cp_async16(stage + L.wc[i >> 1] + 64 * i, cs + 64 * i, row_ok && (FULL || L.t + 4 * i < ncode));
@@ -136,17 +151,17 @@ __device__ __forceinline__ void issue_unit(const GemvArgs &A, const Lane<K15> &L
     for (int i = 0; i < kLP; i++) {
         uint8_t *dst = K15 ? stage + L.wl + 64 * i
                            : stage + L.g * kRowPieces * 16 + 16 * low_slot<K15>(L.g, L.t + 4 * i);
-        ckg_cp_async16(dst, ls + 64 * i, row_ok && (FULL || L.t + 4 * i < nlow));
+        ckg_cp_async16(dst, ls + 64 * i, row_ok && ((FULL && !SHIFT) || L.t + 4 * i < nlow));
     }
 }
 
-template <bool K15>
+template <bool K15, bool SHIFT>
 __device__ __forceinline__ void issue(const GemvArgs &A, const Lane<K15> &L, uint32_t tile, uint32_t step, uint8_t *stage)
 {
     if ((step + 1) * kStepCols <= A.cols)
-        issue_unit<K15, true>(A, L, tile, step, stage);
+        issue_unit<K15, true, SHIFT>(A, L, tile, step, stage);
     else
-        issue_unit<K15, false>(A, L, tile, step, stage);
+        issue_unit<K15, false, SHIFT>(A, L, tile, step, stage);
 }
 
 /* Table entry of byte k of code word cw: the address is byte k of cw in
@@ -182,10 +197,13 @@ __device__ __forceinline__ void mma(float d[4], const uint4 &a, uint32_t b0, uin
  * with dB; the other half of each accumulator is discarded.  Rows g >= batch
  * of D are never read, so in a FULL unit (all 512 columns inside the
  * matrix) those lanes load x row batch-1 instead of zeros; only a partial
- * unit zeroes the x of lanes past the last column. */
-template <bool K15, bool FULL>
+ * unit zeroes the x and the weights of 32-column sub-groups past the last
+ * column (so that an Inf or NaN there, from the next row, adds nothing).
+ * SHIFT: this lane's mantissas start skew (0, 4, 8, 12) bytes into its
+ * first staged piece: read as 28 words instead of 7 16-byte loads. */
+template <bool K15, bool FULL, bool SHIFT>
 __device__ __forceinline__ void compute(const GemvArgs &A, const Lane<K15> &L, const uint8_t *stage, const uint8_t *lut,
-                                        uint32_t step, float dA[4], float dB[4])
+                                        uint32_t step, uint32_t skew, float dA[4], float dB[4])
 {
     constexpr int kLP = K15 ? 7 : 8, NL = 4 * kLP;          /* low pieces, words per lane */
     uint32_t c[16], m[NL];
@@ -194,18 +212,25 @@ __device__ __forceinline__ void compute(const GemvArgs &A, const Lane<K15> &L, c
         uint4 v = ckg_ld16(stage + L.rc[i & 1] + 32 * (i >> 1));
         c[4 * i] = v.x; c[4 * i + 1] = v.y; c[4 * i + 2] = v.z; c[4 * i + 3] = v.w;
     }
+    if (SHIFT) {
 #pragma unroll
-    for (int i = 0; i < kLP; i++) {
-        const uint8_t *src = K15 ? stage + L.rl + 16 * i
-                                 : stage + L.g * kRowPieces * 16 + 16 * low_slot<K15>(L.g, kLP * L.t + i);
-        uint4 v = ckg_ld16(src);
-        m[4 * i] = v.x; m[4 * i + 1] = v.y; m[4 * i + 2] = v.z; m[4 * i + 3] = v.w;
+        for (int i = 0; i < NL; i++)
+            m[i] = *reinterpret_cast<const uint32_t *>(stage + L.rl + skew + 4 * i);
+    } else {
+#pragma unroll
+        for (int i = 0; i < kLP; i++) {
+            const uint8_t *src = K15 ? stage + L.rl + 16 * i
+                                     : stage + L.g * kRowPieces * 16 + 16 * low_slot<K15>(L.g, kLP * L.t + i);
+            uint4 v = ckg_ld16(src);
+            m[4 * i] = v.x; m[4 * i + 1] = v.y; m[4 * i + 2] = v.z; m[4 * i + 3] = v.w;
+        }
     }
     const uint32_t col0 = step * kStepCols + 128u * L.t;
     const bool xok = FULL || col0 < A.cols;
     const uint16_t *xp = A.x + (size_t)(L.g < A.batch ? L.g : A.batch - 1) * A.cols + (xok ? col0 : 0);
 #pragma unroll
     for (int j = 0; j < 4; j++) {                           /* 32-weight sub-groups */
+        const bool jok = FULL || col0 + 32u * j < A.cols;   /* A.cols is a multiple of 32 */
         uint4 xq[4];
         uint32_t pr[16];
 #pragma unroll
@@ -213,7 +238,7 @@ __device__ __forceinline__ void compute(const GemvArgs &A, const Lane<K15> &L, c
             if (FULL)
                 xq[q] = ckg_ld16(xp + 32 * j + 8 * q);
             else
-                xq[q] = xok ? ckg_ld16(xp + 32 * j + 8 * q) : make_uint4(0, 0, 0, 0);
+                xq[q] = jok ? ckg_ld16(xp + 32 * j + 8 * q) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
         for (int p = 0; p < 16; p++) {
@@ -226,7 +251,7 @@ __device__ __forceinline__ void compute(const GemvArgs &A, const Lane<K15> &L, c
             } else {     /* low bytes 2p, 2p+1 to bytes 0 and 2 */
                 lo = ckg_byte_perm(m[8 * j + (p >> 1)], 0u, (p & 1) ? 0x4342u : 0x4140u);
             }
-            pr[p] = merge<K15>(S, lo);
+            pr[p] = FULL || jok ? merge<K15>(S, lo) : 0u;
         }
 #pragma unroll
         for (int q = 0; q < 4; q++) {
@@ -422,9 +447,11 @@ __device__ __forceinline__ void write_out(const Args &F, uint32_t grp, const flo
  * so a group's slot sums race the reduction of the group before). */
 __device__ __forceinline__ uint32_t pbuf(uint32_t i) { return CKG_PLANT(5) ? 0u : (i & 1u); }
 
-template <bool K15>
+/* V: 0 byte-split, 1 K15, 2 K15 with SHIFT (see issue_unit) */
+template <int V>
 __global__ void __launch_bounds__(256, 1) gemv_fused_kernel(Args F)
 {
+    constexpr bool K15 = V != 0, SHIFT = V == 2;
     CKG_DYN_SMEM(uint8_t, smem);
     const GemvArgs &A = F.A;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, NT = blockDim.x, W = NT >> 5;
@@ -449,7 +476,7 @@ __global__ void __launch_bounds__(256, 1) gemv_fused_kernel(Args F)
     uint8_t *st_in = ring, *st_out = ring;                 /* stage to copy into / to decode */
     for (int s = 0; s < kStages - 1; s++) {
         if (pf.valid(F)) {
-            issue<K15>(A, L, pf.tile, pf.step, st_in);
+            issue<K15, SHIFT>(A, L, pf.tile, pf.step, st_in);
             pf.next(F, warp);
         }
         st_in = st_in + kStageBytes == ring_end ? ring : st_in + kStageBytes;
@@ -495,10 +522,11 @@ __global__ void __launch_bounds__(256, 1) gemv_fused_kernel(Args F)
         uint32_t u0, u1;
         units_of(F, grp, warp, u0, u1);
         uint32_t step = u0 % F.S, slot = u0 / F.L, in_slot = 0;   /* column step in the row, slot, unit in the slot */
+        uint32_t skew = SHIFT && u0 < u1 ? low_skew(A, (grp * F.TG + u0 / F.S) * 8 + L.g) : 0u;
         float dA[4] = {0.f, 0.f, 0.f, 0.f}, dB[4] = {0.f, 0.f, 0.f, 0.f};
         for (uint32_t u = u0; u < u1; u++) {
             if (pf.valid(F)) {
-                issue<K15>(A, L, pf.tile, pf.step, st_in);
+                issue<K15, SHIFT>(A, L, pf.tile, pf.step, st_in);
                 pf.next(F, warp);
             }
             st_in = st_in + kStageBytes == ring_end ? ring : st_in + kStageBytes;
@@ -508,9 +536,9 @@ __global__ void __launch_bounds__(256, 1) gemv_fused_kernel(Args F)
             if (!CKG_PLANT(2))   /* planted fault: other lanes' copies not waited for */
                 ckg_syncwarp();
             if ((step + 1) * kStepCols <= A.cols)
-                compute<K15, true>(A, L, st_out, lut, step, dA, dB);
+                compute<K15, true, SHIFT>(A, L, st_out, lut, step, skew, dA, dB);
             else
-                compute<K15, false>(A, L, st_out, lut, step, dA, dB);
+                compute<K15, false, SHIFT>(A, L, st_out, lut, step, skew, dA, dB);
             st_out = st_out + kStageBytes == ring_end ? ring : st_out + kStageBytes;
             if (++in_slot == F.L) {                        /* slot done: its partial sums out, written once */
                 if (L.g < A.batch && CKG_PLANT(6)) {       /* planted fault: the tile's slots += into its first, unsynchronised */
@@ -526,8 +554,11 @@ __global__ void __launch_bounds__(256, 1) gemv_fused_kernel(Args F)
                 in_slot = 0;
                 slot++;
             }
-            if (++step == F.S)
+            if (++step == F.S) {
                 step = 0;
+                if (SHIFT)                                 /* the next tile's row */
+                    skew = low_skew(A, (grp * F.TG + (u + 1) / F.S) * 8 + L.g);
+            }
             if (!CKG_PLANT(7))                             /* planted fault: the stage refilled while lanes read it */
                 ckg_syncwarp();                            /* the stage is free for the next copy */
         }

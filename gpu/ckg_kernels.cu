@@ -14,6 +14,8 @@
  * cp.async rings, decodes BF16 pairs with a per-lane shared table, feeds
  * mma.m16n8k16 and adds escapes exactly from an upload-time patch list.
  */
+#include <atomic>
+
 #include "ckg_arch.h"
 #include "ckg_tile.h"
 #include "ckgpu.h"
@@ -382,22 +384,74 @@ ckg_status launch_generic(const GemvArgs &A, cudaStream_t s)
 unsigned g_test_blocks = 0;
 int g_test_warps = 0;
 
-/* The fused kernel's launch: 8 warps per block where the shared memory
- * allows (4 on smaller parts), one block per SM, the plan of ckg_tile.h
- * (which gpu/gemv_model.py models). */
-template <bool K15>
+/* ---- per-device facts, asked once per device ------------------------------
+ * A launch needs the current device's SM count and, for the fused GEMV, the
+ * warps per block whose shared memory the device grants (the attribute set
+ * on the kernel stays set in the device's context).  They are asked the
+ * first time a device is used and kept here: a serving loop launches
+ * thousands of kernels a second, each query a driver call.  Any thread may
+ * fill an entry; two threads racing on the first use both ask and store the
+ * same value (0: not asked yet; -1 for warps: no fused launch fits).
+ * Devices past kDevCache are asked every time. */
+constexpr int kDevCache = 64;
+std::atomic<int> g_dev_sms[kDevCache];
+std::atomic<int> g_dev_warps[3][kDevCache];     /* [byte-split, K15, K15 shifted][device] */
+
+/* The current device and its SM count. */
+ckg_status device_sms(int *dev, int *sms)
+{
+    if (cudaGetDevice(dev) != cudaSuccess)
+        return CKG_ERR_CUDA;
+    const bool cached = *dev >= 0 && *dev < kDevCache;
+    *sms = cached ? g_dev_sms[*dev].load(std::memory_order_acquire) : 0;
+    if (*sms > 0)
+        return CKG_OK;
+    if (cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, *dev) != cudaSuccess || *sms <= 0)
+        return CKG_ERR_CUDA;
+    if (cached)
+        g_dev_sms[*dev].store(*sms, std::memory_order_release);
+    return CKG_OK;
+}
+
+/* Warps per block of the fused GEMV on device dev: 8 where the shared memory
+ * allows (223 KiB, sm_90), 4 on smaller parts (148 KiB, sm_80), -1 if
+ * neither fits.  Sets the kernel's shared-memory attribute on the way. */
+template <bool K15, bool SHIFT>
+int fused_warps(int dev)
+{
+    const bool cached = dev >= 0 && dev < kDevCache;
+    std::atomic<int> *const slot = cached ? &g_dev_warps[K15 + SHIFT][dev] : NULL;
+    int warps = slot ? slot->load(std::memory_order_acquire) : 0;
+    if (warps != 0)
+        return warps;
+    for (warps = CKG_GEMV_WARPS; warps >= 4; warps /= 2) {
+        if (cudaFuncSetAttribute(fused::gemv_fused_kernel<K15 + SHIFT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 fused::smem_bytes(warps)) == cudaSuccess)
+            break;
+        cudaGetLastError();
+    }
+    if (warps < 4)
+        warps = -1;
+    if (slot)
+        slot->store(warps, std::memory_order_release);
+    return warps;
+}
+
+/* The fused kernel's launch: one block per SM, the warps fused_warps
+ * allows, the plan of ckg_tile.h (which gpu/gemv_model.py models).  SHIFT:
+ * K15 rows that start at a multiple of 32 weights, not of 128. */
+template <bool K15, bool SHIFT>
 ckg_status launch_fused(const GemvArgs &A, const uint32_t *prow, cudaStream_t s)
 {
-    int dev = 0, sms = 0, warps = g_test_warps ? g_test_warps : CKG_GEMV_WARPS;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-        return CKG_ERR_CUDA;
-    /* 8 warps need 223 KiB of shared memory (sm_90), 4 warps 148 KiB (sm_80) */
-    while (cudaFuncSetAttribute(fused::gemv_fused_kernel<K15>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                fused::smem_bytes(warps)) != cudaSuccess) {
-        cudaGetLastError();
-        if ((warps /= 2) < 4)
-            return launch_generic(A, s);
-    }
+    int dev = 0, sms = 0;
+    ckg_status st = device_sms(&dev, &sms);
+    if (st != CKG_OK)
+        return st;
+    int warps = fused_warps<K15, SHIFT>(dev);
+    if (warps < 0)
+        return launch_generic(A, s);
+    if (g_test_warps && g_test_warps < warps)
+        warps = g_test_warps;
     const size_t smem = (size_t)fused::smem_bytes(warps);
     const ckg_gemv_plan P = ckg_gemv_plan_for(A.rows, A.cols, g_test_blocks ? g_test_blocks : (uint32_t)sms);
     fused::Args F;
@@ -410,7 +464,7 @@ ckg_status launch_fused(const GemvArgs &A, const uint32_t *prow, cudaStream_t s)
     F.NG = P.NG;
     F.L = P.L;
     F.SPW = (uint32_t)(fused::kSlots / warps);
-    CKG_LAUNCH(fused::gemv_fused_kernel<K15>, P.grid, warps * 32, smem, s, F);
+    CKG_LAUNCH(fused::gemv_fused_kernel<K15 + SHIFT>, P.grid, warps * 32, smem, s, F);
     return launched();
 }
 
@@ -492,9 +546,9 @@ ckg_status ckg_decode(const ckg_planes *p, uint64_t first, uint64_t count, uint1
     if (count == 0)
         return CKG_OK;
     int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-        return CKG_ERR_CUDA;
+    st = device_sms(&dev, &sms);
+    if (st != CKG_OK)
+        return st;
     uint64_t blocks_needed = ((first + count + CKG_ESC_BLOCK - 1) / CKG_ESC_BLOCK - first / CKG_ESC_BLOCK + 7) / (kDecodeThreads / 32);
     uint64_t blocks = blocks_needed < (uint64_t)sms * 16 ? blocks_needed : (uint64_t)sms * 16;
     CKG_LAUNCH(decode_kernel, (unsigned)blocks, kDecodeThreads, 0, (cudaStream_t)stream, *p, first, count, out);
@@ -519,9 +573,9 @@ ckg_gemv_path ckg_gemv_path_of(const ckg_planes *p, uint64_t elem_off, uint64_t 
 {
     if (!p)
         return CKG_GEMV_GENERIC_ALIGN;
-    if (cols % 128 || cols > 65536)
+    if (cols % 32 || cols > 65536)
         return CKG_GEMV_GENERIC_COLS;
-    if (elem_off % 128)
+    if (elem_off % 32)
         return CKG_GEMV_GENERIC_OFFSET;
     const uint32_t *prow = p->n_escapes ? patch_rows_for(p, elem_off, rows, cols) : NULL;
     if (p->n_escapes && !prow)
@@ -543,8 +597,12 @@ ckg_status ckg_gemv(const ckg_planes *p, uint64_t elem_off, uint64_t rows, uint6
     if (ckg_gemv_path_of(p, elem_off, rows, cols, x) != CKG_GEMV_FUSED)
         return launch_generic(A, (cudaStream_t)stream);
     const uint32_t *prow = p->n_escapes ? patch_rows_for(p, elem_off, rows, cols) : NULL;
-    return p->encoding == CKC_ENC_K15 ? launch_fused<true>(A, prow, (cudaStream_t)stream)
-                                      : launch_fused<false>(A, prow, (cudaStream_t)stream);
+    if (p->encoding != CKC_ENC_K15)
+        return launch_fused<false, false>(A, prow, (cudaStream_t)stream);
+    /* K15 mantissas are 16-byte aligned every 128 weights only */
+    if (elem_off % 128 || cols % 128)
+        return launch_fused<true, true>(A, prow, (cudaStream_t)stream);
+    return launch_fused<true, false>(A, prow, (cudaStream_t)stream);
 }
 
 } // extern "C"

@@ -129,8 +129,9 @@ typedef enum { CKG_OUT_F32 = 0, CKG_OUT_BF16 = 1 } ckg_out_type;
  * elem_off + r*cols + c of the run.  x: device BF16 [batch][cols]; y: device
  * [batch][rows], FP32 or BF16 (round to nearest even).  Products are summed
  * in FP32 (tensor cores or FMA); an escaped weight contributes exactly its
- * own product.  The fused kernel needs cols % 128 == 0, elem_off % 128 == 0,
- * cols <= 65536, 16-byte aligned planes and x, and (when the run has
+ * own product.  The fused kernel needs cols % 32 == 0, elem_off % 32 == 0
+ * (tensor-parallel slices: any row range of a matrix whose columns are a
+ * multiple of 32), cols <= 65536, 16-byte aligned planes and x, and (when the run has
  * escapes) a patch list covering these rows in 16-byte aligned buffers (it
  * copies them in 16-byte pieces, so the piece holding the last entry must be
  * readable: cudaMalloc's buffers are); other calls use a slower
@@ -141,12 +142,12 @@ ckg_status ckg_gemv(const ckg_planes *p, uint64_t elem_off, uint64_t rows, uint6
                     const uint16_t *x, int batch, void *y, ckg_out_type y_type, ckg_stream stream);
 
 /* Which kernel ckg_gemv takes for these arguments, and why not the fused
- * one (a tensor-parallel slice whose columns are not a multiple of 128, or
- * whose first weight is not, runs on the generic kernel). */
+ * one (a matrix whose columns are not a multiple of 32, or whose first
+ * weight is not, runs on the generic kernel). */
 typedef enum {
     CKG_GEMV_FUSED = 0,
-    CKG_GEMV_GENERIC_COLS = 1,       /* cols % 128 != 0 or cols > 65536 */
-    CKG_GEMV_GENERIC_OFFSET = 2,     /* elem_off % 128 != 0 */
+    CKG_GEMV_GENERIC_COLS = 1,       /* cols % 32 != 0 or cols > 65536 */
+    CKG_GEMV_GENERIC_OFFSET = 2,     /* elem_off % 32 != 0 */
     CKG_GEMV_GENERIC_NO_PATCHES = 3, /* escapes but no patch list covering the rows */
     CKG_GEMV_GENERIC_ALIGN = 4,      /* planes, x or patch list not 16-byte aligned */
 } ckg_gemv_path;

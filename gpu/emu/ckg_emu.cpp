@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -32,6 +33,9 @@
 ckg_emu_thread *ckg_emu_cur;
 uint64_t ckg_emu_st16_count;
 extern "C" unsigned long long ckg_emu_st16_bytes_ull(void) { return ckg_emu_st16_count; }
+/* device attribute queries and kernel attribute calls (ckg_emu_attr_calls_ull) */
+static std::atomic<unsigned long long> attr_calls;
+extern "C" unsigned long long ckg_emu_attr_calls_ull(void) { return attr_calls.load(); }
 
 namespace {
 
@@ -645,6 +649,7 @@ extern "C" {
 cudaError_t ckg_emu_func_set_attribute(const void *f, cudaFuncAttribute a, int v)
 {
     (void)f;
+    attr_calls++;
     if (a != cudaFuncAttributeMaxDynamicSharedMemorySize || v < 0 || (size_t)v > kMaxSmem)
         return fail(cudaErrorInvalidValue);
     return cudaSuccess;
@@ -659,6 +664,7 @@ cudaError_t cudaGetDevice(int *dev) { *dev = 0; return cudaSuccess; }
 cudaError_t cudaSetDevice(int dev) { return dev == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice); }
 cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int dev)
 {
+    attr_calls++;
     if (dev != 0)
         return fail(cudaErrorInvalidDevice);
     *v = a == cudaDevAttrMultiProcessorCount ? 2 : a == cudaDevAttrMaxThreadsPerBlock ? 1024 : 0;

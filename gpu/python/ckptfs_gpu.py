@@ -122,8 +122,8 @@ def load_library(path=None):
 
 # ckgpu.h's ckg_gemv_path: why a GEMV runs on the generic kernel
 _GENERIC_GEMV = {
-    1: "its column count is not a multiple of 128 (or is over 65536)",
-    2: "its first weight is not a multiple of 128 weights into the planes",
+    1: "its column count is not a multiple of 32 (or is over 65536)",
+    2: "its first weight is not a multiple of 32 weights into the planes",
     3: "no escape patch list covers its rows",
     4: "its planes, x or patch list are not 16-byte aligned",
 }

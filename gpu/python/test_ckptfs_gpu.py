@@ -129,7 +129,7 @@ def check_uploads_serialized(dst):
 
 def check_generic_gemv_warns_once(torch, info):
     """gemv() on a tensor whose GEMV falls to the generic kernel (here: a
-    library that says its columns are not a multiple of 128) warns once,
+    library that says its columns are not a multiple of 32) warns once,
     naming the tensor and the reason, and not again on later calls."""
     import warnings
 
@@ -153,7 +153,7 @@ def check_generic_gemv_warns_once(torch, info):
             except (RuntimeError, AssertionError):
                 pass   # no CUDA here: the call stops at the stream, after the check
     msgs = [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
-    assert len(msgs) == 1 and info.name in msgs[0] and "not a multiple of 128" in msgs[0], msgs
+    assert len(msgs) == 1 and info.name in msgs[0] and "not a multiple of 32" in msgs[0], msgs
     assert Path.calls == 1, Path.calls
     print("gpu_python: a GEMV on the generic kernel warns once:", msgs[0])
 

@@ -9,8 +9,10 @@
  * sees stale data, the bench_gpu bug), on a blocking stream it is; and a
  * decode long enough that every warp decodes several 1024-weight blocks,
  * so that each reuses its staging buffer (the emulator has 2 SMs: 32 blocks
- * of 8 warps), where a missing __syncwarp is a race.  Linked against the
- * emulated ckgpu only.
+ * of 8 warps), where a missing __syncwarp is a race; and that launches ask
+ * the device's attributes once per device, not per call (a serving loop
+ * makes thousands of calls a second).  Linked against the emulated ckgpu
+ * only.
  */
 #include "ckg_ref.h"
 #include "gpu_test_dev.h"
@@ -45,8 +47,57 @@ static void stage_reuse_check(uint32_t enc)
     tu_free(&p);
 }
 
+/* Fused GEMV and decode calls after the first: no cudaDeviceGetAttribute
+ * or cudaFuncSetAttribute (the emulator counts them). */
+static void attr_cache_check(void)
+{
+    const uint64_t rows = 16, cols = 1024, n = rows * cols;
+    uint16_t *w = malloc(n * 2), x[1024];
+    CHECK(w, "alloc");
+    tu_weights(w, n, 0.02, 0.01);
+    for (uint64_t i = 0; i < cols; i++)
+        x[i] = tu_bf16((float)tu_gauss());
+    tu_packed p;
+    tu_pack(CKC_ENC_K15, w, n, 1024, &p);
+    ckg_planes hv = tu_planes(&p);
+    uint32_t *idx = calloc(n / CKG_ESC_BLOCK + 1, 4), bad = 0;
+    CHECK(idx && ckg_ref_escape_index(&hv, p.chunk_w, p.prefix, p.n_chunks, idx, &bad) == CKG_OK && !bad, "index");
+    ckg_planes v = tu_dev_planes(&p, idx);
+    uint32_t *d_prow = dev_copy(NULL, 0, (rows + 1) * 4), *d_patch = dev_copy(NULL, 0, p.n_esc * 4 + 4);
+    CHECK(ckg_escape_patches(&v, 0, rows, cols, d_prow, d_patch, NULL) == CKG_OK, "patches");
+    v.patch_row = d_prow;
+    v.patch = d_patch;
+    v.patch_rows = rows;
+    v.patch_cols = cols;
+    uint16_t *d_x = dev_copy(x, sizeof x, 0), *d_out = dev_copy(NULL, 0, n * 2);
+    float *d_y = dev_copy(NULL, 0, rows * 4);
+    CHECK(ckg_gemv_path_of(&v, 0, rows, cols, d_x) == CKG_GEMV_FUSED, "not the fused path");
+    unsigned long long a0 = ckg_emu_attr_calls_ull(), first = 0;
+    for (int i = 0; i < 4; i++) {
+        CHECK(ckg_gemv(&v, 0, rows, cols, d_x, 1, d_y, CKG_OUT_F32, NULL) == CKG_OK, "gemv");
+        CHECK(ckg_decode(&v, 0, n, d_out, NULL) == CKG_OK, "decode");
+        if (i == 0)
+            first = ckg_emu_attr_calls_ull() - a0;
+    }
+    CU(cudaDeviceSynchronize());
+    unsigned long long later = ckg_emu_attr_calls_ull() - a0 - first;
+    CHECK(later == 0, "3 more GEMV and decode calls asked the device's attributes %llu times (the first %llu)", later,
+          first);
+    printf("gpu_emu: device attributes asked %llu times by the first GEMV and decode, 0 by the next 3\n", first);
+    tu_dev_planes_free(&v);
+    CU(cudaFree(d_prow));
+    CU(cudaFree(d_patch));
+    CU(cudaFree(d_x));
+    CU(cudaFree(d_out));
+    CU(cudaFree(d_y));
+    free(idx);
+    free(w);
+    tu_free(&p);
+}
+
 int main(void)
 {
+    attr_cache_check();
     stage_reuse_check(CKC_ENC_K15);
     stage_reuse_check(CKC_ENC_BSPLIT);
     const uint64_t n = 64 * 1024 + 300;

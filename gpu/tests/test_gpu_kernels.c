@@ -244,8 +244,8 @@ static void device_checks(const tu_packed *p, const uint16_t *w, const uint32_t 
         uint16_t *d_x = dev_copy(x, 8 * s.cols * 2, 0);
         void *pbufs[2];
         patch_checks(p, w, &v, s, pbufs);
-        ckg_gemv_path want = s.cols % 128 || s.cols > 65536 ? CKG_GEMV_GENERIC_COLS
-                             : s.elem_off % 128             ? CKG_GEMV_GENERIC_OFFSET
+        ckg_gemv_path want = s.cols % 32 || s.cols > 65536 ? CKG_GEMV_GENERIC_COLS
+                             : s.elem_off % 32             ? CKG_GEMV_GENERIC_OFFSET
                              : p->n_esc && !v.patch         ? CKG_GEMV_GENERIC_NO_PATCHES
                                                             : CKG_GEMV_FUSED;
         CHECK(ckg_gemv_path_of(&v, s.elem_off, s.rows, s.cols, d_x) == want, "gemv path of cols %llu off %llu: %d, not %d",
@@ -418,7 +418,9 @@ int main(int argc, char **argv)
         cpu_checks(&p, w, idx);
         gshape shapes[] = {
             {(tc->n - 5 * 1024) / 2048, 2048, 5 * 1024},  /* fast, row tail */
-            {tc->n / 384, 384, 0},                        /* fast, a partial 512-column unit */
+            {(tc->n - 96) / 1376, 1376, 96},              /* fast: a tensor-parallel slice (11008 / 8 columns) from weight
+                                                             96: K15 rows at all 4 mantissa skews, a partial unit with a
+                                                             partial lane (352 = 2 x 128 + 96 columns) and an empty one */
             {(tc->n - 24) / 1000, 1000, 24},              /* generic */
             {tc->n / 8192 > 0 ? tc->n / 8192 : 1, tc->n >= 8192 ? 8192 : 1024, 0},
         };

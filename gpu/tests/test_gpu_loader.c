@@ -274,7 +274,7 @@ int main(int argc, char **argv)
 
     ttensor t[] = {
         {"model.w1", "BF16", {96, 2048}, 2, 2, NULL, 0},   /* 3 chunks of 64 Ki weights */
-        {"model.w2", "BF16", {40, 1000}, 2, 2, NULL, 0},   /* cols not a multiple of 128 */
+        {"model.w2", "BF16", {40, 1000}, 2, 2, NULL, 0},   /* cols not a multiple of 32 */
         {"model.bias", "F32", {96, 0}, 1, 4, NULL, 0},
         {"model.empty", "BF16", {0, 4}, 2, 2, NULL, 0},
         {"model.ids", "I64", {5, 0}, 1, 8, NULL, 0},

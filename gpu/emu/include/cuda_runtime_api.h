@@ -85,6 +85,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags);
 cudaError_t ckg_emu_func_set_attribute(const void *f, cudaFuncAttribute a, int v);
 /* Emulator statistics: bytes written by ckg_st16 (16-byte stores) so far. */
 unsigned long long ckg_emu_st16_bytes_ull(void);
+/* Emulator statistics: cudaDeviceGetAttribute and cudaFuncSetAttribute calls so far. */
+unsigned long long ckg_emu_attr_calls_ull(void);
 
 #ifdef __cplusplus
 }
