@@ -31,10 +31,10 @@
 /* ---- the kernel's pages of a packed file changed while mounted ------------ */
 
 /* When the read path finds a packed file changed since it was bound
- * (readpath.h: its opens and reads are EIO from then on), the pages the
- * kernel cached of its inode are dropped too, so that readers holding it
- * open (or mapped) get EIO from then on as well, not some of its bytes from
- * the cache and EIO for the rest.  Those pages hold the original bytes
+ * and the file there refused (readpath.h: its opens and reads are EIO
+ * while it is there), the pages the kernel cached of its inode are dropped
+ * too, so that readers holding it open (or mapped) get EIO as well, not
+ * some of its bytes from the cache and EIO for the rest.  Those pages hold the original bytes
  * (each chunk was checked against its hash when decoded): dropping them is
  * for a failure that is the same at every offset, not for correctness.
  * The kernel locks each cached page to drop it, waiting for reads of the

@@ -87,6 +87,12 @@ void ckfs_packed_io_free(ckfs_mfile *f)
         close(atomic_load(&f->dfd1) - 1);
 }
 
+int ckfs_packed_io_detach(ckfs_mfile *f)
+{
+    int d1 = atomic_exchange(&f->dfd1, 0);
+    return d1 > 0 ? d1 - 1 : -1;
+}
+
 static int is_decoded(ckfs_decoded *d, uint64_t bit)
 {
     return (atomic_load(&d->bits[bit / 64]) >> (bit % 64)) & 1;

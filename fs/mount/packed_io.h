@@ -33,6 +33,13 @@ void ckfs_drop_decoded(ckfs_ctx *c, const ckcache_key *k, const ckp_reader *r, i
  * few large reads instead of three small ones per chunk). */
 void ckfs_window_range(ckfs_ctx *c, uint32_t file, const ckp_reader *r, uint64_t from, uint64_t to, int demand);
 
+/* f's reader is being replaced by a re-validated file's (identity.h): the
+ * O_DIRECT descriptor of the old one, which the caller keeps open until
+ * unmount (windows may be loading from it), or -1; the next window opens
+ * one of the new reader's file.  The decoded chunks stay marked: the new
+ * file has the same table of contents. */
+int ckfs_packed_io_detach(ckfs_mfile *f);
+
 /* Free what the functions above set up for f (at unmount). */
 void ckfs_packed_io_free(ckfs_mfile *f);
 

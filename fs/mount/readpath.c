@@ -10,7 +10,7 @@
  * read ahead with O_DIRECT, and pages read otherwise dropped once decoded;
  * packed_io.h).  Everything served is immutable while
  * mounted (a packed file that changes under the mount is refused from then
- * on: check_bound): no lock is held longer than a cache lookup or the few
+ * on, unless a file there passes re-validation: identity.h): no lock is held longer than a cache lookup or the few
  * fields of an open file's read-ahead state.
  */
 #define _GNU_SOURCE
@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "identity.h"
 #include "packed_io.h"
 #include "plane_window.h"
 #include "readpath.h"
@@ -149,18 +150,19 @@ static int install_sigbus(void)
 
 /* ---- readers and chunks -------------------------------------------------- */
 
-static int open_reader(ckfs_ctx *c, uint32_t i, ckp_reader **out)
+int ckfs_open_reader(ckfs_ctx *c, uint32_t i, ckp_reader **out, char *msg, size_t msgCapacity)
 {
     const ckm_file *f = &c->m->files[i];
-    char msg[512];
+    char why[512];
+    msg[0] = 0;
     if (c->s3) {
         int e = ckfs_s3_open_reader(c, i, out);
         if (e)
-            return e;
+            return e; /* s3_mount.c logged why */
     } else {
-        ckp_status st = ckp_open_at(c->dst, f->path, c->o.mmap ? CKP_OPEN_MMAP : 0, out, msg, sizeof msg);
+        ckp_status st = ckp_open_at(c->dst, f->path, c->o.mmap ? CKP_OPEN_MMAP : 0, out, why, sizeof why);
         if (st != CKP_OK) {
-            ckfs_log("%s: cannot open packed file: %s", CKU_ESC(f->path), msg);
+            snprintf(msg, msgCapacity, "%s: cannot open packed file: %s", CKU_ESC(f->path), why);
             return ckp_status_errno(st);
         }
     }
@@ -168,9 +170,9 @@ static int open_reader(ckfs_ctx *c, uint32_t i, ckp_reader **out)
     if (in->original_size != f->size || strcmp(in->path, f->path) || memcmp(in->sha256, f->sha256, 32)) {
         /* bound to its manifest entry by path, size and the original's
          * SHA-256 in its TOC: another valid pack copied over it is refused */
-        ckfs_log("%s: packed file holds %s (%llu bytes), not the manifest's entry (%llu bytes%s)",
-                 CKU_ESC(f->path), CKU_ESC(in->path), (unsigned long long)in->original_size, (unsigned long long)f->size,
-                 memcmp(in->sha256, f->sha256, 32) ? ", another SHA-256" : "");
+        snprintf(msg, msgCapacity, "%s: packed file holds %s (%llu bytes), not the manifest's entry (%llu bytes%s)",
+                 CKU_ESC(f->path), CKU_ESC(in->path), (unsigned long long)in->original_size,
+                 (unsigned long long)f->size, memcmp(in->sha256, f->sha256, 32) ? ", another SHA-256" : "");
         ckp_close(*out);
         *out = NULL;
         return EIO;
@@ -188,7 +190,10 @@ static int get_reader(ckfs_ctx *c, uint32_t i, const ckp_reader **out)
         r = atomic_load_explicit(&f->r, memory_order_relaxed);
         err = f->open_err;
         if (!r && !err) {
-            err = open_reader(c, i, &r);
+            char msg[1024];
+            err = ckfs_open_reader(c, i, &r, msg, sizeof msg);
+            if (err && msg[0])
+                ckfs_log("%s", msg);
             if (!err && !c->s3 && fstat(ckp_fd(r), &f->bound) != 0) {
                 ckfs_log("%s: cannot look at packed file: %s", CKU_ESC(c->m->files[i].path), strerror(errno));
                 ckp_close(r);
@@ -225,62 +230,6 @@ static int check_due(ckfs_mfile *f)
                                                    memory_order_relaxed);
 }
 
-static int same_time(const struct timespec *a, const struct timespec *b)
-{
-    return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
-}
-
-/* Is packed file i (bound, reader r) still what it was when it was bound?
- * Its path must name the same file (device and inode: not renamed over,
- * removed, or a directory of the path replaced) and that file must have
- * the same size, mtime and ctime (not written, truncated or set back: a
- * writer can set the mtime back, not the ctime).  Two system calls on
- * metadata the kernel holds (~1.7 us of CPU), per open and, for chunks
- * decoded from disk, at most every CHECK_NS per file and after every failed
- * decode.
- * Bytes of a changed file were never served wrong (every chunk is checked
- * against its hash when decoded); the mount serves the file it bound, so
- * once that file is no longer at its path, the file is EIO from then on.
- * @return 0, or EIO (the first finder logs what changed and calls
- * c->on_change). */
-static int check_bound(ckfs_ctx *c, uint32_t i, const ckp_reader *r)
-{
-    if (c->s3) /* an object: its ETag, checked by every GET (If-Match) */
-        return ckfs_s3_check(c, i, r);
-    ckfs_mfile *f = &c->files[i];
-    if (atomic_load_explicit(&f->changed, memory_order_relaxed))
-        return EIO;
-    const struct stat *b = &f->bound;
-    struct stat now;
-    char what[256];
-    what[0] = 0;
-    if (fstatat(AT_FDCWD, f->at, &now, AT_SYMLINK_NOFOLLOW) != 0) {
-        if (errno != ENAMETOOLONG) /* longer than PATH_MAX: only the descriptor is checked */
-            snprintf(what, sizeof what, "removed while mounted (%s)", strerror(errno));
-    } else if (now.st_dev != b->st_dev || now.st_ino != b->st_ino) {
-        snprintf(what, sizeof what, "replaced while mounted (its path names another file now)");
-    }
-    if (!what[0] && fstat(ckp_fd(r), &now) == 0) {
-        if (now.st_size != b->st_size)
-            snprintf(what, sizeof what, "changed size while mounted (%lld bytes, was %lld)",
-                     (long long)now.st_size, (long long)b->st_size);
-        else if (!same_time(&now.st_mtim, &b->st_mtim))
-            snprintf(what, sizeof what, "changed while mounted (written: its mtime changed)");
-        else if (!same_time(&now.st_ctim, &b->st_ctim))
-            snprintf(what, sizeof what, "changed while mounted (its ctime changed: written, linked, "
-                                        "renamed or its mode changed)");
-    }
-    if (!what[0])
-        return 0;
-    if (atomic_exchange(&f->changed, EIO) == 0) {
-        ckfs_log("%s: packed file %s; its opens and reads fail with EIO until it is mounted again",
-                 CKU_ESC(c->m->files[i].path), what);
-        if (c->on_change)
-            c->on_change(c->on_change_arg, i);
-    }
-    return EIO;
-}
-
 /* ---- decoding ------------------------------------------------------------ */
 
 /* Decode chunk k of r into dst; a SIGBUS from r's mapping is CKP_ERR_IO
@@ -304,45 +253,30 @@ static __attribute__((noinline)) ckp_status read_chunk_guarded(const ckp_reader 
     return st;
 }
 
-/* Chunk fill for the cache: decode and verify one chunk. */
-static int fill_chunk(void *arg, const ckcache_key *k, void *dst, size_t len)
+/* Decode chunk k of r into dst (through a window when there is one). */
+static ckp_status decode_chunk(ckfs_ctx *c, const ckcache_key *k, const ckp_reader *r, void *dst, ckp_scratch *s,
+                               int *bus, ckw_window **win)
 {
-    ckfs_ctx *c = arg;
-    const ckp_reader *r = atomic_load_explicit(&c->files[k->file].r, memory_order_acquire);
-    ckp_scratch *s = thread_scratch();
-    assert(r); /* a key is made only for a file open for reading (ckfs_read), whose reader is set */
-    if (atomic_load_explicit(&c->files[k->file].changed, memory_order_relaxed))
-        return EIO;
-    if (!s)
-        return ENOMEM;
-    int bus = 0;
     ckp_planes pl;
-    ckw_window *win = c->windows ? ckw_get(c->windows, k->file, r, k->extent, k->chunk, &pl) : NULL;
-    if (!win && c->s3 && c->windows) {
+    *bus = 0;
+    *win = c->windows ? ckw_get(c->windows, k->file, r, k->extent, k->chunk, &pl) : NULL;
+    if (!*win && c->s3 && c->windows) {
         /* s3://: through a window too (one of this chunk alone if need be),
          * so that no chunk's bytes are fetched twice, by a window and here */
         ckw_prefetch(c->windows, k->file, r, -1, k->extent, k->chunk, k->chunk + 1);
-        win = ckw_get(c->windows, k->file, r, k->extent, k->chunk, &pl);
+        *win = ckw_get(c->windows, k->file, r, k->extent, k->chunk, &pl);
     }
-    ckp_status st = win ? ckp_read_chunk_from(r, k->extent, k->chunk, &pl, dst, s)
-                        : read_chunk_guarded(r, k, dst, s, &bus);
-    if (win)
-        ckw_put(c->windows, win, k->chunk, st == CKP_OK);
-    /* After the decode: a change made before or while it read is seen
-     * (at most every CHECK_NS per file while decodes succeed: the bytes are
-     * checked against their hashes anyway). */
-    if ((st != CKP_OK || check_due(&c->files[k->file])) && check_bound(c, k->file, r) != 0) {
-        atomic_fetch_add_explicit(&c->decode_errors, 1, memory_order_relaxed);
-        return EIO;
-    }
-    if (st == CKP_OK) {
-        atomic_fetch_add_explicit(&c->decoded_bytes, len, memory_order_relaxed);
-        /* The decoded bytes go to the page cache: not both.  s3://: only
-         * marked decoded, so that no window fetches its bytes again */
-        if (c->o.drop_packed || c->s3)
-            ckfs_drop_decoded(c, k, r, !win && c->o.drop_packed);
-        return 0;
-    }
+    ckp_status st = *win ? ckp_read_chunk_from(r, k->extent, k->chunk, &pl, dst, s)
+                         : read_chunk_guarded(r, k, dst, s, bus);
+    if (*win)
+        ckw_put(c->windows, *win, k->chunk, st == CKP_OK);
+    return st;
+}
+
+/* A decode of chunk k failed (st): log it.  @return its errno. */
+static int chunk_failed(ckfs_ctx *c, const ckcache_key *k, const ckp_reader *r, size_t len, ckp_status st,
+                        int bus)
+{
     atomic_fetch_add_explicit(&c->decode_errors, 1, memory_order_relaxed);
     if (c->s3 && st == CKP_ERR_IO)
         return EAGAIN; /* the server failed (logged by s3_mount.c): EIO for this read, not
@@ -360,6 +294,46 @@ static int fill_chunk(void *arg, const ckcache_key *k, void *dst, size_t len)
     return ckp_status_errno(st);
 }
 
+/* Chunk fill for the cache: decode and verify one chunk.  A file refused
+ * (changed, identity.h) is EAGAIN, not EIO: the cache does not remember it,
+ * so its chunks are decoded again once a file that passes is back.  A
+ * decode that failed because the file was being rewritten is tried once
+ * more when the file there now passes re-validation. */
+static int fill_chunk(void *arg, const ckcache_key *k, void *dst, size_t len)
+{
+    ckfs_ctx *c = arg;
+    ckfs_mfile *f = &c->files[k->file];
+    ckp_scratch *s = thread_scratch();
+    for (int tries = 0;; tries++) {
+        const ckp_reader *r = atomic_load_explicit(&f->r, memory_order_acquire);
+        assert(r); /* a key is made only for a file open for reading (ckfs_read), whose reader is set */
+        if (atomic_load_explicit(&f->changed, memory_order_relaxed))
+            return c->s3 ? EIO : EAGAIN;
+        if (!s)
+            return ENOMEM;
+        int bus, fresh = 0;
+        ckw_window *win;
+        ckp_status st = decode_chunk(c, k, r, dst, s, &bus, &win);
+        /* After the decode: a change made before or while it read is seen
+         * (at most every CHECK_NS per file while decodes succeed: the bytes
+         * are checked against their hashes anyway). */
+        if ((st != CKP_OK || check_due(f)) && ckfs_check_bound(c, k->file, r, &fresh) != 0) {
+            atomic_fetch_add_explicit(&c->decode_errors, 1, memory_order_relaxed);
+            return c->s3 ? EIO : EAGAIN;
+        }
+        if (st != CKP_OK && fresh && tries == 0)
+            continue;
+        if (st != CKP_OK)
+            return chunk_failed(c, k, r, len, st, bus);
+        atomic_fetch_add_explicit(&c->decoded_bytes, len, memory_order_relaxed);
+        /* The decoded bytes go to the page cache: not both.  s3://: only
+         * marked decoded, so that no window fetches its bytes again */
+        if (c->o.drop_packed || c->s3)
+            ckfs_drop_decoded(c, k, r, !win && c->o.drop_packed);
+        return 0;
+    }
+}
+
 typedef struct {
     ckcache_key key;
     uint64_t start, len;           /* original bytes the chunk covers */
@@ -367,7 +341,8 @@ typedef struct {
 
 /* The chunk holding original byte off of file, which every caller takes
  * below the file's size: the manifest's, which is the reader's (bound at
- * open, open_reader), so ckp_locate cannot fail. */
+ * open, ckfs_open_reader; a re-validated file has the same TOC), so
+ * ckp_locate cannot fail. */
 static void chunk_at(const ckp_reader *r, uint32_t file, uint64_t off, chunk_ref *out)
 {
     uint32_t e = 0;
@@ -502,7 +477,7 @@ int ckfs_file_open(ckfs_ctx *c, uint32_t file, ckfs_ofile **out)
     *out = NULL;
     int err = get_reader(c, file, &r);
     if (!err)
-        err = check_bound(c, file, r);
+        err = ckfs_check_bound(c, file, r, &(int){0});
     if (err)
         return err;
     ckfs_ofile *of = calloc(1, sizeof *of);
@@ -627,9 +602,12 @@ int ckfs_read(ckfs_ctx *c, ckfs_ofile *of, uint64_t fsize, uint64_t off, size_t 
     if (off >= fsize || size == 0)
         return 0;
     uint64_t end = off + size < fsize ? off + size : fsize;
+    /* cached chunks of a refused file are not served either, until a file
+     * that passes is there again */
+    if (atomic_load_explicit(&c->files[of->file].changed, memory_order_relaxed) &&
+        ckfs_check_bound(c, of->file, atomic_load(&c->files[of->file].r), &(int){0}) != 0)
+        return EIO;
     const ckp_reader *r = atomic_load_explicit(&c->files[of->file].r, memory_order_acquire);
-    if (atomic_load_explicit(&c->files[of->file].changed, memory_order_relaxed))
-        return EIO;                /* cached chunks of a changed file are not served either */
     atomic_fetch_add_explicit(&c->reads, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->read_bytes, end - off, memory_order_relaxed);
     if (size >= (512u << 10))
@@ -686,6 +664,7 @@ void ckfs_ctx_free(ckfs_ctx *c)
             ckp_close(atomic_load(&c->files[i].r));
             free(c->files[i].at);
             ckfs_packed_io_free(&c->files[i]);
+            ckfs_identity_free(&c->files[i]);
             pthread_mutex_destroy(&c->files[i].lock);
         }
         free(c->files);
@@ -768,7 +747,7 @@ ckfs_status ckfs_open_all(ckfs_ctx *c, char *err, size_t errCapacity)
     for (uint32_t i = 0; i < c->m->n_files; i++) {
         const ckp_reader *r;
         int e = get_reader(c, i, &r);
-        bad += e != 0; /* open_reader logged why */
+        bad += e != 0; /* get_reader logged why */
         nomem += e == ENOMEM;
     }
     if (bad)

@@ -34,20 +34,28 @@ struct ckfs_s3;
 
 /* A packed file, opened and bound to its manifest entry at mount time
  * (ckfs_open_all) and kept open until unmount.  What it was when bound is
- * kept: the mount serves that file only.  Each open of the virtual file and
- * each chunk decoded from disk checks that its path below the packed
- * directory still names that file (device, inode) and that the file has the
- * same size, mtime and ctime (decodes: at most every 10 ms per file, and
- * after every failed one); once it does not, the change is logged once,
- * every later open and read of the file fails with EIO (changed), and
- * ckfs_ctx.on_change is called. */
+ * kept: the mount serves that file, or one that passes re-validation
+ * against it (identity.h).  Each open of the virtual file and each chunk
+ * decoded from disk checks that its path below the packed directory still
+ * names that file (device, inode) and that the file has the same size,
+ * mtime and ctime (decodes: at most every 10 ms per file, and after every
+ * failed one); once it does not, the file there is re-validated: if it
+ * passes it is served from then on, if not, the refusal is logged (once
+ * until it is served again), every open and read of the file fails with
+ * EIO (changed) while that file is there, and ckfs_ctx.on_change is
+ * called. */
+struct ckfs_retired;
 typedef struct {
-    pthread_mutex_t lock;          /* serializes the first open */
-    _Atomic(ckp_reader *) r;
+    pthread_mutex_t lock;          /* serializes the first open and the identity checks */
+    _Atomic(ckp_reader *) r;       /* replaced only by a re-validated file's */
     int open_err;                  /* remembered damage (EIO) after a failed open; by lock */
     char *at;                      /* its absolute path (dst/path.ckpt), for the check */
-    struct stat bound;             /* fstat of r's descriptor when bound (set before r) */
-    atomic_int changed;            /* EIO once found changed while mounted */
+    struct stat bound;             /* fstat of r's descriptor when bound (set before r); by lock */
+    atomic_int changed;            /* EIO while the file at its path is refused */
+    struct stat refused;           /* by lock: the version refused last (while changed) */
+    int refused_errno;             /* by lock: 0, or why its path could not be looked at then */
+    struct ckfs_retired *retired;  /* by lock: readers replaced by re-validated files */
+    unsigned n_retired;            /* by lock */
     _Atomic uint64_t checked_ns;   /* CLOCK_MONOTONIC_COARSE of the last check by a decode */
     _Atomic(struct ckfs_decoded *) decoded; /* drop_packed: which chunks were
                                     * decoded (set on the first decode) */
@@ -165,7 +173,7 @@ void ckfs_cache_stop(ckfs_ctx *c);
 
 /* Open manifest file `file` for reading.  @return 0 or an errno value
  * (EIO for a damaged packed file, remembered for later opens, and for one
- * changed since it was bound: ckfs_mfile). */
+ * changed since it was bound that failed re-validation: ckfs_mfile). */
 int ckfs_file_open(ckfs_ctx *c, uint32_t file, ckfs_ofile **out);
 void ckfs_file_close(ckfs_ofile *of);
 
@@ -173,7 +181,7 @@ void ckfs_file_close(ckfs_ofile *of);
  * it) into p, decoding the chunks not in the cache, and queue decode-ahead
  * for sequential readers.  @return 0 (p holds at most CKFS_MAX_IOV pieces;
  * release them with ckfs_pieces_release) or an errno value (EIO for damage
- * or a packed file changed while mounted; p holds nothing). */
+ * or a packed file changed while mounted and refused; p holds nothing). */
 int ckfs_read(ckfs_ctx *c, ckfs_ofile *of, uint64_t fsize, uint64_t off, size_t size, ckfs_pieces *p);
 /* Copy the pieces into one malloc'ed buffer of p->total bytes.  @return
  * NULL when out of memory. */
