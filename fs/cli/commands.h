@@ -26,6 +26,8 @@ typedef struct {
     int force;
     int dry_run;         /* what would be packed, estimated; nothing written */
     int skip_bad;        /* a bad .safetensors file is stored as an opaque file */
+    struct ckpt_pack_remote *remote; /* NULL; pack_s3.c: dst is the staging directory of
+                                      * a pack whose files go on to object storage */
 } ckpt_pack_opts;
 
 /* Most files that pack, unpack and verify work on at once: one file's

@@ -218,6 +218,8 @@ static int check_pack_space(const pack_ctx *c)
         slash[slash == parent] = 0;
     if (c->o->delete_source && stat(c->src_root, &s) == 0 && s.st_dev == d.st_dev)
         need = largest;
+    if (c->o->remote) /* staged: a few files at a time (pack_s3.c) */
+        need = largest * (uint64_t)c->o->remote->files_at_once;
     du_bytes = 0;
     if (stat(c->dst, &d) == 0)
         nftw(c->dst, du_add, 16, FTW_PHYS);

@@ -305,6 +305,8 @@ int write_manifest(pack_ctx *c)
     char err[512];
     struct stat st, ds;
     int rc = dst_lost(c) || fstat(c->lock_fd, &ds) ? -1 : scan_dst(c, "", &b);
+    if (rc == 0 && c->o->remote) /* the packed files are where the pack was sent */
+        rc = c->o->remote->add_files(c->o->remote, c, &b);
     /* the links (format §7): in the manifest only, as write_state recorded them */
     size_t n_links = (size_t)cJSON_GetArraySize(c->hold_links);
     ckm_link *links = calloc(n_links ? n_links : 1, sizeof *links);
@@ -325,6 +327,8 @@ int write_manifest(pack_ctx *c)
             ckpt_fail("pack", s, err);
         rc = -1;
     }
+    if (rc == 0 && c->o->remote && c->o->remote->manifest_written(c->o->remote, c))
+        rc = -1;
     int mfd = rc == 0 ? openat(c->lock_fd, CKP_MANIFEST_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
     c->packed_bytes = b.packed + (mfd >= 0 && fstat(mfd, &st) == 0 ? (uint64_t)st.st_size : 0);
     if (mfd >= 0)

@@ -235,11 +235,15 @@ int restore_aside(const char *dir, const char *base)
 }
 
 /* 1 if the packed copy of a source (identity packed) is at DST's final_rel
- * where DST's name leads now: what delete_source requires last. */
-static int packed_copy_there(pack_ctx *c, const char *final_rel, const struct stat *packed)
+ * where DST's name leads now, or (rr: a pack sent on, c->o->remote) if the
+ * remote copy read back through rr is still there as it was: what
+ * delete_source requires last. */
+static int packed_copy_there(pack_ctx *c, const char *final_rel, const struct stat *packed, const ckp_reader *rr)
 {
     char p[PATH_MAX];
     struct stat st;
+    if (rr)
+        return c->o->remote->unchanged(c->o->remote, final_rel, rr) == 1;
     join_path(p, sizeof p, c->dst, final_rel, "");
     return !dst_lost(c) && lstat(p, &st) == 0 && st.st_dev == packed->st_dev && st.st_ino == packed->st_ino;
 }
@@ -264,7 +268,7 @@ static int packed_copy_there(pack_ctx *c, const char *final_rel, const struct st
  * one (over NAME_MAX - 17 bytes) the check and the unlink are two system
  * calls on the directory's descriptor, the window of before. */
 static int delete_source(pack_ctx *c, const char *src_path, const struct stat *read, const cks_map *sm,
-                         const char *final_rel, const struct stat *packed)
+                         const char *final_rel, const struct stat *packed, const ckp_reader *rr)
 {
     char dir[PATH_MAX], aside[NAME_MAX + 1];
     snprintf(dir, sizeof dir, "%s", src_path);
@@ -284,7 +288,7 @@ static int delete_source(pack_ctx *c, const char *src_path, const struct stat *r
     const char *why = fstatat(dfd, victim, &now, AT_SYMLINK_NOFOLLOW) == 0 && !cks_same_file(&now, read)
                           ? "it was replaced or changed while it was being packed"
                       : !cks_map_lease_kept(sm) ? "a process opened it for writing while it was being packed"
-                      : !(there = packed_copy_there(c, final_rel, packed)) ? "its packed copy is not in DST as DST is now"
+                      : !(there = packed_copy_there(c, final_rel, packed, rr)) ? "its packed copy is not in DST as DST is now"
                                                                              : NULL;
     if (why) {
         if (*aside && renameat2(dfd, aside, dfd, base, RENAME_NOREPLACE))
@@ -292,7 +296,7 @@ static int delete_source(pack_ctx *c, const char *src_path, const struct stat *r
                     "as %s/%s\n", CKU_ESC(src_path), why, CKU_ESC(dir), CKU_ESC(aside));
         else if (!there)
             fprintf(stderr, "ckptfs pack: %s: not deleted: its packed copy is no longer at %s/%s\n",
-                    CKU_ESC(src_path), CKU_ESC(c->dst), CKU_ESC(final_rel));
+                    CKU_ESC(src_path), rr ? c->o->remote->url : CKU_ESC(c->dst), CKU_ESC(final_rel));
         else
             fprintf(stderr, "ckptfs pack: %s: not deleted: %s (its packed copy holds what was read); run the same "
                     "command again to pack it\n", CKU_ESC(src_path), why);
@@ -484,6 +488,34 @@ static int lease_for_delete(cks_map *sm, const char *src_path)
     return 0;
 }
 
+/* A pack sent on (c->o->remote): send DST's packed file final_rel of e
+ * (made and read back equal to the source), remove it from DST (a rerun
+ * makes it again if need be), then with --delete-source open the remote
+ * copy, decode every chunk of it and compare it with the source (sm, its
+ * SHA-256 sha) and delete the source only if that copy is still there as it
+ * was read.  @return 0, or -1 after saying why. */
+static int send_on(pack_ctx *c, const src_entry *e, const char *src_path, const char *final_rel, const cks_map *sm,
+                   const uint8_t sha[32])
+{
+    ckpt_pack_remote *rm = c->o->remote;
+    ckp_reader *rr = NULL;
+    int rc = rm->send(rm, c, final_rel);
+    unlinkat(c->lock_fd, final_rel, 0);
+    if (!rc && c->o->delete_source) {
+        int o = rm->open(rm, final_rel, &rr);
+        if (o == 1)
+            fprintf(stderr, "ckptfs pack: %s/%s: not there after it was sent; %s kept\n", rm->url, CKU_ESC(final_rel),
+                    CKU_ESC(src_path));
+        rc = o != 0 || compare_with_source(rr, src_path, sm->p, sm->size, sha, c->jobs_each) ||
+                     cks_map_truncated(sm) || delete_source(c, src_path, &e->st, sm, final_rel, NULL, rr)
+                 ? -1
+                 : 0;
+    }
+    if (rr)
+        ckp_close(rr);
+    return rc;
+}
+
 /* Pack one file; on success the packed file is durable and verified: the
  * source mapped and checked, encoded into a temporary, synced and read back
  * equal, renamed into place, then (--delete-source) the source deleted. */
@@ -519,8 +551,10 @@ static int pack_file(pack_ctx *c, const src_entry *e)
         put_in_place(c, tmp_name, final_rel, e))
         goto out;
     rc = 0;
-    if (c->o->delete_source)
-        rc = delete_source(c, src_path, &e->st, &sm, final_rel, &packed);
+    if (c->o->remote)
+        rc = send_on(c, e, src_path, final_rel, &sm, sj.sha);
+    else if (c->o->delete_source)
+        rc = delete_source(c, src_path, &e->st, &sm, final_rel, &packed, NULL);
 out:
     if (rc && tfd >= 0)
         unlinkat(c->lock_fd, tmp_name, 0);
@@ -541,12 +575,14 @@ static int already_packed(pack_ctx *c, const src_entry *e)
     /* no link followed below DST: a link in DST (to a valid pack elsewhere)
      * is not "already packed", else the source was deleted and DST held
      * only the link */
-    if (fstatat(c->lock_fd, final_rel, &packed, AT_SYMLINK_NOFOLLOW) ||
-        ckp_open_in(c->lock_fd, c->dst, final_rel, &r, err, sizeof err) != CKP_OK)
+    ckpt_pack_remote *rm = c->o->remote; /* or the remote copy, where the pack is sent on */
+    if (rm ? rm->open(rm, final_rel, &r) != 0
+           : fstatat(c->lock_fd, final_rel, &packed, AT_SYMLINK_NOFOLLOW) ||
+                 ckp_open_in(c->lock_fd, c->dst, final_rel, &r, err, sizeof err) != CKP_OK)
         return 0;
     const ckp_info *in = ckp_get_info(r);
     int same = in->original_size == (uint64_t)e->st.st_size && in->mtime_ns == mtime_ns(&e->st) &&
-               !strcmp(in->path, e->rel) && fstat(ckp_fd(r), &packed) == 0;
+               !strcmp(in->path, e->rel) && (rm || fstat(ckp_fd(r), &packed) == 0);
     if (!same || !c->o->delete_source) {
         ckp_close(r);
         return same;
@@ -568,8 +604,8 @@ static int already_packed(pack_ctx *c, const src_entry *e)
         equal = compare_with_source(r, src_path, sm.p, sm.size, sj.sha, c->jobs_each) == 0 &&
                 !cks_map_truncated(&sm);
     }
+    int deleted = equal && delete_source(c, src_path, &e->st, &sm, final_rel, &packed, rm ? r : NULL) == 0;
     ckp_close(r);
-    int deleted = equal && delete_source(c, src_path, &e->st, &sm, final_rel, &packed) == 0;
     cks_map_close(&sm);
     return deleted ? 2 : 0;
 }
@@ -616,6 +652,8 @@ int pack_files(pack_ctx *c, size_t n_files)
     int at_once = (jobs + 1) / 2;  /* at least two threads per file where there are cores for it */
     if (at_once > CKPT_MAX_FILES_AT_ONCE)
         at_once = CKPT_MAX_FILES_AT_ONCE;
+    if (c->o->remote) /* each file is sent on by its worker: one staged file a worker */
+        at_once = c->o->remote->files_at_once;
     if ((size_t)at_once > n_files)
         at_once = n_files ? (int)n_files : 1;
     c->jobs_each = jobs / at_once > 0 ? jobs / at_once : 1;

@@ -104,6 +104,34 @@ static inline void join_path(char *out, size_t cap, const char *a, const char *b
     snprintf(out, cap, "%s/%s%s", a, b, suffix);
 }
 
+/* A pack whose destination is elsewhere (s3://, pack_s3.c): DST is then a
+ * staging directory that holds the state, the directories and at most
+ * files_at_once packed files, each sent on (and removed) as soon as it is
+ * made and read back; what the pack holds is what the remote side holds.
+ * Every hook may be called from several threads at once. */
+typedef struct ckpt_pack_remote ckpt_pack_remote;
+struct ckpt_pack_remote {
+    const char *url;     /* where the pack goes, for messages */
+    int files_at_once;   /* files packed (and so staged) at once */
+    /* Open the remote copy of the packed file final_rel (REL.ckpt), checked
+     * as a local one is at open (header, TOC, chunk indexes), bound to the
+     * version it found.  @return 0 with *r, 1 if it is not there (or not a
+     * readable packed file of rel), -1 after saying why (unreachable). */
+    int (*open)(ckpt_pack_remote *rm, const char *final_rel, ckp_reader **r);
+    /* 1 if r's remote copy is still the version it was opened on. */
+    int (*unchanged)(ckpt_pack_remote *rm, const char *final_rel, const ckp_reader *r);
+    /* Send DST's packed file final_rel (complete, read back) on.  @return 0,
+     * or -1 after saying why. */
+    int (*send)(ckpt_pack_remote *rm, pack_ctx *c, const char *final_rel);
+    /* DST's state was written: make it durable remotely, before any file is
+     * sent or any source deleted.  @return 0, or -1 after saying why. */
+    int (*state_written)(ckpt_pack_remote *rm, pack_ctx *c);
+    /* Add the pack's files (those sent or found there in this run) to b. */
+    int (*add_files)(ckpt_pack_remote *rm, pack_ctx *c, mf_build *b);
+    /* DST's manifest was written: send it on, last.  @return 0, or -1. */
+    int (*manifest_written)(ckpt_pack_remote *rm, pack_ctx *c);
+};
+
 /* pack_source.c */
 void list_free(src_list *l);
 int link_leaves_tree(const char *rel, const char *target);

@@ -54,11 +54,20 @@ static cJSON *read_state(pack_ctx *c)
     return o;
 }
 
+/* 1 if DST holds the packed file of rel (a pack sent on: the remote side,
+ * a readable packed file of rel). */
 static int held_by_dst(pack_ctx *c, const char *rel)
 {
     char p[PATH_MAX];
     snprintf(p, sizeof p, "%s%s", rel, CKP_SUFFIX);
-    return faccessat(c->lock_fd, p, F_OK, 0) == 0;
+    ckpt_pack_remote *rm = c->o->remote;
+    ckp_reader *r;
+    if (!rm)
+        return faccessat(c->lock_fd, p, F_OK, 0) == 0;
+    if (rm->open(rm, p, &r) != 0)
+        return 0;
+    ckp_close(r);
+    return 1;
 }
 
 static cJSON *file_item(const char *rel, uint64_t size, int64_t mtime)
@@ -183,6 +192,8 @@ static int write_state(pack_ctx *c, const char *src_real, const cJSON *old)
     if (fd >= 0)
         close(fd);
     free(txt);
+    if (!rc && c->o->remote) /* durable where the pack goes before anything is sent or deleted */
+        rc = c->o->remote->state_written(c->o->remote, c);
     return rc;
 }
 
@@ -298,6 +309,11 @@ static int force_loses_nothing(pack_ctx *c, const cJSON *st)
     const cJSON *del = cJSON_GetObjectItemCaseSensitive(st, "deletes");
     if (cJSON_IsFalse(del))
         return 0;
+    if (c->o->remote) { /* its packed files are remote: not compared here */
+        fprintf(stderr, "ckptfs pack: %s: --force refused: a --delete-source run deleted sources, so it may hold "
+                "the only copy of some; unpack it first, or remove it yourself\n", c->o->remote->url);
+        return -1;
+    }
     mf_build b = {0};
     int rc = scan_dst(c, "", &b);
     for (size_t i = 0; rc == 0 && i < b.m.n_files; i++) {

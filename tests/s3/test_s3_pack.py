@@ -6,10 +6,18 @@ gone; pack killed (SIGKILL) at random points and rerun: whenever a manifest
 is there the pack verifies, and the last rerun completes it; a multipart
 upload left unfinished under the prefix (as a kill mid-upload leaves one,
 made here with boto3) is aborted by the rerun; a rerun of a complete pack
-sends nothing; --delete-source is refused (not yet supported), the source
-kept.
+sends nothing.  The staging directory is polled during every pack: it never
+holds more than the stated bound (the two largest packed files, the state
+and the manifest).  --delete-source: a whole run deletes every source and
+the pack unpacks to every original byte; runs SIGKILLed at random points
+and when sources start to go (sources deleted, no manifest yet), each then
+rerun: after each kill every original file is in the source (unchanged) or
+its object is complete under the prefix, and after the rerun unpack gives
+every original byte, no multipart upload is left; --force over such a
+prefix is refused.
 Usage: test_s3_pack.py CKPTFS
 """
+import json
 import os
 import random
 import shutil
@@ -17,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -37,22 +46,117 @@ def has_manifest(s3, prefix):
     return "Contents" in s3.client().list_objects_v2(Bucket=s3.bucket, Prefix=prefix + "/ckptfs.manifest")
 
 
+def objects(s3, prefix):
+    """{key below prefix/: size} of every object under prefix."""
+    out, c, tok = {}, s3.client(), None
+    while True:
+        kw = {"ContinuationToken": tok} if tok else {}
+        r = c.list_objects_v2(Bucket=s3.bucket, Prefix=prefix + "/", **kw)
+        for o in r.get("Contents", []):
+            out[o["Key"][len(prefix) + 1:]] = o["Size"]
+        if not r.get("IsTruncated"):
+            return out
+        tok = r["NextContinuationToken"]
+
+
+def stage_bound(s3, prefix, files=2):
+    """The staging bound pack --help states: the `files` largest packed files
+    (their objects' sizes), the state and the manifest."""
+    o = objects(s3, prefix)
+    packed = sorted((v for k, v in o.items() if k.endswith(".ckpt")), reverse=True)
+    return sum(packed[:files]) + o.get("ckptfs.state", 0) + o.get("ckptfs.manifest", 0), sum(packed)
+
+
+class StagePoller:
+    """Polls the staging base directory in a thread: the most bytes each
+    prefix's staging directory held at once."""
+
+    def __init__(self, base):
+        self.base, self.most, self.stop = base, {}, threading.Event()
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def size(self, d):
+        n = 0
+        for root, _dirs, files in os.walk(d):
+            for f in files:
+                try:
+                    n += os.lstat(os.path.join(root, f)).st_size
+                except OSError:
+                    pass
+        return n
+
+    def run(self):
+        while not self.stop.is_set():
+            try:
+                names = os.listdir(self.base)
+            except OSError:
+                names = []
+            for n in names:
+                d = os.path.join(self.base, n)
+                if os.path.isdir(d):
+                    self.most[n] = max(self.most.get(n, 0), self.size(d))
+            time.sleep(0.002)
+
+    def close(self):
+        self.stop.set()
+        self.t.join()
+
+
+def add_files(src):
+    """Six more BF16 files in a directory of their own: more files than the
+    staging bound, so that staging the whole pack would break it."""
+    import numpy as np
+    rng = np.random.default_rng(11)
+    os.makedirs(os.path.join(src, "extra"))
+    for i in range(6):
+        a = (rng.standard_normal((512, 1024 + 128 * i)).astype(np.float32) * 0.02).view(np.uint32)
+        data = (a >> 16).astype(np.uint16).tobytes()
+        h = json.dumps({"w": {"dtype": "BF16", "shape": [512, 1024 + 128 * i], "data_offsets": [0, len(data)]}})
+        h = h.encode() + b" " * (-len(h) % 8)
+        with open(os.path.join(src, "extra", f"part{i}.safetensors"), "wb") as f:
+            f.write(len(h).to_bytes(8, "little") + h + data)
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="ckptfs-s3p-")
+    poll = None
     try:
         with SeaweedS3() as s3:
-            run(s3, tmp)
+            stage = os.path.join(tmp, "stage")
+            os.makedirs(stage)
+            poll = StagePoller(stage)
+            run(s3, tmp, stage)
+            poll.close()
+            check_bounds(s3, poll)
+            delete_source(s3, tmp, stage)
     finally:
+        if poll:
+            poll.close()
         shutil.rmtree(tmp, ignore_errors=True)
     print("FAILED: " + "; ".join(FAILS) if FAILS else "all passed")
     return 1 if FAILS else 0
 
 
-def run(s3, tmp):
+def check_bounds(s3, poll):
+    """Every prefix's staging directory stayed within the bound (measured
+    against the objects each pack left)."""
+    seen = 0
+    for name, most in sorted(poll.most.items()):
+        if not name.startswith(s3.bucket + "_"):
+            continue
+        prefix = name[len(s3.bucket) + 1:].replace("_", "/")
+        bound, total = stage_bound(s3, prefix)
+        seen += most > 0
+        check(most <= bound, f"staging of {prefix}: at most {most} bytes at once, bound {bound} (pack {total})")
+    check(seen >= 5, f"the staging directories of {seen} packs were measured")
+
+
+def run(s3, tmp, stage):
     src = os.path.join(tmp, "src")
     make_model(src)
+    add_files(src)
     want = digest_tree(src)
-    stage = os.path.join(tmp, "stage")
     env = s3.env(CKPTFS_STAGE_DIR=stage, CKPTFS_S3_PART_MIB="5")  # 5 MiB parts: several per file
 
     # 1. pack to s3://, then verify and unpack from it
@@ -114,10 +218,97 @@ def run(s3, tmp):
     r = ck(env, "unpack", url2, out2)
     check(r.returncode == 0 and digest_tree(out2) == want, "unpack of the rerun's pack: every original byte")
 
-    # 3. --delete-source is refused for now; nothing deleted
-    r = ck(env, "pack", "--delete-source", src, s3.url("p/three"))
-    check(r.returncode != 0 and "not supported yet" in r.stderr and digest_tree(src) == want,
-          f"--delete-source to s3:// refused, the source kept ({r.stderr.strip()[-200:]})")
+
+
+def copy_source(pristine, dst):
+    if os.path.exists(dst):
+        shutil.rmtree(dst)
+    shutil.copytree(pristine, dst)  # copy2: sizes and mtimes as the pristine copy's
+
+
+def count_files(root):
+    return sum(len(files) for _d, _dirs, files in os.walk(root))
+
+
+def accounted(s3, prefix, src, want):
+    """Files of want neither in src unchanged nor complete under prefix."""
+    o = objects(s3, prefix)
+    have = digest_tree(src) if os.path.isdir(src) else {}
+    return [r for r, h in want.items() if have.get(r) != h and (r + ".ckpt") not in o]
+
+
+def delete_source(s3, tmp, stage):
+    pristine = os.path.join(tmp, "pristine")
+    make_model(pristine)
+    add_files(pristine)
+    want = digest_tree(pristine)
+    env = s3.env(CKPTFS_STAGE_DIR=stage, CKPTFS_S3_PART_MIB="5")
+    src = os.path.join(tmp, "dsrc")
+
+    # a whole run: every source deleted, every byte in the bucket
+    copy_source(pristine, src)
+    poll = StagePoller(stage)
+    t0 = time.time()
+    r = ck(env, "pack", "--delete-source", src, s3.url("d/all"))
+    full = time.time() - t0
+    poll.close()
+    left = digest_tree(src) if os.path.isdir(src) else {}
+    check(r.returncode == 0 and not left,
+          f"pack --delete-source to s3://: exit 0, every source file deleted ({r.returncode}, {len(left)} left: "
+          f"{r.stderr.strip()[-300:]})")
+    bound, total = stage_bound(s3, "d/all")
+    most = poll.most.get(s3.bucket + "_d_all", 0)
+    check(0 < most <= bound < total,
+          f"--delete-source staged at most {most} bytes at once: within the bound {bound}, under the pack's {total}")
+    out = os.path.join(tmp, "dout")
+    r = ck(env, "unpack", s3.url("d/all"), out)
+    check(r.returncode == 0 and digest_tree(out) == want, "unpack after --delete-source: every original byte")
+    shutil.rmtree(out, ignore_errors=True)
+    r = ck(env, "pack", "--delete-source", src, s3.url("d/all"))
+    check(r.returncode == 0 and "0 packed files sent" in r.stdout,
+          f"a rerun after a whole --delete-source run sends nothing and exits 0 ({r.stdout.strip()[-200:]}"
+          f"{r.stderr.strip()[-300:]})")
+    r = ck(env, "verify", s3.url("d/all"))
+    check(r.returncode == 0, f"and the pack still verifies ({r.stderr.strip()[-300:]})")
+    other = os.path.join(tmp, "other")  # another source: one file differs
+    copy_source(pristine, other)
+    with open(os.path.join(other, "config.json"), "a") as f:
+        f.write(" ")
+    r = ck(env, "pack", "--force", other, s3.url("d/all"))
+    check(r.returncode != 0 and "--force refused" in r.stderr and has_manifest(s3, "d/all"),
+          f"--force over a prefix a --delete-source run packed to: refused, the manifest kept ({r.stderr[-200:]})")
+
+    # killed: when the sources start to go (some deleted, no manifest yet),
+    # when half are gone, and at random times; each then rerun
+    rnd = random.Random(int(os.environ.get("S3_PACK_SEED", "0")) or None)
+    n_src = len(want)
+    mid = 0
+    for i, when in enumerate([1, n_src // 2, None, None, None]):
+        pk = f"d/k{i}"
+        copy_source(pristine, src)
+        p = subprocess.Popen([CKPTFS, "pack", "--delete-source", src, s3.url(pk)], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + (rnd.uniform(0.02, full) if when is None else 120)
+        while p.poll() is None and time.time() < deadline:
+            if when is not None and n_src - count_files(src) >= when:
+                break
+            time.sleep(0.002)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        gone = n_src - len(digest_tree(src))
+        manifest = has_manifest(s3, pk)
+        mid += gone > 0 and not manifest
+        lost = accounted(s3, pk, src, want)
+        check(not lost, f"kill {i} ({gone} sources deleted, manifest {'there' if manifest else 'not yet'}): every "
+              f"original file is in the source or its object is complete ({lost})")
+        r = ck(env, "pack", "--delete-source", src, s3.url(pk))
+        check(r.returncode == 0 and not uploads(s3, pk + "/"),
+              f"kill {i}: the rerun completes, no multipart upload left ({r.returncode}: {r.stderr.strip()[-300:]})")
+        r = ck(env, "unpack", s3.url(pk), out)
+        check(r.returncode == 0 and digest_tree(out) == want,
+              f"kill {i}: unpack of the rerun's pack gives every original byte ({r.stderr.strip()[-200:]})")
+        shutil.rmtree(out, ignore_errors=True)
+    check(mid >= 1, f"{mid} kills came after sources were deleted and before the manifest")
 
 
 if __name__ == "__main__":

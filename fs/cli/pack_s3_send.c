@@ -1,0 +1,370 @@
+/*
+ * pack_s3_send.c — the hooks through which the local pack (pack*.c) sends a
+ * pack on to s3://BUCKET/PREFIX (pack_internal.h, ckpt_pack_remote; the
+ * command itself is pack_s3.c): a remote copy opened and checked as a local
+ * one (HEAD, then header, TOC and chunk indexes by ranged GETs, bound to the
+ * ETag), a staged packed file uploaded by multipart upload (one part in
+ * memory per file in flight), the state and the manifest PUT, and the files
+ * the pack holds remembered for the manifest.
+ *
+ * Every hook may run in several pack workers at once: what they share in
+ * s3_send is protected by s->lock, the client is thread-safe.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cmd_common.h"
+#include "pack_s3.h"
+#include "util.h"
+
+/* Read up to len bytes at off of fd (fewer only at the end). */
+static ssize_t read_at(int fd, uint8_t *p, size_t len, uint64_t off)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = pread(fd, p + got, len - got, (off_t)(off + got));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    return (ssize_t)got;
+}
+
+/* Remember that the pack holds the packed file described by in (its object
+ * packed bytes long): the manifest lists it (replacing what an earlier open
+ * of the same path found). */
+static int remember(s3_send *s, const ckp_info *in, uint64_t packed)
+{
+    int rc = 0;
+    pthread_mutex_lock(&s->lock);
+    size_t i = 0;
+    while (i < s->n && strcmp(s->files[i].path, in->path))
+        i++;
+    if (i == s->n && s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 64;
+        ckm_file *f = realloc(s->files, cap * sizeof *f);
+        uint64_t *p = f ? realloc(s->packed, cap * sizeof *p) : NULL;
+        if (f)
+            s->files = f;
+        if (p)
+            s->packed = p, s->cap = cap;
+        else
+            rc = -1;
+    }
+    char *path = rc ? NULL : i < s->n ? s->files[i].path : strdup(in->path);
+    if (!path)
+        rc = -1;
+    if (!rc) {
+        ckm_file *f = &s->files[i];
+        f->path = path;
+        f->size = in->original_size;
+        memcpy(f->sha256, in->sha256, 32);
+        f->mode = in->mode;
+        f->mtime_ns = in->mtime_ns;
+        f->kind = in->kind;
+        s->packed[i] = packed;
+        s->n += i == s->n;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int hook_open(ckpt_pack_remote *rm, const char *final_rel, ckp_reader **r)
+{
+    s3_send *s = (s3_send *)rm;
+    char msg[1024], err[1536];
+    cks3_object o;
+    *r = NULL;
+    char *key = cks3_key(s->prefix, final_rel);
+    cks3_status st = key ? cks3_head(s->c, s->bucket, key, &o, msg, sizeof msg) : CKS3_ERR_NOMEM;
+    if (st != CKS3_OK) {
+        if (st != CKS3_ERR_NOT_FOUND)
+            fprintf(stderr, "ckptfs pack: %s/%s: %s\n", s->url, CKU_ESC(final_rel), key ? msg : "out of memory");
+        free(key);
+        return st == CKS3_ERR_NOT_FOUND ? 1 : -1;
+    }
+    char where[4200];
+    snprintf(where, sizeof where, "s3://%s/%s", s->bucket, key);
+    ckp_source *src = cks3_source_new(&s->sc, key, &o);
+    free(key);
+    ckp_status ps = src ? ckp_open_source(src, where, r, err, sizeof err) : CKP_ERR_NOMEM;
+    if (ps == CKP_ERR_IO || ps == CKP_ERR_NOMEM) { /* cannot say: unreachable, replaced meanwhile */
+        fprintf(stderr, "ckptfs pack: %s\n", ps == CKP_ERR_NOMEM ? "out of memory" : err);
+        return -1;
+    }
+    if (ps != CKP_OK) /* damaged, or not a packed file: a rerun sends it again */
+        return 1;
+    const ckp_info *in = ckp_get_info(*r);
+    size_t n = strlen(final_rel) - strlen(CKP_SUFFIX);
+    /* while the manifest that was there is (nothing sent since it was put),
+     * what it records of the file must be what the object says */
+    const ckm_file *m = s->old && !atomic_load(&s->manifest_gone) ? ckm_find_file(s->old, in->path) : NULL;
+    if (strncmp(in->path, final_rel, n) || in->path[n] ||
+        (m && (m->size != in->original_size || memcmp(m->sha256, in->sha256, 32))) || remember(s, in, o.size)) {
+        ckp_close(*r);
+        *r = NULL;
+        return 1;
+    }
+    return 0;
+}
+
+static int hook_unchanged(ckpt_pack_remote *rm, const char *final_rel, const ckp_reader *r)
+{
+    s3_send *s = (s3_send *)rm;
+    char msg[1024];
+    cks3_object o;
+    const ckp_source *src = ckp_get_source(r);
+    char *key = cks3_key(s->prefix, final_rel);
+    int same = key && src && !cks3_source_changed(src) &&
+               cks3_head(s->c, s->bucket, key, &o, msg, sizeof msg) == CKS3_OK &&
+               !strcmp(o.etag, cks3_source_etag(src));
+    free(key);
+    return same;
+}
+
+/* Upload the size bytes of fd as key by multipart upload (an empty file: one
+ * PUT), a part of s->part bytes in memory at a time.  A failed upload is
+ * aborted (nothing left billed).  @return 0, or -1 with the reason in err. */
+static int upload(s3_send *s, const char *key, int fd, uint64_t size, char *err, size_t cap)
+{
+    if (size == 0)
+        return cks3_put(s->c, s->bucket, key, "", 0, NULL, err, cap) == CKS3_OK ? 0 : -1;
+    char *id = NULL;
+    if (cks3_mpu_create(s->c, s->bucket, key, &id, err, cap) != CKS3_OK)
+        return -1;
+    size_t np = (size_t)((size + s->part - 1) / s->part);
+    cks3_part *parts = calloc(np, sizeof *parts);
+    uint8_t *buf = malloc(s->part);
+    int rc = parts && buf ? 0 : -1;
+    if (rc)
+        snprintf(err, cap, "out of memory");
+    for (size_t i = 0; !rc && i < np; i++) {
+        uint64_t off = (uint64_t)i * s->part;
+        size_t n = size - off < s->part ? (size_t)(size - off) : s->part;
+        parts[i].number = (int)i + 1;
+        if (read_at(fd, buf, n, off) != (ssize_t)n) {
+            snprintf(err, cap, "reading the staged file: %s", strerror(errno ? errno : EIO));
+            rc = -1;
+        } else if (cks3_mpu_upload_part(s->c, s->bucket, key, id, parts[i].number, buf, n, parts[i].etag, err, cap) !=
+                   CKS3_OK) {
+            rc = -1;
+        }
+    }
+    if (!rc && cks3_mpu_complete(s->c, s->bucket, key, id, parts, np, NULL, err, cap) != CKS3_OK)
+        rc = -1;
+    if (rc) { /* nothing left billed; a rerun sends this file again */
+        char e2[256];
+        cks3_mpu_abort(s->c, s->bucket, key, id, e2, sizeof e2);
+    }
+    free(buf);
+    free(parts);
+    free(id);
+    return rc;
+}
+
+/* The remote manifest goes before the first object is replaced or added:
+ * no manifest may vouch for a mix of two packs meanwhile.  @return 0, or -1. */
+static int manifest_away(s3_send *s, char *err, size_t cap)
+{
+    int rc = 0;
+    pthread_mutex_lock(&s->lock); /* the other workers wait until it is gone */
+    if (!atomic_load(&s->manifest_gone)) {
+        char *mkey = cks3_key(s->prefix, CKP_MANIFEST_NAME);
+        rc = mkey && cks3_delete(s->c, s->bucket, mkey, err, cap) == CKS3_OK ? 0 : -1;
+        atomic_store(&s->manifest_gone, !rc);
+        free(mkey);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int hook_send(ckpt_pack_remote *rm, pack_ctx *c, const char *final_rel)
+{
+    s3_send *s = (s3_send *)rm;
+    char err[1536];
+    ckp_reader *r = NULL;
+    struct stat st;
+    char *key = cks3_key(s->prefix, final_rel);
+    int fd = openat(c->lock_fd, final_rel, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), rc = -1;
+    if (!key || fd < 0 || fstat(fd, &st)) {
+        snprintf(err, sizeof err, "%s", key ? strerror(errno) : "out of memory");
+    } else if (ckp_open_in(c->lock_fd, c->dst, final_rel, &r, err, sizeof err) == CKP_OK &&
+               !manifest_away(s, err, sizeof err)) {
+        if (ckpt_verbosity > 1)
+            fprintf(stderr, "ckptfs pack: uploading %s/%s\n", s->url, CKU_ESC(final_rel));
+        rc = upload(s, key, fd, (uint64_t)st.st_size, err, sizeof err) || remember(s, ckp_get_info(r), (uint64_t)st.st_size)
+                 ? -1
+                 : 0;
+    }
+    if (rc)
+        fprintf(stderr, "ckptfs pack: %s/%s: %s\n", s->url, CKU_ESC(final_rel), err);
+    else {
+        pthread_mutex_lock(&s->lock);
+        s->sent++;
+        s->sent_bytes += (uint64_t)st.st_size;
+        pthread_mutex_unlock(&s->lock);
+    }
+    if (r)
+        ckp_close(r);
+    if (fd >= 0)
+        close(fd);
+    free(key);
+    return rc;
+}
+
+/* PUT DST's file name (the state, the manifest) as PREFIX/name; with
+ * unless_same, not if the object there (*same: s->old_manifest) holds the
+ * same bytes.  @return 0, or -1 after saying why. */
+static int put_file(s3_send *s, pack_ctx *c, const char *name, const char *same, size_t same_len)
+{
+    char err[1536];
+    struct stat st;
+    char *buf = NULL, *key = cks3_key(s->prefix, name);
+    int fd = openat(c->lock_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), rc = -1;
+    if (!key || fd < 0 || fstat(fd, &st) || !(buf = malloc((size_t)st.st_size + 1)) ||
+        read_at(fd, (uint8_t *)buf, (size_t)st.st_size, 0) != (ssize_t)st.st_size)
+        snprintf(err, sizeof err, "%s/%s: %s", c->dst, name, key ? strerror(errno ? errno : EIO) : "out of memory");
+    else if (same && same_len == (size_t)st.st_size && !memcmp(same, buf, same_len))
+        rc = 0; /* a rerun that changed nothing */
+    else if (cks3_put(s->c, s->bucket, key, buf, (size_t)st.st_size, NULL, err, sizeof err) == CKS3_OK)
+        rc = 0;
+    if (rc)
+        fprintf(stderr, "ckptfs pack: %s/%s: %s\n", s->url, name, err);
+    if (fd >= 0)
+        close(fd);
+    free(buf);
+    free(key);
+    return rc;
+}
+
+static int hook_state_written(ckpt_pack_remote *rm, pack_ctx *c)
+{
+    return put_file((s3_send *)rm, c, CKP_STATE_NAME, NULL, 0);
+}
+
+static int hook_manifest_written(ckpt_pack_remote *rm, pack_ctx *c)
+{
+    s3_send *s = (s3_send *)rm;
+    int rc = put_file(s, c, CKP_MANIFEST_NAME, atomic_load(&s->manifest_gone) ? NULL : s->old_manifest, s->old_len);
+    s->manifest_up = !rc;
+    return rc;
+}
+
+/* The directory of b named path (its length n), added if missing with the
+ * mode the pack's earlier manifest gave it (else 0755): the source
+ * directories a --delete-source run emptied and removed are no longer in
+ * the staging directory.  @return 0, or -1 out of memory. */
+static int need_dir(s3_send *s, mf_build *b, const char *path, size_t n)
+{
+    for (size_t i = 0; i < b->m.n_dirs; i++)
+        if (strlen(b->m.dirs[i].path) == n && !strncmp(b->m.dirs[i].path, path, n))
+            return 0;
+    if (b->m.n_dirs == b->cap_dirs) {
+        size_t cap = b->cap_dirs ? 2 * b->cap_dirs : 16;
+        ckm_dir *d = realloc(b->m.dirs, cap * sizeof *d);
+        if (!d)
+            return -1;
+        b->m.dirs = d;
+        b->cap_dirs = cap;
+    }
+    char *p = strndup(path, n);
+    if (!p)
+        return -1;
+    uint32_t mode = 0755;
+    for (size_t i = 0; s->old && i < s->old->n_dirs; i++)
+        if (!strcmp(s->old->dirs[i].path, p))
+            mode = s->old->dirs[i].mode;
+    b->m.dirs[b->m.n_dirs].path = p;
+    b->m.dirs[b->m.n_dirs++].mode = mode;
+    return 0;
+}
+
+/* Every directory above path in b. */
+static int parents(s3_send *s, mf_build *b, const char *path)
+{
+    for (const char *q = strchr(path, '/'); q; q = strchr(q + 1, '/'))
+        if (need_dir(s, b, path, (size_t)(q - path)))
+            return -1;
+    return 0;
+}
+
+static int hook_add_files(ckpt_pack_remote *rm, pack_ctx *c, mf_build *b)
+{
+    s3_send *s = (s3_send *)rm;
+    int rc = 0;
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; !rc && i < c->list.n; i++) { /* every source file's copy is there, as sent or kept */
+        const src_entry *e = &c->list.v[i];
+        size_t k = 0;
+        while (!e->is_dir && k < s->n && strcmp(s->files[k].path, e->rel))
+            k++;
+        if (!e->is_dir && (k == s->n || s->files[k].size != (uint64_t)e->st.st_size ||
+                           s->files[k].mtime_ns != mtime_ns(&e->st))) {
+            fprintf(stderr, "ckptfs pack: %s/%s%s: not sent (internal error); run the same command again\n",
+                    s->url, CKU_ESC(e->rel), CKP_SUFFIX);
+            rc = -1;
+        }
+    }
+    for (size_t i = 0; !rc && i < s->n; i++) {
+        if (b->m.n_files == b->cap_files) {
+            size_t cap = b->cap_files ? 2 * b->cap_files : 64;
+            ckm_file *f = realloc(b->m.files, cap * sizeof *f);
+            if (!f) {
+                rc = -1;
+                break;
+            }
+            b->m.files = f;
+            b->cap_files = cap;
+        }
+        b->m.files[b->m.n_files] = s->files[i];
+        if (!(b->m.files[b->m.n_files].path = strdup(s->files[i].path)))
+            rc = -1;
+        else
+            b->m.n_files++;
+        b->packed += s->packed[i];
+        rc = rc || parents(s, b, s->files[i].path);
+    }
+    for (const cJSON *l = c->hold_links ? c->hold_links->child : NULL; !rc && l; l = l->next) {
+        const char *p = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(l, "path"));
+        rc = p ? parents(s, b, p) : 0;
+    }
+    s->n_held = s->n;
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+void s3_send_init(s3_send *s)
+{
+    s->rm.url = s->url;
+    s->rm.open = hook_open;
+    s->rm.unchanged = hook_unchanged;
+    s->rm.send = hook_send;
+    s->rm.state_written = hook_state_written;
+    s->rm.add_files = hook_add_files;
+    s->rm.manifest_written = hook_manifest_written;
+    s->sc.c = s->c;
+    s->sc.bucket = s->bucket;
+    pthread_mutex_init(&s->lock, NULL);
+}
+
+void s3_send_free(s3_send *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        free(s->files[i].path);
+    free(s->files);
+    free(s->packed);
+    free(s->old_manifest);
+    if (s->old)
+        ckm_free(s->old);
+    pthread_mutex_destroy(&s->lock);
+}
