@@ -40,6 +40,7 @@
 struct ckdc {
     int fd;                         /* DIR/v1 */
     uint64_t limit;
+    int opening;                    /* the scan at open: no temporary file is ours yet */
     pthread_mutex_t lock;
     uint64_t used;                  /* by lock: bytes on disk at the last scan + reserved since */
     uint64_t since;                 /* by lock: reserved since the last scan */
@@ -56,6 +57,7 @@ struct ckdc_obj {
     char *id;                       /* bucket NUL key NUL etag NUL */
     uint32_t id_len;
     char dir[33];                   /* XXH3-128 of id, hex */
+    uint64_t size;                  /* of the object: no entry reaches past it */
     pthread_mutex_t lock;
     int loaded;                     /* by lock: the directory was listed */
     span *e;                        /* by lock: entries believed there, by off */
@@ -117,7 +119,7 @@ static void load_index(ckdc_obj *o)
         unsigned long long off, len;
         int end = 0;
         if (strlen(de->d_name) == NAME_LEN && sscanf(de->d_name, "%16llx-%16llx%n", &off, &len, &end) == 2 &&
-            end == NAME_LEN && len > 0)
+            end == NAME_LEN && len > 0 && off <= o->size && len <= o->size - off)
             add_span(o, off, len);
     }
     closedir(d);
@@ -238,11 +240,12 @@ static int by_mtime(const void *a, const void *b)
 
 static uint64_t du_of(const struct stat *st) { return (uint64_t)st->st_blocks * 512u; }
 
-/* A temporary file PID.N of a daemon that is gone (or one this old). */
-static int dead_tmp(const char *name, const struct stat *st)
+/* A temporary file PID.N of a daemon that is gone (or one this old, or
+ * one of this PID found at open: a daemon killed before had it). */
+static int dead_tmp(const ckdc *dc, const char *name, const struct stat *st)
 {
     long pid = strtol(name, NULL, 10);
-    if (pid <= 0 || time(NULL) - st->st_mtime > TMP_MAX_AGE_S)
+    if (pid <= 0 || time(NULL) - st->st_mtime > TMP_MAX_AGE_S || (dc->opening && pid == (long)getpid()))
         return 1;
     return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }
@@ -264,7 +267,7 @@ static uint64_t scan_dir(ckdc *dc, const char *dname, victim **v, size_t *n, siz
     for (struct dirent *de; (de = readdir(d));) {
         if (de->d_name[0] == '.' || fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
             continue;
-        if (tmp && dead_tmp(de->d_name, &st)) {
+        if (tmp && dead_tmp(dc, de->d_name, &st)) {
             unlinkat(dirfd(d), de->d_name, 0);
             continue;
         }
@@ -446,7 +449,6 @@ int ckdc_read(ckdc_obj *o, void *dst, size_t len, uint64_t off, ckdc_fetch_fn fe
 
 ckdc_obj *ckdc_obj_new(ckdc *dc, const char *bucket, const char *key, const char *etag, uint64_t size)
 {
-    (void)size;
     ckdc_obj *o = calloc(1, sizeof *o);
     size_t lb = strlen(bucket) + 1, lk = strlen(key) + 1, le = strlen(etag) + 1;
     if (!o || !(o->id = malloc(lb + lk + le))) {
@@ -460,6 +462,7 @@ ckdc_obj *ckdc_obj_new(ckdc *dc, const char *bucket, const char *key, const char
     XXH128_hash_t h = XXH3_128bits(o->id, o->id_len);
     snprintf(o->dir, sizeof o->dir, "%016llx%016llx", (unsigned long long)h.high64, (unsigned long long)h.low64);
     o->dc = dc;
+    o->size = size;
     pthread_mutex_init(&o->lock, NULL);
     return o;
 }
@@ -521,7 +524,9 @@ cks3_status ckdc_open(const char *dir, uint64_t limit, ckdc **out, char *err, si
     dc->limit = limit;
     pthread_mutex_init(&dc->lock, NULL);
     pthread_mutex_lock(&dc->lock);
+    dc->opening = 1;
     scan_evict(dc, 0);
+    dc->opening = 0;
     pthread_mutex_unlock(&dc->lock);
     *out = dc;
     return CKS3_OK;

@@ -58,7 +58,8 @@ cks3_status ckdc_open(const char *dir, uint64_t limit, ckdc **out, char *err, si
 void ckdc_close(ckdc *dc);
 void ckdc_get_stats(ckdc *dc, ckdc_stats *st);
 
-/* The entries of one version of one object (size bytes).  @return NULL
+/* The entries of one version of one object (size bytes: an entry named
+ * as reaching past them is ignored).  @return NULL
  * when out of memory.  Freed with ckdc_obj_free, before ckdc_close. */
 ckdc_obj *ckdc_obj_new(ckdc *dc, const char *bucket, const char *key, const char *etag, uint64_t size);
 void ckdc_obj_free(ckdc_obj *o);
