@@ -7,7 +7,9 @@ still right, never EIO); an object replaced on the server after it was
 cached gives EIO (another ETag: no old entry is used); the space the cache
 takes (du) stays within cache_dir_size plus one window, least recently used
 entries evicted; a daemon killed with SIGKILL mid-fill leaves a cache the
-next daemon uses with no bad entry and no temporary file left.
+next daemon uses with no bad entry and no temporary file left; two daemons
+sharing one cache_dir, filling and evicting it at once, both read every byte
+right and leave no bad entry.
 Usage: test_s3_disk_cache.py CKPTFS      (root and /dev/fuse; else skipped: 77)
 """
 import errno
@@ -290,6 +292,30 @@ def run(s3, tmp, mounts):
     check(left > 0 and st["disk_cache_bad"] == 0 and st["disk_cache_hit_bytes"] > 0 and not tmps,
           f"after the kill: the entries it left used ({st['disk_cache_hit_bytes']} bytes), none bad, "
           f"no temporary file left ({tmps})")
+
+
+    # 6. two daemons sharing one cache_dir, both filling and evicting it at once
+    shared, limit = os.path.join(tmp, "shared"), 12 * MB
+    a, b = mount(shared, f"cache_dir_size={limit}"), mount(shared, f"cache_dir_size={limit}")
+    res = {}
+    ts = [threading.Thread(target=lambda m=m: res.__setitem__(m.mnt, right(m) and right(m))) for m in (a, b)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    sa, sb = a.stats(), b.stats()
+    a.close()
+    b.close()
+    check(all(res.get(m.mnt) for m in (a, b)) and sa["disk_cache_bad"] == 0 and sb["disk_cache_bad"] == 0,
+          f"two daemons sharing a cache_dir, each reading every file twice: every byte right, no bad entry "
+          f"({sa['disk_cache_evicted'] + sb['disk_cache_evicted']} evicted, "
+          f"{sa['disk_cache_hit_bytes'] + sb['disk_cache_hit_bytes']} bytes from the cache)")
+    used = du(shared)
+    with mount(shared, f"cache_dir_size={limit}") as m:
+        check(right(m), "after them, a third daemon: every file right")
+        st = m.stats()
+    check(st["disk_cache_bad"] == 0 and st["disk_cache_hit_bytes"] > 0 and used <= limit + 6 * MB,
+          f"after them: none of their entries bad, {st['disk_cache_hit_bytes']} bytes used, du {used} <= {limit} + 6 MiB")
 
 
 if __name__ == "__main__":
