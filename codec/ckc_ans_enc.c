@@ -7,7 +7,9 @@
  * and lane 15 before lane 0, so that the decoder, going forward, decodes
  * each group's 16 sign+exponents (lanes 0..15) and then its 16 mantissas.
  * Words are written downwards from the end of dst and moved into place at
- * the end.
+ * the end.  The 16 lanes of a group are independent but for the order of
+ * their words, so a vector encoder (ckc_ans_enc_x86.c) does a step of all
+ * 16 in one go and gives the same bytes.
  */
 #include "ckc_ans_internal.h"
 
@@ -19,41 +21,64 @@ size_t ckc_ans_chunk_bound(size_t n_weights)
     return CKC_ANS_HDR_BYTES + 5 * n_weights + 16;
 }
 
-/* One rANS step.  Branch-free renormalization (whether a word goes out is
- * close to a coin toss): the word is always stored below *wp, which moves
- * only if it is kept; the store stays inside dst, as chunk_bound leaves a
- * weight's worth of room below the lowest the words can reach. */
-static inline void put(uint32_t *x, const ckc_ans_esym *e, uint8_t **wp)
+/* One rANS step with a table of scale 2^sb.  Branch-free renormalization
+ * (whether a word goes out is close to a coin toss): the word is always
+ * stored below *wp, which moves only if it is kept; the store stays inside
+ * dst, as chunk_bound leaves a weight's worth of room below the lowest the
+ * words can reach. */
+static inline void put(uint32_t *x, ckc_ans_esym e, unsigned sb, uint8_t **wp)
 {
-    uint32_t v = *x, q, out = v >= e->x_max;
+    uint32_t v = *x, q, freq = CKC_ANS_ESYM_FREQ(e), out = v >= freq << (31 - sb);
     (*wp)[-2] = (uint8_t)v;
     (*wp)[-1] = (uint8_t)(v >> 8);
     *wp -= 2 * out;
     v >>= 16 * out;
-    q = (uint32_t)(((uint64_t)v * e->rcp) >> 32) >> e->shift;
-    *x = v + e->bias + q * e->cmpl;
+    q = (uint32_t)(((uint64_t)v * (uint32_t)e) >> 32) >> CKC_ANS_ESYM_SHIFT(e);
+    *x = v + CKC_ANS_ESYM_BIAS(e) + q * ((1u << sb) - freq);
 }
 
-/* LSB-first bit stream of the low 7-M bits of each weight. */
-static void pack_low(const uint16_t *w, size_t n, unsigned b, uint8_t *dst)
+/* The low b bits of each of the 4 weights (host order, little-endian) in
+ * q, packed LSB first into 4b bits. */
+static inline uint64_t pack4(uint64_t q, unsigned b)
 {
-    uint64_t acc = 0;
-    unsigned nb = 0;
-    size_t o = 0;
+    q &= ((1ull << b) - 1) * 0x0001000100010001ull;
+    q = (q | q >> (16 - b)) & (((1ull << 2 * b) - 1) * 0x0000000100000001ull);
+    return (q | q >> (32 - 2 * b)) & ((1ull << 4 * b) - 1);
+}
 
-    if (b == 0)
-        return;
-    for (size_t j = 0; j < n; j++) {
+/* LSB-first bit stream of the low b bits of each weight: 8 weights make b
+ * bytes, written with an 8-byte store (dst has room for 8 bytes past the
+ * stream: the words lie further up, format §5.3's bound). */
+static inline __attribute__((always_inline)) void pack_low_b(const uint16_t *w, size_t n, unsigned b,
+                                                              uint8_t *dst)
+{
+    uint64_t acc = 0, q[2];
+    size_t j = 0;
+    unsigned nb = 0;
+
+    for (; j + 8 <= n; j += 8, dst += b) {
+        memcpy(q, w + j, sizeof q);
+        q[0] = pack4(q[0], b) | pack4(q[1], b) << (4 * b);
+        memcpy(dst, q, 8);
+    }
+    for (; j < n; j++) {
         acc |= (uint64_t)(w[j] & ((1u << b) - 1u)) << nb;
         nb += b;
-        while (nb >= 8) {
-            dst[o++] = (uint8_t)acc;
-            acc >>= 8;
-            nb -= 8;
-        }
     }
-    if (nb)
-        dst[o] = (uint8_t)acc;
+    for (; nb > 0; nb = nb > 8 ? nb - 8 : 0, acc >>= 8)
+        *dst++ = (uint8_t)acc;
+}
+
+static void pack_low(const uint16_t *w, size_t n, unsigned b, uint8_t *dst)
+{
+    switch (b) { /* constant shifts in each */
+    case 3: pack_low_b(w, n, 3, dst); break;
+    case 4: pack_low_b(w, n, 4, dst); break;
+    case 5: pack_low_b(w, n, 5, dst); break;
+    case 6: pack_low_b(w, n, 6, dst); break;
+    case 7: pack_low_b(w, n, 7, dst); break;
+    default: break; /* b = 7 - M is 3..7 */
+    }
 }
 
 static ckc_status encode_raw(const uint16_t *w, size_t n, uint8_t *dst, size_t cap, size_t *written)
@@ -68,14 +93,45 @@ static ckc_status encode_raw(const uint16_t *w, size_t n, uint8_t *dst, size_t c
     return CKC_OK;
 }
 
-ckc_status ckc_ans_encode_chunk(const ckc_ans_plan *p, const uint16_t *w, size_t n, uint64_t first,
-                                uint8_t *dst, size_t capacity, size_t *written)
+/* Scalar encode of group g (r weights, r <= 16) of the chunk. */
+static ckc_status encode_group(const ckc_ans_plan *p, const uint16_t *w, uint64_t first, size_t g, size_t r,
+                               uint32_t x[CKC_ANS_LANES], uint8_t **wp)
 {
-    unsigned M, A, axis;
-    uint64_t C;
-    size_t lowb, nbytes;
+    unsigned M = p->ch.mbits;
+    uint64_t C = p->ch.n_cols, i0 = first + g * CKC_ANS_LANES;
+    uint64_t col = C ? i0 % C : 0, row = C ? i0 / C : 0;
+    const uint16_t *wg = w + g * CKC_ANS_LANES;
+    ckc_ans_esym ex[CKC_ANS_LANES];
+
+    for (size_t l = 0; l < r; l++) {
+        unsigned k = p->cls ? p->cls[p->ch.axis == CKC_ANS_AXIS_COL ? col : row] : 0;
+        ex[l] = p->exp_enc[(size_t)k * 512 + (wg[l] >> 7)];
+        if (!CKC_ANS_ESYM_FREQ(ex[l]))
+            return CKC_ERR_ARG; /* not a symbol of the plan, or frequency 0 in its class */
+        if (C && ++col == C) {
+            col = 0;
+            row++;
+        }
+    }
+    for (size_t l = r; l-- > 0 && M;)
+        put(&x[l], p->man_enc[(wg[l] >> 7) * 16u + ((wg[l] & 0x7Fu) >> (7 - M))], CKC_ANS_MAN_BITS, wp);
+    for (size_t l = r; l-- > 0;)
+        put(&x[l], ex[l], CKC_ANS_EXP_BITS, wp);
+    return CKC_OK;
+}
+
+static int use_avx512(ckc_impl impl)
+{
+    return (impl == CKC_IMPL_AUTO || impl == CKC_IMPL_AVX512) && ckc_ans_avx512_supported();
+}
+
+ckc_status ckc_ans_encode_chunk_impl(ckc_impl impl, const ckc_ans_plan *p, const uint16_t *w, size_t n,
+                                     uint64_t first, uint8_t *dst, size_t capacity, size_t *written)
+{
+    size_t lowb, nbytes, full = n / CKC_ANS_LANES;
     uint32_t x[CKC_ANS_LANES];
     uint8_t *wp;
+    ckc_status st = CKC_OK;
 
     if (!p || !written || (n && (!w || !dst)) || first % CKC_ANS_LANES)
         return CKC_ERR_ARG;
@@ -83,40 +139,22 @@ ckc_status ckc_ans_encode_chunk(const ckc_ans_plan *p, const uint16_t *w, size_t
         return encode_raw(w, n, dst, capacity, written);
     if (capacity < ckc_ans_chunk_bound(n))
         return CKC_ERR_CAPACITY;
-    M = p->ch.mbits;
-    A = p->ch.n_syms;
-    axis = p->ch.axis;
-    C = p->ch.n_cols;
-    lowb = ckc_ans_low_bytes(n, M);
-    memset(dst + CKC_ANS_HDR_BYTES, 0, lowb);
-    pack_low(w, n, 7 - M, dst + CKC_ANS_HDR_BYTES);
     for (unsigned l = 0; l < CKC_ANS_LANES; l++)
         x[l] = CKC_ANS_L;
     wp = dst + capacity;
-    for (size_t g = (n + CKC_ANS_LANES - 1) / CKC_ANS_LANES; g-- > 0;) {
-        size_t base = g * CKC_ANS_LANES, r = n - base < CKC_ANS_LANES ? n - base : CKC_ANS_LANES;
-        uint16_t a[CKC_ANS_LANES];
-        uint8_t k[CKC_ANS_LANES];
-        uint64_t i0 = first + base, col = C ? i0 % C : 0, row = C ? i0 / C : 0;
-        for (size_t l = 0; l < r; l++) {
-            a[l] = p->sym_idx[w[base + l] >> 7];
-            if (a[l] >= A)
-                return CKC_ERR_ARG; /* not a symbol of the plan */
-            k[l] = p->cls ? p->cls[axis == CKC_ANS_AXIS_COL ? col : row] : 0;
-            if (C && ++col == C) {
-                col = 0;
-                row++;
-            }
-        }
-        for (size_t l = r; l-- > 0 && M;)
-            put(&x[l], &p->man_enc[a[l] * 16u + ((w[base + l] & 0x7Fu) >> (7 - M))], &wp);
-        for (size_t l = r; l-- > 0;) {
-            const ckc_ans_esym *e = &p->exp_enc[(size_t)k[l] * A + a[l]];
-            if (!e->x_max)
-                return CKC_ERR_ARG; /* frequency 0 in its class */
-            put(&x[l], e, &wp);
-        }
-    }
+    if (n % CKC_ANS_LANES)
+        st = encode_group(p, w, first, full, n % CKC_ANS_LANES, x, &wp);
+    if (st == CKC_OK && use_avx512(impl))
+        st = ckc_ans_encode_avx512(p, w, first, full, x, &wp);
+    else
+        for (size_t g = full; st == CKC_OK && g-- > 0;)
+            st = encode_group(p, w, first, g, CKC_ANS_LANES, x, &wp);
+    if (st != CKC_OK)
+        return st;
+    /* the words lie at or above dst + capacity - 4n: past the low bits and
+     * the 8 bytes pack_low may store beyond them (capacity >= 64 + 5n + 16) */
+    lowb = ckc_ans_low_bytes(n, p->ch.mbits);
+    pack_low(w, n, 7 - p->ch.mbits, dst + CKC_ANS_HDR_BYTES);
     for (unsigned l = 0; l < CKC_ANS_LANES; l++)
         for (unsigned b = 0; b < 4; b++)
             dst[4 * l + b] = (uint8_t)(x[l] >> (8 * b));
@@ -124,4 +162,10 @@ ckc_status ckc_ans_encode_chunk(const ckc_ans_plan *p, const uint16_t *w, size_t
     memmove(dst + CKC_ANS_HDR_BYTES + lowb, wp, nbytes);
     *written = CKC_ANS_HDR_BYTES + lowb + nbytes;
     return CKC_OK;
+}
+
+ckc_status ckc_ans_encode_chunk(const ckc_ans_plan *p, const uint16_t *w, size_t n, uint64_t first,
+                                uint8_t *dst, size_t capacity, size_t *written)
+{
+    return ckc_ans_encode_chunk_impl(CKC_IMPL_AUTO, p, w, n, first, dst, capacity, written);
 }

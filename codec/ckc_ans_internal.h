@@ -32,22 +32,23 @@ struct ckc_ans_tables {
     size_t bytes;
 };
 
-/* Encoder view of one symbol of a table (ryg_rans's reciprocal form). */
-typedef struct {
-    uint32_t x_max;  /* state at or above which a word goes out first; 0: freq 0 */
-    uint32_t rcp;
-    uint32_t bias;
-    uint16_t cmpl;   /* scale - freq */
-    uint8_t shift;
-} ckc_ans_esym;
+/* Encoder view of one symbol of a table (ryg_rans's reciprocal form),
+ * packed in 64 bits so that a vector encoder gathers it in one load:
+ *   bits 0-31 rcp, 32-44 bias, 45-57 freq (0: not codable), 58-61 shift.
+ * A step of state x, table scale 2^b: x >= freq << (31 - b) puts x's low
+ * 16 bits out and x >>= 16; then q = (x * rcp) >> 32 >> shift and
+ * x += bias + q * (2^b - freq). */
+typedef uint64_t ckc_ans_esym;
+#define CKC_ANS_ESYM_BIAS(e) ((uint32_t)((e) >> 32) & 0x1FFFu)
+#define CKC_ANS_ESYM_FREQ(e) ((uint32_t)((e) >> 45) & 0x1FFFu)
+#define CKC_ANS_ESYM_SHIFT(e) ((uint32_t)((e) >> 58) & 0xFu)
 
 struct ckc_ans_plan {
     ckc_ans_choice ch;
     uint64_t lines;
-    uint16_t sym_idx[512];  /* symbol -> index, 0xFFFF if absent */
     uint8_t *cls;           /* lines entries (NULL when K = 1) */
-    ckc_ans_esym *exp_enc;  /* n_classes * n_syms */
-    ckc_ans_esym *man_enc;  /* n_syms * 16 */
+    ckc_ans_esym *exp_enc;  /* [class * 512 + symbol]: frequency 0 where not codable */
+    ckc_ans_esym *man_enc;  /* [symbol * 16 + top M mantissa bits] */
     uint8_t *blob;
     size_t blob_size;
 };
@@ -80,7 +81,17 @@ size_t ckc_ans_decode_avx2(const ckc_ans_tables *t, uint32_t x[16], const uint8_
                            size_t n_words, size_t *pos, uint64_t first, size_t n, uint16_t *out);
 int ckc_ans_avx512_supported(void);
 
-/* ckc_ans_decode_chunk with a forced implementation (tests, bench). */
+/* Vector encode of groups g_end-1 down to 0 of a chunk (ckc_ans_enc_x86.c):
+ * the rANS steps of ckc_ans_enc.c's scalar loop, lane for lane, words
+ * stored below *wp (which moves down).  @return CKC_OK, or CKC_ERR_ARG for
+ * a weight the plan cannot code. */
+ckc_status ckc_ans_encode_avx512(const ckc_ans_plan *p, const uint16_t *w, uint64_t first, size_t g_end,
+                                 uint32_t x[16], uint8_t **wp);
+
+/* ckc_ans_encode_chunk / ckc_ans_decode_chunk with a forced implementation
+ * (tests, bench); one this CPU lacks falls back to the portable one. */
+ckc_status ckc_ans_encode_chunk_impl(ckc_impl impl, const ckc_ans_plan *p, const uint16_t *w, size_t n,
+                                     uint64_t first, uint8_t *dst, size_t capacity, size_t *written);
 ckc_status ckc_ans_decode_chunk_impl(ckc_impl impl, const ckc_ans_tables *t, const uint8_t *src,
                                      size_t size, uint64_t first, size_t n, uint16_t *out);
 

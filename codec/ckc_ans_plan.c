@@ -251,65 +251,96 @@ static int line_hists(const stats *s, lhist *col, lhist *row)
     return 0;
 }
 
-/* Class histograms ch[c * A + a] (and totals) of an assignment. */
+/* Class histograms ch[c * A + a] and totals tot[c] of an assignment. */
 static void class_counts(const lhist *h, unsigned A, unsigned k, const uint8_t *cls, uint64_t *ch, uint64_t *tot)
 {
     memset(ch, 0, (size_t)k * A * sizeof *ch);
-    if (tot)
-        memset(tot, 0, k * sizeof *tot);
+    memset(tot, 0, k * sizeof *tot);
     for (uint64_t l = 0; l < h->lines; l++) {
         uint64_t *c = ch + (size_t)cls[l] * A, sum = 0;
         for (uint64_t j = h->start[l]; j < h->start[l + 1]; j++) {
             c[h->e[j].a] += h->e[j].cnt;
             sum += h->e[j].cnt;
         }
-        if (tot)
-            tot[cls[l]] += sum;
+        tot[cls[l]] += sum;
     }
 }
 
-/* Exact cost of an assignment: class tables + class map.  ch: scratch of
- * k * A counts, left holding the class histograms. */
-static double assign_cost(const stats *s, const lhist *h, unsigned k, const uint8_t *cls, uint64_t *ch)
+/* Moves line l from class `from` to class `to` in the class histograms. */
+static void move_line(const lhist *h, unsigned A, uint64_t l, unsigned from, unsigned to, uint64_t *ch, uint64_t *tot)
+{
+    uint64_t *cf = ch + (size_t)from * A, *ct = ch + (size_t)to * A;
+    for (uint64_t j = h->start[l]; j < h->start[l + 1]; j++) {
+        cf[h->e[j].a] -= h->e[j].cnt;
+        ct[h->e[j].a] += h->e[j].cnt;
+        tot[from] -= h->e[j].cnt;
+        tot[to] += h->e[j].cnt;
+    }
+}
+
+/* Exact cost of an assignment whose class histograms are ch: class tables +
+ * class map. */
+static double assign_cost(const stats *s, const lhist *h, unsigned k, const uint64_t *ch)
 {
     uint32_t f[CKC_ANS_MAX_SYMS];
     double bits = 8.0 * (double)((h->lines * class_bits(k) + 7) / 8);
-    class_counts(h, s->A, k, cls, ch, NULL);
     for (unsigned c = 0; c < k; c++)
         bits += table_cost(ch + (size_t)c * s->A, s->A, EXP_SCALE, f);
     return bits;
 }
 
-/* One k-means round: class statistics from cls, then each line to its
- * cheapest class.  lc is [symbol][class] (floats), so that a line's costs
- * under all k classes add up in one vectorizable loop per symbol it has.
- * @return the number of lines that changed class. */
-static uint64_t lloyd_round(const stats *s, const lhist *h, unsigned k, uint8_t *cls, float *lc, uint64_t *ch)
-{
-    uint64_t tot[CKC_ANS_MAX_CLASSES], moved = 0;
-    unsigned A = s->A;
+/* A line's code length under each class: the sum over its symbols of
+ * count x lc[symbol][class], in floats, four classes a vector (GCC/clang
+ * vector extensions: SIMD where the target has it, the same IEEE single
+ * products and sums lane by lane everywhere, as -ffp-contract=off keeps
+ * them unfused); only the first 4 * nv classes are summed. */
+typedef float v4f __attribute__((vector_size(16), aligned(4)));
 
-    class_counts(h, A, k, cls, ch, tot);
+static inline __attribute__((always_inline)) unsigned cheapest(const lent *e, const lent *end, const float *lc,
+                                                               unsigned nv, unsigned k)
+{
+    v4f acc[4] = {{0}, {0}, {0}, {0}};
+    float cost[CKC_ANS_MAX_CLASSES], best;
+    unsigned c, pick = 0;
+
+    for (; e < end; e++) {
+        float n = (float)e->cnt;
+        const v4f *row = (const v4f *)(const void *)(lc + (size_t)e->a * CKC_ANS_MAX_CLASSES);
+        for (unsigned v = 0; v < nv; v++)
+            acc[v] += n * row[v];
+    }
+    memcpy(cost, acc, nv * sizeof acc[0]);
+    best = cost[0];
+    for (c = 1; c < k; c++)
+        if (cost[c] < best) {
+            best = cost[c];
+            pick = c;
+        }
+    return pick;
+}
+
+/* One k-means round: code lengths from the class histograms ch (tot[c]:
+ * class c's weights), then each line to its cheapest class, ch and tot
+ * following each move (exact integers: the same as counting again).  lc is
+ * [symbol][class].  @return the number of lines that changed class. */
+static uint64_t lloyd_round(const stats *s, const lhist *h, unsigned k, uint8_t *cls, float *lc, uint64_t *ch,
+                            uint64_t *tot)
+{
+    uint64_t moved = 0;
+    unsigned A = s->A, nv = (k + 3) / 4;
+
     for (unsigned c = 0; c < k; c++)
         for (unsigned a = 0; a < A; a++)
             lc[a * CKC_ANS_MAX_CLASSES + c] = (float)-log2((ch[c * A + a] + 0.5) / (tot[c] + 0.5 * A));
     for (uint64_t l = 0; l < h->lines; l++) {
-        float cost[CKC_ANS_MAX_CLASSES] = {0}, best;
-        uint8_t old = cls[l];
-        for (uint64_t j = h->start[l]; j < h->start[l + 1]; j++) {
-            float n = (float)h->e[j].cnt;
-            const float *row = lc + h->e[j].a * CKC_ANS_MAX_CLASSES;
-            for (unsigned c = 0; c < CKC_ANS_MAX_CLASSES; c++)
-                cost[c] += n * row[c];
+        const lent *e = h->e + h->start[l], *end = h->e + h->start[l + 1];
+        unsigned c = nv == 1 ? cheapest(e, end, lc, 1, k) : nv == 2 ? cheapest(e, end, lc, 2, k)
+                                                                    : cheapest(e, end, lc, 4, k);
+        if (c != cls[l]) {
+            move_line(h, A, l, cls[l], c, ch, tot);
+            cls[l] = (uint8_t)c;
+            moved++;
         }
-        best = cost[0];
-        cls[l] = 0;
-        for (unsigned c = 1; c < k; c++)
-            if (cost[c] < best) {
-                best = cost[c];
-                cls[l] = (uint8_t)c;
-            }
-        moved += cls[l] != old;
     }
     return moved;
 }
@@ -352,37 +383,39 @@ static line_key *order_lines(const stats *s, const lhist *h)
 static void search_classes(const stats *s, const lhist *h, const line_key *keys, unsigned k, uint8_t *cls,
                            float *lc, uint64_t *ch, double *bits)
 {
-    uint64_t lines = h->lines;
+    uint64_t lines = h->lines, tot[CKC_ANS_MAX_CLASSES];
     for (uint64_t r = 0; r < lines; r++)
         cls[keys[r].line] = (uint8_t)(r * k / lines);
+    class_counts(h, s->A, k, cls, ch, tot);
     if ((double)lines * s->A * LLOYD_ROUNDS < (double)LLOYD_BUDGET)
         for (int round = 0; round < LLOYD_ROUNDS; round++)
-            if (lloyd_round(s, h, k, cls, lc, ch) == 0)
+            if (lloyd_round(s, h, k, cls, lc, ch, tot) == 0)
                 break;
-    *bits = assign_cost(s, h, k, cls, ch);
+    *bits = assign_cost(s, h, k, ch);
 }
 
 /* ---- the plan -------------------------------------------------------------- */
 
 static void esym_init(ckc_ans_esym *e, uint32_t start, uint32_t freq, unsigned scale_bits)
 {
-    memset(e, 0, sizeof *e);
-    if (freq == 0)
+    uint64_t rcp, bias, shift;
+    if (freq == 0) {
+        *e = 0;
         return;
-    e->x_max = ((CKC_ANS_L >> scale_bits) << 16) * freq;
-    e->cmpl = (uint16_t)((1u << scale_bits) - freq);
+    }
     if (freq < 2) {
-        e->rcp = ~0u;
-        e->shift = 0;
-        e->bias = start + (1u << scale_bits) - 1;
+        rcp = ~0u;
+        shift = 0;
+        bias = start + (1u << scale_bits) - 1;
     } else {
         unsigned sh = 0;
         while (freq > (1u << sh))
             sh++;
-        e->rcp = (uint32_t)(((1ull << (sh + 31)) + freq - 1) / freq);
-        e->shift = (uint8_t)(sh - 1);
-        e->bias = start;
+        rcp = ((1ull << (sh + 31)) + freq - 1) / freq;
+        shift = sh - 1;
+        bias = start;
     }
+    *e = rcp | bias << 32 | (uint64_t)freq << 45 | shift << 58;
 }
 
 static void put16(uint8_t **p, uint32_t v)
@@ -401,8 +434,8 @@ static ckc_status build_coded(ckc_ans_plan *p, const stats *s, const uint8_t *ex
     uint32_t f[CKC_ANS_MAX_SYMS];
 
     p->blob = calloc(1, cap);
-    p->exp_enc = calloc((size_t)K * A, sizeof *p->exp_enc);
-    p->man_enc = calloc((size_t)A * 16, sizeof *p->man_enc);
+    p->exp_enc = calloc((size_t)K * 512, sizeof *p->exp_enc);
+    p->man_enc = calloc((size_t)512 * 16, sizeof *p->man_enc);
     if (!p->blob || !p->exp_enc || !p->man_enc)
         return CKC_ERR_NOMEM;
     q = p->blob;
@@ -425,7 +458,7 @@ static ckc_status build_coded(ckc_ans_plan *p, const stats *s, const uint8_t *ex
         quantize(cnt + (size_t)c * A, A, EXP_SCALE, f);
         for (unsigned a = 0; a < A; a++) {
             q = put_varint(q, f[a]);
-            esym_init(&p->exp_enc[(size_t)c * A + a], cum, f[a], CKC_ANS_EXP_BITS);
+            esym_init(&p->exp_enc[(size_t)c * 512 + s->symval[a]], cum, f[a], CKC_ANS_EXP_BITS);
             cum += f[a];
         }
     }
@@ -442,7 +475,7 @@ static ckc_status build_coded(ckc_ans_plan *p, const stats *s, const uint8_t *ex
         for (unsigned h = 0; h < (1u << M); h++) {
             if (explicit_tab[a])
                 q = put_varint(q, f[h]);
-            esym_init(&p->man_enc[a * 16 + h], cum, f[h], CKC_ANS_MAN_BITS);
+            esym_init(&p->man_enc[s->symval[a] * 16u + h], cum, f[h], CKC_ANS_MAN_BITS);
             cum += f[h];
         }
     }
@@ -550,7 +583,6 @@ static ckc_status plan(const uint16_t *w, uint64_t n, uint64_t n_cols, int force
     s->n = n;
     s->n_cols = n_cols;
     collect(s);
-    memcpy(p->sym_idx, s->idx, sizeof p->sym_idx);
     if (force_mode == CKC_ANS_RAW || (force_mode < 0 && (s->A > CKC_ANS_MAX_SYMS || n < 256))) {
         st = build_raw(p);
         goto done;

@@ -64,6 +64,9 @@ typedef struct {
     size_t n_chunks;
 } encoded;
 
+/* Encodes every chunk with every encoder this CPU has, each into a buffer
+ * of exactly ckc_ans_chunk_bound bytes (ASan sees any store past it), and
+ * checks that they write the same bytes; e keeps them. */
 static void encode_all(const ckc_ans_plan *p, const uint16_t *w, uint64_t n, uint32_t chunk, encoded *e)
 {
     size_t cap = 0, pos = 0;
@@ -74,7 +77,24 @@ static void encode_all(const ckc_ans_plan *p, const uint16_t *w, uint64_t n, uin
     e->buf = malloc(cap);
     for (size_t c = 0; c < e->n_chunks; c++) {
         uint64_t first = c * chunk, m = n - first < chunk ? n - first : chunk;
-        ck_assert_int_eq(ckc_ans_encode_chunk(p, w + first, m, first, e->buf + pos, cap - pos, &e->len[c]), CKC_OK);
+        size_t bound = ckc_ans_chunk_bound(m), len;
+        for (size_t k = 0; k < sizeof impls / sizeof impls[0]; k++) {
+            uint8_t *dst = malloc(bound);
+            if (!impl_ok(impls[k]) || impls[k] == CKC_IMPL_AVX2) { /* AVX2 encodes with the portable loop */
+                free(dst);
+                continue;
+            }
+            ck_assert_int_eq(ckc_ans_encode_chunk_impl(impls[k], p, w + first, m, first, dst, bound, &len), CKC_OK);
+            if (k == 0) {
+                memcpy(e->buf + pos, dst, len);
+                e->len[c] = len;
+            } else {
+                ck_assert_uint_eq(len, e->len[c]);
+                ck_assert_msg(memcmp(dst, e->buf + pos, len) == 0, "chunk %zu: %s encoder writes other bytes", c,
+                              ckc_impl_name(impls[k]));
+            }
+            free(dst);
+        }
         e->off[c] = pos;
         pos += e->len[c];
     }
@@ -329,20 +349,45 @@ START_TEST(blob_rules)
 }
 END_TEST
 
-/* The encoder refuses weights its plan cannot code. */
+/* The encoder refuses weights its plan cannot code, every implementation,
+ * in a full group of 16 and in the chunk's last, partial one. */
+static void refuses(const ckc_ans_plan *p, const uint16_t *v, size_t n)
+{
+    uint8_t dst[4096];
+    size_t len;
+    for (size_t k = 0; k < sizeof impls / sizeof impls[0]; k++)
+        if (impl_ok(impls[k]))
+            ck_assert_int_eq(ckc_ans_encode_chunk_impl(impls[k], p, v, n, 0, dst, sizeof dst, &len), CKC_ERR_ARG);
+}
+
 START_TEST(encoder_refuses_unplanned)
 {
-    uint16_t w[64], v[64];
+    uint16_t w[72], v[72];
     uint8_t dst[1024];
     size_t len;
     ckc_ans_plan *p;
-    fill(D_FEW, w, 64, 1);
-    ck_assert_int_eq(ckc_ans_plan_forced(w, 64, 0, CKC_ANS_CODED, 1, 1, 0, &p), CKC_OK);
-    memcpy(v, w, sizeof v);
-    v[5] = 0x4000;
-    ck_assert_int_eq(ckc_ans_encode_chunk(p, v, 64, 0, dst, sizeof dst, &len), CKC_ERR_ARG);
+    fill(D_FEW, w, 72, 1);
+    ck_assert_int_eq(ckc_ans_plan_forced(w, 72, 0, CKC_ANS_CODED, 1, 1, 0, &p), CKC_OK);
+    for (size_t at = 5; at < 72; at += 62) {
+        memcpy(v, w, sizeof v);
+        v[at] = 0x4000; /* a symbol the tensor does not have */
+        refuses(p, v, 72);
+    }
     ck_assert_int_eq(ckc_ans_encode_chunk(p, w, 64, 8, dst, sizeof dst, &len), CKC_ERR_ARG);
     ck_assert_int_eq(ckc_ans_encode_chunk(p, w, 64, 0, dst, 100, &len), CKC_ERR_CAPACITY);
+    ckc_ans_plan_free(p);
+
+    /* two column classes, each with a symbol of its own: a symbol of the
+     * plan in the other class's column has frequency 0 there */
+    for (size_t i = 0; i < 72; i++)
+        w[i] = i % 2 ? 0x3C80 : 0x3C00;
+    ck_assert_int_eq(ckc_ans_plan_forced(w, 72, 2, CKC_ANS_CODED, 0, 2, CKC_ANS_AXIS_COL, &p), CKC_OK);
+    ck_assert_int_eq(ckc_ans_encode_chunk(p, w, 72, 0, dst, sizeof dst, &len), CKC_OK);
+    for (size_t at = 6; at < 72; at += 64) {
+        memcpy(v, w, sizeof v);
+        v[at] = 0x3C80;
+        refuses(p, v, 72);
+    }
     ckc_ans_plan_free(p);
 }
 END_TEST
