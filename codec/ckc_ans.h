@@ -106,6 +106,27 @@ unsigned ckc_ans_tables_mode(const ckc_ans_tables *t);
 ckc_status ckc_ans_decode_chunk(const ckc_ans_tables *t, const uint8_t *src, size_t size,
                                 uint64_t first, size_t n, uint16_t *out);
 
+/* One chunk of a ckc_ans_decode_chunks batch: the arguments of
+ * ckc_ans_decode_chunk, and its result. */
+typedef struct {
+    const ckc_ans_tables *t;
+    const uint8_t *src;
+    size_t size;
+    uint64_t first;
+    size_t n;
+    uint16_t *out;
+    ckc_status status; /* set by ckc_ans_decode_chunks */
+} ckc_ans_chunk;
+
+/* Decode count chunks (of one tensor or several) as ckc_ans_decode_chunk
+ * would, each into its own out, with the same results byte for byte; the
+ * vector loops decode up to 4 of them interleaved, so that one core decodes
+ * more bytes per second than chunk by chunk (one chunk's steps wait on each
+ * other; two chunks' do not).  Outputs must not overlap.  @return CKC_OK
+ * if every chunk decoded, else the status of the first that did not (every
+ * chunk's own in its status). */
+ckc_status ckc_ans_decode_chunks(ckc_ans_chunk *c, size_t count);
+
 #ifdef __cplusplus
 }
 #endif

@@ -118,7 +118,7 @@ static ckc_status parse_coded(rd *r, ckc_ans_tables *t, int build)
             return CKC_ERR_CORRUPT;
         for (unsigned a = 0; a < A && build; a++) {
             for (uint32_t s = 0; s < f[a]; s++)
-                d[cum + s] = a | (f[a] - 1) << 8 | s << 20;
+                d[cum + s] = a | s << 8 | (f[a] - 1) << 20;
             cum += f[a];
         }
     }
@@ -233,13 +233,16 @@ unsigned ckc_ans_tables_mode(const ckc_ans_tables *t) { return t ? t->mode : 0; 
 
 /* ---- chunks ---------------------------------------------------------------- */
 
-/* Groups of 16 from weight j of the chunk to n, one lane at a time.
- * @return -1 if a word is missing. */
-static int decode_scalar(const ckc_ans_tables *t, uint32_t x[16], const uint8_t *words, size_t n_words,
-                         size_t *pos, uint64_t first, size_t j, size_t n, uint16_t *out)
+/* The rest of stream s (from weight s->j, a multiple of 16), one lane at a
+ * time.  @return -1 if a word is missing. */
+static int decode_scalar(ckc_ans_stream *s)
 {
-    size_t ps = *pos;
-    uint64_t C = t->n_cols, col = C ? (first + j) % C : 0, row = C ? (first + j) / C : 0;
+    const ckc_ans_tables *t = s->t;
+    const uint8_t *words = s->words;
+    uint32_t *x = s->x;
+    size_t ps = s->pos, n_words = s->n_words, n = s->n, j = s->j;
+    uint64_t C = t->n_cols, col = C ? (s->first + j) % C : 0, row = C ? (s->first + j) / C : 0;
+    uint16_t *out = s->out;
 
     for (; j < n; j += CKC_ANS_LANES) {
         size_t r = n - j < CKC_ANS_LANES ? n - j : CKC_ANS_LANES;
@@ -247,7 +250,7 @@ static int decode_scalar(const ckc_ans_tables *t, uint32_t x[16], const uint8_t 
         for (size_t l = 0; l < r; l++) {
             unsigned k = t->cls ? t->cls[t->axis == CKC_ANS_AXIS_COL ? col : row] : 0;
             uint32_t e = t->exp_dec[(size_t)k << CKC_ANS_EXP_BITS | (x[l] & (EXP_SCALE - 1))];
-            x[l] = (((e >> 8) & 0xFFFu) + 1) * (x[l] >> CKC_ANS_EXP_BITS) + (e >> 20);
+            x[l] = ((e >> 20) + 1) * (x[l] >> CKC_ANS_EXP_BITS) + ((e >> 8) & 0xFFFu);
             if (x[l] < CKC_ANS_L) {
                 if (ps >= n_words)
                     return -1;
@@ -272,7 +275,8 @@ static int decode_scalar(const ckc_ans_tables *t, uint32_t x[16], const uint8_t 
             out[j + l] = (uint16_t)(e >> 16);
         }
     }
-    *pos = ps;
+    s->pos = ps;
+    s->j = n;
     return 0;
 }
 
@@ -313,46 +317,101 @@ static int use_avx2(ckc_impl impl)
            ckc_avx2_supported();
 }
 
-ckc_status ckc_ans_decode_chunk_impl(ckc_impl impl, const ckc_ans_tables *t, const uint8_t *src,
-                                     size_t size, uint64_t first, size_t n, uint16_t *out)
+/* Checks chunk c's header and sets up its stream in *s.  A raw chunk is
+ * decoded here: *done = 1. */
+static ckc_status stream_open(const ckc_ans_chunk *c, ckc_ans_stream *s, int *done)
 {
-    uint32_t x[CKC_ANS_LANES];
-    size_t lowb, n_words, pos = 0, done = 0;
-    const uint8_t *words;
+    const ckc_ans_tables *t = c->t;
+    const uint8_t *src = c->src;
+    size_t lowb, size = c->size, n = c->n;
 
-    if (!t || (n && !out) || (size && !src) || first % CKC_ANS_LANES || first > t->n_weights ||
-        n > t->n_weights - first)
+    *done = 0;
+    if (!t || (n && !c->out) || (size && !src) || c->first % CKC_ANS_LANES || c->first > t->n_weights ||
+        n > t->n_weights - c->first)
         return CKC_ERR_ARG;
     if (t->mode == CKC_ANS_RAW) {
         if (size != 2 * n)
             return CKC_ERR_CORRUPT;
         for (size_t j = 0; j < n; j++)
-            out[j] = ckc_ans_rd16(src + 2 * j);
+            c->out[j] = ckc_ans_rd16(src + 2 * j);
+        *done = 1;
         return CKC_OK;
     }
     lowb = ckc_ans_low_bytes(n, t->mbits);
     if (size < CKC_ANS_HDR_BYTES + lowb || (size - CKC_ANS_HDR_BYTES - lowb) % 2)
         return CKC_ERR_CORRUPT;
     for (unsigned l = 0; l < CKC_ANS_LANES; l++) {
-        x[l] = ckc_ans_rd32(src + 4 * l);
-        if (x[l] < CKC_ANS_L || x[l] >= (1u << 31))
+        s->x[l] = ckc_ans_rd32(src + 4 * l);
+        if (s->x[l] < CKC_ANS_L || s->x[l] >= (1u << 31))
             return CKC_ERR_CORRUPT;
     }
     if ((n * (7 - t->mbits)) % 8 && src[CKC_ANS_HDR_BYTES + lowb - 1] >> ((n * (7 - t->mbits)) % 8))
         return CKC_ERR_CORRUPT; /* the low bits' padding must be zero */
-    words = src + CKC_ANS_HDR_BYTES + lowb;
-    n_words = (size - CKC_ANS_HDR_BYTES - lowb) / 2;
-    if (use_avx512(impl))
-        done = ckc_ans_decode_avx512(t, x, words, n_words, &pos, first, n, out);
-    else if (use_avx2(impl))
-        done = ckc_ans_decode_avx2(t, x, words, n_words, &pos, first, n, out);
-    if (decode_scalar(t, x, words, n_words, &pos, first, done, n, out) < 0 || pos != n_words)
+    s->t = t;
+    s->words = src + CKC_ANS_HDR_BYTES + lowb;
+    s->n_words = (size - CKC_ANS_HDR_BYTES - lowb) / 2;
+    s->pos = s->j = 0;
+    s->n = n;
+    s->first = c->first;
+    s->out = c->out;
+    return CKC_OK;
+}
+
+/* The scalar rest of stream s, the final checks, and the raw low bits. */
+static ckc_status stream_finish(const ckc_ans_chunk *c, ckc_ans_stream *s)
+{
+    if (decode_scalar(s) < 0 || s->pos != s->n_words)
         return CKC_ERR_CORRUPT;
     for (unsigned l = 0; l < CKC_ANS_LANES; l++)
-        if (x[l] != CKC_ANS_L)
+        if (s->x[l] != CKC_ANS_L)
             return CKC_ERR_CORRUPT;
-    unpack_low(src + CKC_ANS_HDR_BYTES, lowb, 7 - t->mbits, n, out);
+    unpack_low(c->src + CKC_ANS_HDR_BYTES, ckc_ans_low_bytes(s->n, s->t->mbits), 7 - s->t->mbits, s->n, s->out);
     return CKC_OK;
+}
+
+/* Up to CKC_ANS_MAX_STREAMS chunks: opened, their vector part decoded
+ * together, finished one by one. */
+static void decode_batch(ckc_impl impl, ckc_ans_chunk *c, size_t count)
+{
+    ckc_ans_stream s[CKC_ANS_MAX_STREAMS];
+    size_t idx[CKC_ANS_MAX_STREAMS], ns = 0;
+
+    for (size_t i = 0; i < count; i++) {
+        int done;
+        c[i].status = stream_open(&c[i], &s[ns], &done);
+        if (c[i].status == CKC_OK && !done)
+            idx[ns++] = i;
+    }
+    if (use_avx512(impl))
+        ckc_ans_decode_avx512(s, ns);
+    else if (use_avx2(impl))
+        ckc_ans_decode_avx2(s, ns);
+    for (size_t k = 0; k < ns; k++)
+        c[idx[k]].status = stream_finish(&c[idx[k]], &s[k]);
+}
+
+ckc_status ckc_ans_decode_chunks_impl(ckc_impl impl, ckc_ans_chunk *c, size_t count)
+{
+    ckc_status st = CKC_OK;
+    if (count && !c)
+        return CKC_ERR_ARG;
+    for (size_t i = 0; i < count; i += CKC_ANS_MAX_STREAMS)
+        decode_batch(impl, c + i, count - i < CKC_ANS_MAX_STREAMS ? count - i : CKC_ANS_MAX_STREAMS);
+    for (size_t i = 0; i < count && st == CKC_OK; i++)
+        st = c[i].status;
+    return st;
+}
+
+ckc_status ckc_ans_decode_chunks(ckc_ans_chunk *c, size_t count)
+{
+    return ckc_ans_decode_chunks_impl(CKC_IMPL_AUTO, c, count);
+}
+
+ckc_status ckc_ans_decode_chunk_impl(ckc_impl impl, const ckc_ans_tables *t, const uint8_t *src,
+                                     size_t size, uint64_t first, size_t n, uint16_t *out)
+{
+    ckc_ans_chunk c = {t, src, size, first, n, out, CKC_OK};
+    return ckc_ans_decode_chunks_impl(impl, &c, 1);
 }
 
 ckc_status ckc_ans_decode_chunk(const ckc_ans_tables *t, const uint8_t *src, size_t size, uint64_t first,

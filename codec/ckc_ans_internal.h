@@ -4,14 +4,16 @@
  * decoders (ckc_ans_x86.c) share.  Not installed.
  *
  * Decode table entries (built from a validated blob, so every field is in
- * range):
- *   exp_dec[k * 4096 + slot]  bits 0-7 symbol index a, 8-19 freq-1,
- *                             20-31 slot - cum (the bias)
+ * range; a layout of the decoder's own, not of the stream):
+ *   exp_dec[k * 4096 + slot]  bits 0-7 symbol index a, 8-19 slot - cum (the
+ *                             bias), 20-31 freq-1
  *   man_dec[a * 256 + slot]   bits 0-7 freq-1, 8-15 slot - cum, 16-31 the
  *                             weight's bits above the raw ones:
  *                             symval[a] << 7 | hi << (7 - M)
- * A step is x = (freq) * (x >> bits) + bias, then, if x < L, x = x << 16 |
- * the next 16-bit word of the stream.
+ * A step is x = freq * (x >> bits) + bias, computed as
+ * (freq-1) * q + (q + bias) with q = x >> bits (the multiply waits only for
+ * one shift of the entry), then, if x < L, x = x << 16 | the next 16-bit
+ * word of the stream.
  */
 #ifndef CKC_ANS_INTERNAL_H
 #define CKC_ANS_INTERNAL_H
@@ -71,14 +73,27 @@ static inline unsigned ckc_ans_class_of(const uint8_t *cls, unsigned axis, uint6
     return cls[axis == CKC_ANS_AXIS_COL ? i % n_cols : i / n_cols];
 }
 
-/* Vector decode of the chunk's full groups (ckc_ans_x86.c): decodes groups
- * of 16 weights while at least 32 words remain, from states x[16] and
- * word position *pos of words[0..n_words), writing the high parts into out.
- * @return the number of weights done (a multiple of 16). */
-size_t ckc_ans_decode_avx512(const ckc_ans_tables *t, uint32_t x[16], const uint8_t *words,
-                             size_t n_words, size_t *pos, uint64_t first, size_t n, uint16_t *out);
-size_t ckc_ans_decode_avx2(const ckc_ans_tables *t, uint32_t x[16], const uint8_t *words,
-                           size_t n_words, size_t *pos, uint64_t first, size_t n, uint16_t *out);
+/* One chunk being decoded: its stream (words[0..n_words), the next at pos),
+ * its 16 states, and the weights done so far (j of n, from weight `first`
+ * of the tensor).  ckc_ans_dec.c fills it from a chunk's header, the vector
+ * loops take the bulk, the scalar loop the rest. */
+typedef struct {
+    const ckc_ans_tables *t;
+    const uint8_t *words;
+    size_t n_words, pos, j, n;
+    uint64_t first;
+    uint16_t *out;
+    uint32_t x[CKC_ANS_LANES];
+} ckc_ans_stream;
+
+#define CKC_ANS_MAX_STREAMS 4u /* chunks one vector loop decodes interleaved */
+
+/* Vector decode (ckc_ans_x86.c) of count <= CKC_ANS_MAX_STREAMS chunks,
+ * interleaved (their dependency chains overlap): groups of 16 weights while
+ * a stream has at least 32 words left, advancing each stream's x, pos and j
+ * (j stays a multiple of 16). */
+void ckc_ans_decode_avx512(ckc_ans_stream *s, size_t count);
+void ckc_ans_decode_avx2(ckc_ans_stream *s, size_t count);
 int ckc_ans_avx512_supported(void);
 
 /* Vector encode of groups g_end-1 down to 0 of a chunk (ckc_ans_enc_x86.c):
@@ -94,5 +109,6 @@ ckc_status ckc_ans_encode_chunk_impl(ckc_impl impl, const ckc_ans_plan *p, const
                                      uint64_t first, uint8_t *dst, size_t capacity, size_t *written);
 ckc_status ckc_ans_decode_chunk_impl(ckc_impl impl, const ckc_ans_tables *t, const uint8_t *src,
                                      size_t size, uint64_t first, size_t n, uint16_t *out);
+ckc_status ckc_ans_decode_chunks_impl(ckc_impl impl, ckc_ans_chunk *c, size_t count);
 
 #endif /* CKC_ANS_INTERNAL_H */

@@ -26,6 +26,7 @@
 
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,popcnt")))
 #define T256 __attribute__((target("avx2,bmi,bmi2,popcnt")))
+#define INL __attribute__((always_inline)) inline
 
 int ckc_ans_avx512_supported(void)
 {
@@ -49,7 +50,7 @@ static gpos gpos_at(const ckc_ans_tables *t, uint64_t i)
     return g;
 }
 
-static void gpos_next(const ckc_ans_tables *t, gpos *g)
+static INL void gpos_next(const ckc_ans_tables *t, gpos *g)
 {
     if (!t->cls)
         return;
@@ -73,7 +74,7 @@ static void group_classes(const ckc_ans_tables *t, gpos g, uint8_t k[16])
     }
 }
 
-T512 static __m512i classes512(const ckc_ans_tables *t, gpos g)
+T512 static INL __m512i classes512(const ckc_ans_tables *t, gpos g)
 {
     uint8_t k[16];
     if (!t->cls)
@@ -87,7 +88,7 @@ T512 static __m512i classes512(const ckc_ans_tables *t, gpos g)
     return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)k));
 }
 
-T512 static inline __m512i renorm512(__m512i x, const uint8_t *words, size_t *ps)
+T512 static INL __m512i renorm512(__m512i x, const uint8_t *words, size_t *ps)
 {
     __mmask16 m = _mm512_cmplt_epu32_mask(x, _mm512_set1_epi32((int)CKC_ANS_L));
     __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(words + 2 * *ps)));
@@ -96,43 +97,91 @@ T512 static inline __m512i renorm512(__m512i x, const uint8_t *words, size_t *ps
     return _mm512_mask_mov_epi32(x, m, _mm512_or_si512(_mm512_slli_epi32(x, 16), w));
 }
 
-T512 size_t ckc_ans_decode_avx512(const ckc_ans_tables *t, uint32_t x[16], const uint8_t *words,
-                                  size_t n_words, size_t *pos, uint64_t first, size_t n, uint16_t *out)
+/* One group of 16 weights of one stream: states X, next word *ps, classes
+ * from g; the 16 high parts to out. */
+T512 static INL __m512i group512(const ckc_ans_tables *t, __m512i X, const uint8_t *words, size_t *ps,
+                                  gpos g, uint16_t *out)
 {
-    const __m512i m12 = _mm512_set1_epi32(0xFFF), m8 = _mm512_set1_epi32(0xFF),
-                  one = _mm512_set1_epi32(1);
-    __m512i X = _mm512_loadu_si512(x);
-    size_t j = 0, ps = *pos;
-    gpos g = gpos_at(t, first);
-
-    for (; j + 16 <= n && n_words - ps >= 32; j += 16, gpos_next(t, &g)) {
-        __m512i kb = _mm512_slli_epi32(classes512(t, g), CKC_ANS_EXP_BITS);
-        __m512i e = _mm512_i32gather_epi32(_mm512_add_epi32(kb, _mm512_and_si512(X, m12)), t->exp_dec, 4);
-        __m512i f = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(e, 8), m12), one);
-        __m512i a, e2;
-        X = _mm512_add_epi32(_mm512_mullo_epi32(f, _mm512_srli_epi32(X, CKC_ANS_EXP_BITS)),
-                             _mm512_srli_epi32(e, 20));
-        X = renorm512(X, words, &ps);
-        a = _mm512_slli_epi32(_mm512_and_si512(e, m8), CKC_ANS_MAN_BITS);
-        if (t->mbits) {
-            e2 = _mm512_i32gather_epi32(_mm512_add_epi32(a, _mm512_and_si512(X, m8)), t->man_dec, 4);
-            f = _mm512_add_epi32(_mm512_and_si512(e2, m8), one);
-            X = _mm512_add_epi32(_mm512_mullo_epi32(f, _mm512_srli_epi32(X, CKC_ANS_MAN_BITS)),
-                                 _mm512_and_si512(_mm512_srli_epi32(e2, 8), m8));
-            X = renorm512(X, words, &ps);
-        } else {
-            e2 = _mm512_i32gather_epi32(a, t->man_dec, 4);
-        }
-        _mm256_storeu_si256((__m256i *)(out + j), _mm512_cvtepi32_epi16(_mm512_srli_epi32(e2, 16)));
+    const __m512i m12 = _mm512_set1_epi32(0xFFF), m8 = _mm512_set1_epi32(0xFF);
+    __m512i kb = _mm512_slli_epi32(classes512(t, g), CKC_ANS_EXP_BITS);
+    __m512i q = _mm512_srli_epi32(X, CKC_ANS_EXP_BITS);
+    __m512i e = _mm512_i32gather_epi32(_mm512_add_epi32(kb, _mm512_and_si512(X, m12)), t->exp_dec, 4);
+    __m512i a, e2;
+    X = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_srli_epi32(e, 20), q),
+                         _mm512_add_epi32(q, _mm512_and_si512(_mm512_srli_epi32(e, 8), m12)));
+    X = renorm512(X, words, ps);
+    a = _mm512_slli_epi32(_mm512_and_si512(e, m8), CKC_ANS_MAN_BITS);
+    if (t->mbits) {
+        q = _mm512_srli_epi32(X, CKC_ANS_MAN_BITS);
+        e2 = _mm512_i32gather_epi32(_mm512_add_epi32(a, _mm512_and_si512(X, m8)), t->man_dec, 4);
+        X = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_and_si512(e2, m8), q),
+                             _mm512_add_epi32(q, _mm512_and_si512(_mm512_srli_epi32(e2, 8), m8)));
+        X = renorm512(X, words, ps);
+    } else {
+        e2 = _mm512_i32gather_epi32(a, t->man_dec, 4);
     }
-    _mm512_storeu_si512(x, X);
-    *pos = ps;
-    return j;
+    _mm256_storeu_si256((__m256i *)out, _mm512_cvtepi32_epi16(_mm512_srli_epi32(e2, 16)));
+    return X;
+}
+
+/* A stream can take a vector group: 16 weights left and the 32 words a
+ * group may read. */
+static INL int can_group(const ckc_ans_stream *s, size_t ps, size_t j)
+{
+    return j + 16 <= s->n && s->n_words - ps >= 32;
+}
+
+/* N streams interleaved (N a constant after inlining: the arrays live in
+ * registers) until one of them cannot take a group. */
+T512 static INL void run512(ckc_ans_stream *s, const unsigned N)
+{
+    __m512i X[CKC_ANS_MAX_STREAMS];
+    size_t ps[CKC_ANS_MAX_STREAMS], j[CKC_ANS_MAX_STREAMS];
+    gpos g[CKC_ANS_MAX_STREAMS];
+    unsigned i;
+
+    for (i = 0; i < N; i++) {
+        X[i] = _mm512_loadu_si512(s[i].x);
+        ps[i] = s[i].pos;
+        j[i] = s[i].j;
+        g[i] = gpos_at(s[i].t, s[i].first + j[i]);
+    }
+    for (;;) {
+        for (i = 0; i < N; i++)
+            if (!can_group(&s[i], ps[i], j[i]))
+                goto done;
+        for (i = 0; i < N; i++) {
+            X[i] = group512(s[i].t, X[i], s[i].words, &ps[i], g[i], s[i].out + j[i]);
+            j[i] += 16;
+            gpos_next(s[i].t, &g[i]);
+        }
+    }
+done:
+    for (i = 0; i < N; i++) {
+        _mm512_storeu_si512(s[i].x, X[i]);
+        s[i].pos = ps[i];
+        s[i].j = j[i];
+    }
+}
+
+T512 static void run512_1(ckc_ans_stream *s) { run512(s, 1); }
+T512 static void run512_2(ckc_ans_stream *s) { run512(s, 2); }
+T512 static void run512_4(ckc_ans_stream *s) { run512(s, 4); }
+
+T512 void ckc_ans_decode_avx512(ckc_ans_stream *s, size_t count)
+{
+    size_t i = 0;
+    for (; i + 4 <= count; i += 4)
+        run512_4(s + i);
+    for (; i + 2 <= count; i += 2)
+        run512_2(s + i);
+    for (i = 0; i < count; i++) /* what an interleaved run left (a stream ended first) */
+        run512_1(s + i);
 }
 
 /* ---- AVX2: two registers of 8 states ------------------------------------- */
 
-T256 static inline __m256i renorm256(__m256i x, const uint8_t *words, size_t *ps)
+T256 static INL __m256i renorm256(__m256i x, const uint8_t *words, size_t *ps)
 {
     __m256i lt = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)CKC_ANS_L), x); /* states < 2^31: signed ok */
     unsigned m = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(lt));
@@ -144,30 +193,30 @@ T256 static inline __m256i renorm256(__m256i x, const uint8_t *words, size_t *ps
     return _mm256_blendv_epi8(x, _mm256_or_si256(_mm256_slli_epi32(x, 16), w), lt);
 }
 
-T256 static inline __m256i exp_step256(const ckc_ans_tables *t, __m256i x, __m256i kb, __m256i *a)
+T256 static INL __m256i exp_step256(const ckc_ans_tables *t, __m256i x, __m256i kb, __m256i *a)
 {
     const __m256i m12 = _mm256_set1_epi32(0xFFF);
+    __m256i q = _mm256_srli_epi32(x, CKC_ANS_EXP_BITS);
     __m256i e = _mm256_i32gather_epi32((const int *)t->exp_dec, _mm256_add_epi32(kb, _mm256_and_si256(x, m12)), 4);
-    __m256i f = _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(e, 8), m12), _mm256_set1_epi32(1));
     *a = _mm256_slli_epi32(_mm256_and_si256(e, _mm256_set1_epi32(0xFF)), CKC_ANS_MAN_BITS);
-    return _mm256_add_epi32(_mm256_mullo_epi32(f, _mm256_srli_epi32(x, CKC_ANS_EXP_BITS)), _mm256_srli_epi32(e, 20));
+    return _mm256_add_epi32(_mm256_mullo_epi32(_mm256_srli_epi32(e, 20), q),
+                            _mm256_add_epi32(q, _mm256_and_si256(_mm256_srli_epi32(e, 8), m12)));
 }
 
-T256 static inline __m256i man_step256(const ckc_ans_tables *t, __m256i x, __m256i a, __m256i *e2)
+T256 static INL __m256i man_step256(const ckc_ans_tables *t, __m256i x, __m256i a, __m256i *e2)
 {
     const __m256i m8 = _mm256_set1_epi32(0xFF);
+    __m256i q = _mm256_srli_epi32(x, CKC_ANS_MAN_BITS);
     if (!t->mbits) {
         *e2 = _mm256_i32gather_epi32((const int *)t->man_dec, a, 4);
         return x;
     }
     *e2 = _mm256_i32gather_epi32((const int *)t->man_dec, _mm256_add_epi32(a, _mm256_and_si256(x, m8)), 4);
-    return _mm256_add_epi32(
-        _mm256_mullo_epi32(_mm256_add_epi32(_mm256_and_si256(*e2, m8), _mm256_set1_epi32(1)),
-                           _mm256_srli_epi32(x, CKC_ANS_MAN_BITS)),
-        _mm256_and_si256(_mm256_srli_epi32(*e2, 8), m8));
+    return _mm256_add_epi32(_mm256_mullo_epi32(_mm256_and_si256(*e2, m8), q),
+                            _mm256_add_epi32(q, _mm256_and_si256(_mm256_srli_epi32(*e2, 8), m8)));
 }
 
-T256 static __m256i classes256(const ckc_ans_tables *t, gpos g, __m256i *hi)
+T256 static INL __m256i classes256(const ckc_ans_tables *t, gpos g, __m256i *hi)
 {
     uint8_t k[16];
     if (!t->cls) {
@@ -186,48 +235,74 @@ T256 static __m256i classes256(const ckc_ans_tables *t, gpos g, __m256i *hi)
     return _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)k)), CKC_ANS_EXP_BITS);
 }
 
-T256 size_t ckc_ans_decode_avx2(const ckc_ans_tables *t, uint32_t x[16], const uint8_t *words,
-                                size_t n_words, size_t *pos, uint64_t first, size_t n, uint16_t *out)
+/* One group of one stream: states X[0] (lanes 0-7) and X[1] (8-15); the
+ * words of each renormalisation go to lanes 0-7 first, then 8-15. */
+T256 static INL void group256(const ckc_ans_tables *t, __m256i X[2], const uint8_t *words, size_t *ps, gpos g,
+                              uint16_t *out)
 {
-    __m256i X0 = _mm256_loadu_si256((const __m256i *)x), X1 = _mm256_loadu_si256((const __m256i *)(x + 8));
-    size_t j = 0, ps = *pos;
-    gpos g = gpos_at(t, first);
+    __m256i k1, k0 = classes256(t, g, &k1), a0, a1, e0, e1, v;
+    X[0] = renorm256(exp_step256(t, X[0], k0, &a0), words, ps);
+    X[1] = renorm256(exp_step256(t, X[1], k1, &a1), words, ps);
+    X[0] = man_step256(t, X[0], a0, &e0);
+    if (t->mbits)
+        X[0] = renorm256(X[0], words, ps);
+    X[1] = man_step256(t, X[1], a1, &e1);
+    if (t->mbits)
+        X[1] = renorm256(X[1], words, ps);
+    v = _mm256_packus_epi32(_mm256_srli_epi32(e0, 16), _mm256_srli_epi32(e1, 16));
+    v = _mm256_permute4x64_epi64(v, 0xD8);
+    _mm256_storeu_si256((__m256i *)out, v);
+}
 
-    for (; j + 16 <= n && n_words - ps >= 32; j += 16, gpos_next(t, &g)) {
-        __m256i k1, k0 = classes256(t, g, &k1), a0, a1, e0, e1, v;
-        X0 = renorm256(exp_step256(t, X0, k0, &a0), words, &ps);
-        X1 = renorm256(exp_step256(t, X1, k1, &a1), words, &ps);
-        X0 = man_step256(t, X0, a0, &e0);
-        if (t->mbits)
-            X0 = renorm256(X0, words, &ps);
-        X1 = man_step256(t, X1, a1, &e1);
-        if (t->mbits)
-            X1 = renorm256(X1, words, &ps);
-        v = _mm256_packus_epi32(_mm256_srli_epi32(e0, 16), _mm256_srli_epi32(e1, 16));
-        v = _mm256_permute4x64_epi64(v, 0xD8);
-        _mm256_storeu_si256((__m256i *)(out + j), v);
+T256 static INL void run256(ckc_ans_stream *s, const unsigned N)
+{
+    __m256i X[CKC_ANS_MAX_STREAMS][2];
+    size_t ps[CKC_ANS_MAX_STREAMS], j[CKC_ANS_MAX_STREAMS];
+    gpos g[CKC_ANS_MAX_STREAMS];
+    unsigned i;
+
+    for (i = 0; i < N; i++) {
+        X[i][0] = _mm256_loadu_si256((const __m256i *)s[i].x);
+        X[i][1] = _mm256_loadu_si256((const __m256i *)(s[i].x + 8));
+        ps[i] = s[i].pos;
+        j[i] = s[i].j;
+        g[i] = gpos_at(s[i].t, s[i].first + j[i]);
     }
-    _mm256_storeu_si256((__m256i *)x, X0);
-    _mm256_storeu_si256((__m256i *)(x + 8), X1);
-    *pos = ps;
-    return j;
+    for (;;) {
+        for (i = 0; i < N; i++)
+            if (!can_group(&s[i], ps[i], j[i]))
+                goto done;
+        for (i = 0; i < N; i++) {
+            group256(s[i].t, X[i], s[i].words, &ps[i], g[i], s[i].out + j[i]);
+            j[i] += 16;
+            gpos_next(s[i].t, &g[i]);
+        }
+    }
+done:
+    for (i = 0; i < N; i++) {
+        _mm256_storeu_si256((__m256i *)s[i].x, X[i][0]);
+        _mm256_storeu_si256((__m256i *)(s[i].x + 8), X[i][1]);
+        s[i].pos = ps[i];
+        s[i].j = j[i];
+    }
+}
+
+T256 static void run256_1(ckc_ans_stream *s) { run256(s, 1); }
+T256 static void run256_2(ckc_ans_stream *s) { run256(s, 2); }
+
+T256 void ckc_ans_decode_avx2(ckc_ans_stream *s, size_t count)
+{
+    size_t i = 0;
+    for (; i + 2 <= count; i += 2)
+        run256_2(s + i);
+    for (i = 0; i < count; i++)
+        run256_1(s + i);
 }
 
 #else /* not x86-64 */
 
 int ckc_ans_avx512_supported(void) { return 0; }
 
-size_t ckc_ans_decode_avx512(const ckc_ans_tables *t, uint32_t x[16], const uint8_t *words, size_t n_words,
-                             size_t *pos, uint64_t first, size_t n, uint16_t *out)
-{
-    (void)t, (void)x, (void)words, (void)n_words, (void)pos, (void)first, (void)n, (void)out;
-    return 0;
-}
-
-size_t ckc_ans_decode_avx2(const ckc_ans_tables *t, uint32_t x[16], const uint8_t *words, size_t n_words,
-                           size_t *pos, uint64_t first, size_t n, uint16_t *out)
-{
-    (void)t, (void)x, (void)words, (void)n_words, (void)pos, (void)first, (void)n, (void)out;
-    return 0;
-}
+void ckc_ans_decode_avx512(ckc_ans_stream *s, size_t count) { (void)s, (void)count; }
+void ckc_ans_decode_avx2(ckc_ans_stream *s, size_t count) { (void)s, (void)count; }
 #endif

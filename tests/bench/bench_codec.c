@@ -22,7 +22,9 @@
  * before (as a reader does on first use); size = tables + chunk streams
  * (+index, +record as above).  cols: the tensor's last dimension (0: none),
  * for the column/row contexts.  Its decode is also given as a ratio to K15's
- * decode with the same implementation in the same run.
+ * decode with the same implementation in the same run, chunk by chunk and
+ * (rows "x2", "x4") 2 or 4 chunks a ckc_ans_decode_chunks call, decoded
+ * interleaved, as unpack and the mount's decode-ahead do.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -204,31 +206,39 @@ static void bench_archive(const uint16_t *w, size_t n, uint64_t cols, int runs, 
     for (size_t c = 0; c < nc; c++)
         total += (double)off[c];
     for (size_t k = 0; k < sizeof impls / sizeof impls[0]; k++) {
-        double bd = 1e30;
         if (!(impls[k] == CKC_IMPL_AVX512 ? ckc_ans_avx512_supported() : ckc_impl_available(impls[k])))
             continue;
-        for (int r = 0; r < runs; r++) {
-            memset(out, 0, n * 2);
-            double t0 = now();
-            for (size_t c = 0; c < nc; c++) {
-                size_t len = c + 1 < nc ? CHUNK : n - c * CHUNK;
-                if (ckc_ans_decode_chunk_impl(impls[k], t, buf + c * bound, off[c], c * CHUNK, len,
-                                              out + c * CHUNK) != CKC_OK) {
-                    printf("ARCHIVE DECODE FAILED (%s)\n", ckc_impl_name(impls[k]));
+        for (size_t batch = 1; batch <= 4; batch *= 2) {
+            double bd = 1e30;
+            char name[32];
+            for (int r = 0; r < runs; r++) {
+                memset(out, 0, n * 2);
+                double t0 = now();
+                for (size_t c = 0; c < nc; c += batch) {
+                    ckc_ans_chunk b[4];
+                    size_t m = 0;
+                    for (; m < batch && c + m < nc; m++) {
+                        size_t cc = c + m, len = cc + 1 < nc ? CHUNK : n - cc * CHUNK;
+                        b[m] = (ckc_ans_chunk){t, buf + cc * bound, off[cc], cc * CHUNK, len, out + cc * CHUNK, CKC_OK};
+                    }
+                    if (ckc_ans_decode_chunks_impl(impls[k], b, m) != CKC_OK) {
+                        printf("ARCHIVE DECODE FAILED (%s)\n", ckc_impl_name(impls[k]));
+                        exit(1);
+                    }
+                }
+                t0 = now() - t0;
+                if (memcmp(out, w, n * 2)) {
+                    printf("ARCHIVE DECODE MISMATCH (%s)\n", ckc_impl_name(impls[k]));
                     exit(1);
                 }
+                bd = t0 < bd ? t0 : bd;
             }
-            t0 = now() - t0;
-            if (memcmp(out, w, n * 2)) {
-                printf("ARCHIVE DECODE MISMATCH (%s)\n", ckc_impl_name(impls[k]));
-                exit(1);
-            }
-            bd = t0 < bd ? t0 : bd;
+            double planes = total * 8 / n, index = planes + 16.0 * 8 * nc / n, record = index + 192.0 * 8 / n;
+            snprintf(name, sizeof name, "%s%s", ckc_impl_name(impls[k]), batch == 1 ? "" : batch == 2 ? " x2" : " x4");
+            printf("%-9s %-10s %8.4f %8.4f %8.4f %8s %9s %8.2f %6.2f %8.2f %6.2f   x K15 dec %.2f\n", "archive", name,
+                   planes, index, record, "-", "-", bytes / be / 1e9, bytes / be / 1e9 / mc, bytes / bd / 1e9,
+                   bytes / bd / 1e9 / mc, k15_dec[k] > 0 ? bytes / bd / 1e9 / k15_dec[k] : 0);
         }
-        double planes = total * 8 / n, index = planes + 16.0 * 8 * nc / n, record = index + 192.0 * 8 / n;
-        printf("%-9s %-8s %8.4f %8.4f %8.4f %8s %9s %8.2f %6.2f %8.2f %6.2f   x K15 dec %.2f\n", "archive",
-               ckc_impl_name(impls[k]), planes, index, record, "-", "-", bytes / be / 1e9, bytes / be / 1e9 / mc,
-               bytes / bd / 1e9, bytes / bd / 1e9 / mc, k15_dec[k] > 0 ? bytes / bd / 1e9 / k15_dec[k] : 0);
     }
     printf("archive mode: %s, M = %u, K = %u (%s), %u symbols\n", ch.mode ? "coded" : "raw", ch.mbits,
            ch.n_classes, ch.n_classes > 1 ? (ch.axis ? "rows" : "columns") : "no context", ch.n_syms);
@@ -264,7 +274,7 @@ int main(int argc, char **argv)
     double mc = best_memcpy(out, w, n * 2, runs);
     printf("memcpy: %.2f GB/s\n\n", mc);
 
-    printf("%-9s %-8s %8s %8s %8s %8s %9s %8s %6s %8s %6s\n", "encoding", "impl", "planes", "+index",
+    printf("%-9s %-10s %8s %8s %8s %8s %9s %8s %6s %8s %6s\n", "encoding", "impl", "planes", "+index",
            "+record", "esc%", "esc", "enc GB/s", "x mc", "dec GB/s", "x mc");
     for (uint32_t enc = CKC_ENC_K15; enc <= CKC_ENC_BSPLIT; enc++) {
         for (size_t k = 0; k < sizeof impls / sizeof impls[0]; k++) {
@@ -299,7 +309,7 @@ int main(int argc, char **argv)
             double index = planes + 16.0 * 8 * nc / n, record = index + 192.0 * 8 / n;
             if (enc == CKC_ENC_K15)
                 k15_dec[k] = bytes / bd / 1e9;
-            printf("%-9s %-8s %8.4f %8.4f %8.4f %7.3f%% %9llu %8.2f %6.2f %8.2f %6.2f\n",
+            printf("%-9s %-10s %8.4f %8.4f %8.4f %7.3f%% %9llu %8.2f %6.2f %8.2f %6.2f\n",
                    ckc_encoding_name(enc), ckc_impl_name(impls[k]), planes, index, record,
                    100.0 * t.prefix[nc] / n, (unsigned long long)t.prefix[nc], bytes / be / 1e9,
                    bytes / be / 1e9 / mc, bytes / bd / 1e9, bytes / bd / 1e9 / mc);
@@ -313,7 +323,8 @@ int main(int argc, char **argv)
     printf("\nmemcpy again: %.2f GB/s\n", best_memcpy(out, w, n * 2, runs));
     printf("enc = histogram + codebook + chunk encode + escape packing (archive: plan + chunk encode);\n"
            "dec = chunk decode; GB/s of BF16 bytes (1e9); 'x mc' = ratio to memcpy of the same bytes;\n"
-           "'x K15 dec' = archive decode over K15 decode with the same implementation, this run.\n");
+           "'x K15 dec' = archive decode over K15 decode with the same implementation, this run;\n"
+           "archive x2 / x4: 2 / 4 chunks a ckc_ans_decode_chunks call (decoded interleaved).\n");
     free(w);
     free(out);
     free(h16);

@@ -15,7 +15,9 @@
  * has reaches the same status and, on success, the same weights as a plain
  * decoder written here from docs/format.md §5.3.2 (which accepts exactly
  * what the spec accepts); a valid, undamaged encoding decodes to its
- * weights.
+ * weights.  Each implementation also decodes the stream interleaved with a
+ * copy of itself less one byte (ckc_ans_decode_chunks), with the same
+ * oracle for each.
  */
 #include "fuzz_util.h"
 #include "ckc_ans.h"
@@ -51,7 +53,7 @@ static int ref_decode(const ckc_ans_tables *t, const uint8_t *s, size_t size, ui
         for (size_t l = 0; l < r; l++) {
             uint64_t i = first + g + l;
             unsigned k = t->cls ? t->cls[t->axis ? i / t->n_cols : i % t->n_cols] : 0;
-            uint32_t e = t->exp_dec[k * 4096 + (x[l] & 4095)], f = ((e >> 8) & 4095) + 1, bias = e >> 20;
+            uint32_t e = t->exp_dec[k * 4096 + (x[l] & 4095)], f = (e >> 20) + 1, bias = (e >> 8) & 4095;
             x[l] = f * (x[l] >> 12) + bias;
             if (x[l] < 32768) {
                 if (pos == nw)
@@ -88,6 +90,42 @@ static int ref_decode(const ckc_ans_tables *t, const uint8_t *s, size_t size, ui
     return pos == nw ? 0 : -1;
 }
 
+/* The stream decoded interleaved with a copy of itself less its last byte,
+ * each in a buffer of its exact size, by one ckc_ans_decode_chunks call:
+ * each reaches the reference's status and weights, and the call returns
+ * the first failure. */
+static void batch_check(ckc_impl impl, const ckc_ans_tables *t, const uint8_t *s, size_t ssize, uint64_t first,
+                        size_t n)
+{
+    size_t len[2] = {ssize, ssize ? ssize - 1 : 0};
+    ckc_ans_chunk c[2];
+    int ref_ok[2];
+    uint16_t *ref[2], *out[2];
+    for (int i = 0; i < 2; i++) {
+        uint8_t *copy = malloc(len[i] + 1);
+        memcpy(copy, s, len[i]);
+        ref[i] = malloc((n + 1) * 2);
+        out[i] = malloc((n + 1) * 2);
+        ref_ok[i] = ref_decode(t, copy, len[i], first, n, ref[i]) == 0;
+        c[i] = (ckc_ans_chunk){t, copy, len[i], first, n, out[i], CKC_OK};
+    }
+    ckc_status st = ckc_ans_decode_chunks_impl(impl, c, 2);
+    for (int i = 0; i < 2; i++) {
+        if ((c[i].status == CKC_OK) != ref_ok[i] || (ref_ok[i] && memcmp(out[i], ref[i], n * 2))) {
+            fprintf(stderr, "%s, chunk %d of 2: %s, reference %s\n", ckc_impl_name(impl), i,
+                    ckc_status_name(c[i].status), ref_ok[i] ? "ok" : "refuses");
+            abort();
+        }
+    }
+    if (st != (c[0].status != CKC_OK ? c[0].status : c[1].status))
+        abort();
+    for (int i = 0; i < 2; i++) {
+        free((void *)c[i].src);
+        free(ref[i]);
+        free(out[i]);
+    }
+}
+
 static void check(const uint8_t *blob, size_t bsize, const uint8_t *s, size_t ssize, uint64_t n_weights,
                   uint64_t first, size_t n, const uint16_t *want)
 {
@@ -108,6 +146,7 @@ static void check(const uint8_t *blob, size_t bsize, const uint8_t *s, size_t ss
                         ref_ok ? "ok" : "refuses");
                 abort();
             }
+            batch_check(impls[k], t, s, ssize, first, n);
         }
         if (want && (!ref_ok || memcmp(ref, want, n * 2)))
             abort(); /* a valid encoding that does not decode to its weights */

@@ -118,6 +118,25 @@ static void check_round_trip(const ckc_ans_plan *p, const uint16_t *w, uint64_t 
             ck_assert_msg(memcmp(out, w + first, m * 2) == 0, "chunk %zu impl %s differs", c, ckc_impl_name(impls[k]));
         }
     }
+    /* all chunks at once (interleaved by fours, then pairs, then alone) */
+    ckc_ans_chunk *b = malloc(e.n_chunks * sizeof *b);
+    uint16_t *all = malloc(n * 2 + 2);
+    for (size_t k = 0; k < sizeof impls / sizeof impls[0]; k++) {
+        if (!impl_ok(impls[k]))
+            continue;
+        memset(all, 0xA5, n * 2);
+        for (size_t c = 0; c < e.n_chunks; c++) {
+            uint64_t first = c * chunk, m = n - first < chunk ? n - first : chunk;
+            b[c] = (ckc_ans_chunk){t, e.buf + e.off[c], e.len[c], first, m, all + first, CKC_ERR_ARG};
+        }
+        ck_assert_int_eq(ckc_ans_decode_chunks_impl(impls[k], b, e.n_chunks), CKC_OK);
+        for (size_t c = 0; c < e.n_chunks; c++)
+            ck_assert_int_eq(b[c].status, CKC_OK);
+        ck_assert_msg(memcmp(all, w, n * 2) == 0, "batch of %zu chunks, impl %s differs", e.n_chunks,
+                      ckc_impl_name(impls[k]));
+    }
+    free(all);
+    free(b);
     ckc_ans_tables_free(t);
     free(e.buf);
     free(out);
@@ -222,6 +241,79 @@ START_TEST(estimate_matches_size)
     free(e.buf);
     ckc_ans_plan_free(p);
     free(w);
+}
+END_TEST
+
+/* One ckc_ans_decode_chunks call over chunks of three tensors (classes and
+ * 4 mantissa bits; no context and M = 0; raw), of unequal lengths, with a
+ * damaged chunk (a state out of range), a truncated one and a misaligned
+ * one among them: those three fail with their own status, every other chunk
+ * decodes to its weights, the call returns the first failure. */
+START_TEST(batch_mixed)
+{
+    static const struct {
+        int kind;
+        uint64_t cols, rows;
+        unsigned mode, m, k, axis;
+    } ts[3] = {{D_COLS, 384, 400, CKC_ANS_CODED, 4, 16, 0},
+               {D_ROWS, 100, 1000, CKC_ANS_CODED, 0, 1, 0},
+               {D_UNIFORM, 64, 300, CKC_ANS_RAW, 0, 1, 0}};
+    /* (tensor, chunk, damage: 0 none, 1 state, 2 cut, 3 misaligned) */
+    static const int jobs[][3] = {{0, 0, 0}, {1, 0, 0}, {0, 1, 1}, {2, 0, 0}, {0, 1, 0}, {1, 1, 2},
+                                  {0, 2, 0}, {1, 1, 0}, {0, 2, 3}, {2, 0, 0}, {0, 1, 0}};
+    enum { NJ = sizeof jobs / sizeof jobs[0] };
+    uint16_t *w[3], *out[NJ];
+    ckc_ans_plan *p[3];
+    ckc_ans_tables *t[3];
+    encoded e[3];
+    ckc_ans_chunk c[NJ];
+    uint8_t *src[NJ];
+
+    for (int i = 0; i < 3; i++) {
+        uint64_t n = ts[i].cols * ts[i].rows;
+        w[i] = malloc(n * 2);
+        fill(ts[i].kind, w[i], n, ts[i].cols);
+        ck_assert_int_eq(ckc_ans_plan_forced(w[i], n, ts[i].cols, ts[i].mode, ts[i].m, ts[i].k, ts[i].axis, &p[i]),
+                         CKC_OK);
+        encode_all(p[i], w[i], n, CHUNK, &e[i]);
+        ck_assert_int_eq(ckc_ans_tables_new(ckc_ans_blob(p[i]), ckc_ans_blob_size(p[i]), n, &t[i]), CKC_OK);
+    }
+    for (size_t k = 0; k < sizeof impls / sizeof impls[0]; k++) {
+        if (!impl_ok(impls[k]))
+            continue;
+        for (int j = 0; j < NJ; j++) {
+            int i = jobs[j][0], ch = jobs[j][1], dmg = jobs[j][2];
+            uint64_t n = ts[i].cols * ts[i].rows, first = (uint64_t)ch * CHUNK;
+            size_t m = n - first < CHUNK ? n - first : CHUNK, len = e[i].len[ch];
+            ck_assert_uint_lt((size_t)ch, e[i].n_chunks);
+            src[j] = malloc(len);
+            memcpy(src[j], e[i].buf + e[i].off[ch], len);
+            if (dmg == 1)
+                src[j][3] |= 0x80; /* state 0 >= 2^31 */
+            out[j] = malloc(m * 2);
+            c[j] = (ckc_ans_chunk){t[i], src[j], dmg == 2 ? len - 2 : len, dmg == 3 ? first + 8 : first, m,
+                                   out[j], CKC_OK};
+        }
+        ck_assert_int_eq(ckc_ans_decode_chunks_impl(impls[k], c, NJ), CKC_ERR_CORRUPT);
+        for (int j = 0; j < NJ; j++) {
+            int i = jobs[j][0], dmg = jobs[j][2];
+            ck_assert_msg(c[j].status == (dmg == 0 ? CKC_OK : dmg == 3 ? CKC_ERR_ARG : CKC_ERR_CORRUPT),
+                          "%s: chunk %d: %s", ckc_impl_name(impls[k]), j, ckc_status_name(c[j].status));
+            if (!dmg)
+                ck_assert_msg(memcmp(out[j], w[i] + (uint64_t)jobs[j][1] * CHUNK, c[j].n * 2) == 0,
+                              "%s: chunk %d differs", ckc_impl_name(impls[k]), j);
+            free(src[j]);
+            free(out[j]);
+        }
+    }
+    ck_assert_int_eq(ckc_ans_decode_chunks(c, 0), CKC_OK);
+    ck_assert_int_eq(ckc_ans_decode_chunks(NULL, 1), CKC_ERR_ARG);
+    for (int i = 0; i < 3; i++) {
+        ckc_ans_tables_free(t[i]);
+        ckc_ans_plan_free(p[i]);
+        free(e[i].buf);
+        free(w[i]);
+    }
 }
 END_TEST
 
@@ -401,6 +493,7 @@ int main(void)
     tcase_add_test(tc, round_trip_auto);
     tcase_add_test(tc, planner_choices);
     tcase_add_test(tc, estimate_matches_size);
+    tcase_add_test(tc, batch_mixed);
     tcase_add_test(tc, damaged_chunks_refused);
     tcase_add_test(tc, damaged_tables_refused);
     tcase_add_test(tc, blob_rules);
