@@ -502,7 +502,7 @@ static int send_on(pack_ctx *c, const src_entry *e, const char *src_path, const 
     int rc = rm->send(rm, c, final_rel);
     unlinkat(c->lock_fd, final_rel, 0);
     if (!rc && c->o->delete_source) {
-        int o = rm->open(rm, final_rel, &rr);
+        int o = rm->open(rm, final_rel, 1, &rr);
         if (o == 1)
             fprintf(stderr, "ckptfs pack: %s/%s: not there after it was sent; %s kept\n", rm->url, CKU_ESC(final_rel),
                     CKU_ESC(src_path));
@@ -576,7 +576,7 @@ static int already_packed(pack_ctx *c, const src_entry *e)
      * is not "already packed", else the source was deleted and DST held
      * only the link */
     ckpt_pack_remote *rm = c->o->remote; /* or the remote copy, where the pack is sent on */
-    if (rm ? rm->open(rm, final_rel, &r) != 0
+    if (rm ? rm->open(rm, final_rel, c->o->delete_source, &r) != 0
            : fstatat(c->lock_fd, final_rel, &packed, AT_SYMLINK_NOFOLLOW) ||
                  ckp_open_in(c->lock_fd, c->dst, final_rel, &r, err, sizeof err) != CKP_OK)
         return 0;

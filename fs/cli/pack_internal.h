@@ -115,9 +115,10 @@ struct ckpt_pack_remote {
     int files_at_once;   /* files packed (and so staged) at once */
     /* Open the remote copy of the packed file final_rel (REL.ckpt), checked
      * as a local one is at open (header, TOC, chunk indexes), bound to the
-     * version it found.  @return 0 with *r, 1 if it is not there (or not a
+     * version it found; whole: every chunk is to be read (a read-back), in
+     * large blocks.  @return 0 with *r, 1 if it is not there (or not a
      * readable packed file of rel), -1 after saying why (unreachable). */
-    int (*open)(ckpt_pack_remote *rm, const char *final_rel, ckp_reader **r);
+    int (*open)(ckpt_pack_remote *rm, const char *final_rel, int whole, ckp_reader **r);
     /* 1 if r's remote copy is still the version it was opened on. */
     int (*unchanged)(ckpt_pack_remote *rm, const char *final_rel, const ckp_reader *r);
     /* Send DST's packed file final_rel (complete, read back) on.  @return 0,

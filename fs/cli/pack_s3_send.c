@@ -21,6 +21,7 @@
 
 #include "cmd_common.h"
 #include "pack_s3.h"
+#include "s3_pack.h"
 #include "util.h"
 
 /* Read up to len bytes at off of fd (fewer only at the end). */
@@ -79,7 +80,11 @@ static int remember(s3_send *s, const ckp_info *in, uint64_t packed)
     return rc;
 }
 
-static int hook_open(ckpt_pack_remote *rm, const char *final_rel, ckp_reader **r)
+/* Read-backs fetch blocks of this size, keeping this many (per file). */
+#define READBACK_BLOCK (4u << 20)
+#define READBACK_BLOCKS 12u
+
+static int hook_open(ckpt_pack_remote *rm, const char *final_rel, int whole, ckp_reader **r)
 {
     s3_send *s = (s3_send *)rm;
     char msg[1024], err[1536];
@@ -96,6 +101,8 @@ static int hook_open(ckpt_pack_remote *rm, const char *final_rel, ckp_reader **r
     char where[4200];
     snprintf(where, sizeof where, "s3://%s/%s", s->bucket, key);
     ckp_source *src = cks3_source_new(&s->sc, key, &o);
+    if (src && whole)
+        src = cks3_pack_readahead(src, READBACK_BLOCK, READBACK_BLOCKS);
     free(key);
     ckp_status ps = src ? ckp_open_source(src, where, r, err, sizeof err) : CKP_ERR_NOMEM;
     if (ps == CKP_ERR_IO || ps == CKP_ERR_NOMEM) { /* cannot say: unreachable, replaced meanwhile */
@@ -123,7 +130,7 @@ static int hook_unchanged(ckpt_pack_remote *rm, const char *final_rel, const ckp
     s3_send *s = (s3_send *)rm;
     char msg[1024];
     cks3_object o;
-    const ckp_source *src = ckp_get_source(r);
+    const ckp_source *src = cks3_pack_inner(ckp_get_source(r));
     char *key = cks3_key(s->prefix, final_rel);
     int same = key && src && !cks3_source_changed(src) &&
                cks3_head(s->c, s->bucket, key, &o, msg, sizeof msg) == CKS3_OK &&

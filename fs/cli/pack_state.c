@@ -64,7 +64,7 @@ static int held_by_dst(pack_ctx *c, const char *rel)
     ckp_reader *r;
     if (!rm)
         return faccessat(c->lock_fd, p, F_OK, 0) == 0;
-    if (rm->open(rm, p, &r) != 0)
+    if (rm->open(rm, p, 0, &r) != 0)
         return 0;
     ckp_close(r);
     return 1;

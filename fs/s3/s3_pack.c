@@ -1,9 +1,12 @@
 /*
  * s3_pack.c — a packed directory under an S3 prefix (s3_pack.h): its
  * manifest, with what is there instead when it is not; its files opened on
- * sources bound to their ETags; the messages of each way that fails.
+ * sources bound to their ETags; the messages of each way that fails; a
+ * source that reads a whole object in large blocks (a read-back).
  */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,4 +141,138 @@ ckp_status cks3_pack_open_file(cks3_source_ctx *sc, const char *prefix, const ch
         return CKP_ERR_NOMEM;
     }
     return ckp_open_source(src, where, out, err, cap);
+}
+
+/* ---- read-ahead in blocks (cks3_pack_readahead) ------------------------- */
+
+typedef struct {
+    uint64_t idx;      /* which block of the object */
+    int state;         /* 0 empty, 1 being fetched, 2 holds it */
+    uint64_t used;     /* last use (ra.tick), for LRU */
+    uint8_t *data;
+} ra_block;
+
+typedef struct {
+    ckp_source base;   /* first: a ckp_source * is one of these */
+    ckp_source *in;
+    size_t bsize;
+    unsigned n;
+    pthread_mutex_t mu; /* protects blocks and tick */
+    pthread_cond_t cv;  /* a fetch ended */
+    ra_block *b;
+    uint64_t tick;
+} ra_src;
+
+/* The block of r holding idx, ready or being fetched; else a free or least
+ * recently used ready one (NULL if every block is being fetched).  Under r->mu. */
+static ra_block *ra_find(ra_src *r, uint64_t idx, int *found)
+{
+    ra_block *victim = NULL;
+    *found = 0;
+    for (unsigned i = 0; i < r->n; i++) {
+        ra_block *b = &r->b[i];
+        if (b->state && b->idx == idx) {
+            *found = 1;
+            return b;
+        }
+        if (b->state != 1 && (!victim || !b->state || (victim->state && b->used < victim->used)))
+            victim = b;
+    }
+    return victim;
+}
+
+/* Copy [off, off+len) of one block of r into dst, fetching the block if it
+ * is not there.  @return 0 or an errno value (the inner source's). */
+static int ra_copy(ra_src *r, uint8_t *dst, size_t len, uint64_t off)
+{
+    uint64_t idx = off / r->bsize;
+    int found, rc = 0;
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        ra_block *b = ra_find(r, idx, &found);
+        if (found && b->state == 2) {
+            memcpy(dst, b->data + (off - idx * r->bsize), len);
+            b->used = ++r->tick;
+            break;
+        }
+        if (found || !b) { /* being fetched, or every block is: wait */
+            pthread_cond_wait(&r->cv, &r->mu);
+            continue;
+        }
+        if (!b->data && !(b->data = malloc(r->bsize))) {
+            rc = ENOMEM;
+            break;
+        }
+        uint64_t at = idx * r->bsize;
+        size_t n = r->in->size - at < r->bsize ? (size_t)(r->in->size - at) : r->bsize;
+        b->idx = idx;
+        b->state = 1;
+        pthread_mutex_unlock(&r->mu);
+        rc = r->in->pread(r->in, b->data, n, at);
+        pthread_mutex_lock(&r->mu);
+        b->state = rc ? 0 : 2;
+        b->used = ++r->tick;
+        pthread_cond_broadcast(&r->cv);
+        if (rc)
+            break;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+static int ra_pread(ckp_source *base, void *dst, size_t len, uint64_t off)
+{
+    ra_src *r = (ra_src *)base;
+    if (off > r->in->size || len > r->in->size - off)
+        return EIO;
+    while (len) {
+        size_t in_block = r->bsize - (size_t)(off % r->bsize), n = len < in_block ? len : in_block;
+        int rc = ra_copy(r, dst, n, off);
+        if (rc)
+            return rc;
+        dst = (uint8_t *)dst + n;
+        off += n;
+        len -= n;
+    }
+    return 0;
+}
+
+static void ra_close(ckp_source *base)
+{
+    ra_src *r = (ra_src *)base;
+    r->in->close(r->in);
+    for (unsigned i = 0; i < r->n; i++)
+        free(r->b[i].data);
+    free(r->b);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+ckp_source *cks3_pack_readahead(ckp_source *inner, size_t block, unsigned blocks)
+{
+    ra_src *r = inner && block && blocks ? calloc(1, sizeof *r) : NULL;
+    if (r && !(r->b = calloc(blocks, sizeof *r->b))) {
+        free(r);
+        r = NULL;
+    }
+    if (!r) {
+        if (inner)
+            inner->close(inner);
+        return NULL;
+    }
+    r->base.pread = ra_pread;
+    r->base.close = ra_close;
+    r->base.size = inner->size;
+    r->in = inner;
+    r->bsize = block;
+    r->n = blocks;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    return &r->base;
+}
+
+const ckp_source *cks3_pack_inner(const ckp_source *s)
+{
+    return s && s->close == ra_close ? ((const ra_src *)s)->in : s;
 }

@@ -34,4 +34,16 @@ cks3_status cks3_pack_manifest(cks3_client *c, const char *bucket, const char *p
 ckp_status cks3_pack_open_file(cks3_source_ctx *sc, const char *prefix, const char *rel, ckp_reader **out,
                                char *err, size_t errCapacity);
 
+/* A source that reads inner (an object read whole, chunk after chunk: a
+ * read-back) in blocks of `block` bytes, one ranged GET each, keeping at
+ * most `blocks` of them (least recently used goes): every packed byte is
+ * fetched about once, in a few large GETs, instead of each chunk's plane
+ * ranges one by one.  Reads of a block being fetched wait for it; blocks
+ * are fetched in parallel by the threads that need them.  Takes inner
+ * (freed with it, or at once when out of memory: NULL).  Memory: at most
+ * blocks x block bytes, allocated as used. */
+ckp_source *cks3_pack_readahead(ckp_source *inner, size_t block, unsigned blocks);
+/* The source s reads through: inner for a cks3_pack_readahead source, else s. */
+const ckp_source *cks3_pack_inner(const ckp_source *s);
+
 #endif
