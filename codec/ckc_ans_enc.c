@@ -29,8 +29,8 @@ size_t ckc_ans_chunk_bound(size_t n_weights)
 static inline void put(uint32_t *x, ckc_ans_esym e, unsigned sb, uint8_t **wp)
 {
     uint32_t v = *x, q, freq = CKC_ANS_ESYM_FREQ(e), out = v >= freq << (31 - sb);
-    (*wp)[-2] = (uint8_t)v;
-    (*wp)[-1] = (uint8_t)(v >> 8);
+    uint16_t word = (uint16_t)v; /* little-endian host */
+    memcpy(*wp - 2, &word, 2);
     *wp -= 2 * out;
     v >>= 16 * out;
     q = (uint32_t)(((uint64_t)v * (uint32_t)e) >> 32) >> CKC_ANS_ESYM_SHIFT(e);
@@ -93,31 +93,60 @@ static ckc_status encode_raw(const uint16_t *w, size_t n, uint8_t *dst, size_t c
     return CKC_OK;
 }
 
-/* Scalar encode of group g (r weights, r <= 16) of the chunk. */
-static ckc_status encode_group(const ckc_ans_plan *p, const uint16_t *w, uint64_t first, size_t g, size_t r,
+/* Scalar encode of the r (<= 16) weights wg, the first at column col, row
+ * row of the tensor. */
+static ckc_status encode_group(const ckc_ans_plan *p, const uint16_t *wg, size_t r, uint64_t col, uint64_t row,
                                uint32_t x[CKC_ANS_LANES], uint8_t **wp)
 {
     unsigned M = p->ch.mbits;
-    uint64_t C = p->ch.n_cols, i0 = first + g * CKC_ANS_LANES;
-    uint64_t col = C ? i0 % C : 0, row = C ? i0 / C : 0;
-    const uint16_t *wg = w + g * CKC_ANS_LANES;
+    uint64_t C = p->ch.n_cols;
+    const ckc_ans_esym *man = p->man_enc;
     ckc_ans_esym ex[CKC_ANS_LANES];
+    uint8_t *out = *wp; /* a local copy, which the stores through it cannot change */
 
-    for (size_t l = 0; l < r; l++) {
-        unsigned k = p->cls ? p->cls[p->ch.axis == CKC_ANS_AXIS_COL ? col : row] : 0;
-        ex[l] = p->exp_enc[(size_t)k * 512 + (wg[l] >> 7)];
-        if (!CKC_ANS_ESYM_FREQ(ex[l]))
-            return CKC_ERR_ARG; /* not a symbol of the plan, or frequency 0 in its class */
-        if (C && ++col == C) {
-            col = 0;
-            row++;
+    if (!p->cls || (p->ch.axis == CKC_ANS_AXIS_ROW && col + r <= C)) { /* one class for the group */
+        const ckc_ans_esym *tab = p->exp_enc + (p->cls ? (size_t)p->cls[row] * 512 : 0);
+        for (size_t l = 0; l < r; l++)
+            ex[l] = tab[wg[l] >> 7];
+    } else {
+        for (size_t l = 0; l < r; l++) {
+            unsigned k = p->cls[p->ch.axis == CKC_ANS_AXIS_COL ? col : row];
+            ex[l] = p->exp_enc[(size_t)k * 512 + (wg[l] >> 7)];
+            if (++col == C) {
+                col = 0;
+                row++;
+            }
         }
     }
+    for (size_t l = 0; l < r; l++)
+        if (!CKC_ANS_ESYM_FREQ(ex[l]))
+            return CKC_ERR_ARG; /* not a symbol of the plan, or frequency 0 in its class */
     for (size_t l = r; l-- > 0 && M;)
-        put(&x[l], p->man_enc[(wg[l] >> 7) * 16u + ((wg[l] & 0x7Fu) >> (7 - M))], CKC_ANS_MAN_BITS, wp);
+        put(&x[l], man[(wg[l] >> 7) * 16u + ((wg[l] & 0x7Fu) >> (7 - M))], CKC_ANS_MAN_BITS, &out);
     for (size_t l = r; l-- > 0;)
-        put(&x[l], ex[l], CKC_ANS_EXP_BITS, wp);
+        put(&x[l], ex[l], CKC_ANS_EXP_BITS, &out);
+    *wp = out;
     return CKC_OK;
+}
+
+/* Scalar encode of the chunk's full groups g_end-1 down to 0 (w: the
+ * chunk's first weight, tensor weight `first`). */
+static ckc_status encode_groups(const ckc_ans_plan *p, const uint16_t *w, uint64_t first, size_t g_end,
+                                uint32_t x[CKC_ANS_LANES], uint8_t **wp)
+{
+    uint64_t C = p->ch.n_cols, i0 = first + g_end * CKC_ANS_LANES, col = C ? i0 % C : 0, row = C ? i0 / C : 0;
+    ckc_status st = CKC_OK;
+
+    for (size_t g = g_end; st == CKC_OK && g-- > 0;) {
+        if (C) { /* step back 16 weights */
+            int64_t c = (int64_t)col - CKC_ANS_LANES;
+            for (; c < 0; c += (int64_t)C)
+                row--;
+            col = (uint64_t)c;
+        }
+        st = encode_group(p, w + g * CKC_ANS_LANES, CKC_ANS_LANES, col, row, x, wp);
+    }
+    return st;
 }
 
 static int use_avx512(ckc_impl impl)
@@ -142,13 +171,14 @@ ckc_status ckc_ans_encode_chunk_impl(ckc_impl impl, const ckc_ans_plan *p, const
     for (unsigned l = 0; l < CKC_ANS_LANES; l++)
         x[l] = CKC_ANS_L;
     wp = dst + capacity;
-    if (n % CKC_ANS_LANES)
-        st = encode_group(p, w, first, full, n % CKC_ANS_LANES, x, &wp);
+    if (n % CKC_ANS_LANES) {
+        uint64_t C = p->ch.n_cols, i0 = first + full * CKC_ANS_LANES;
+        st = encode_group(p, w + full * CKC_ANS_LANES, n % CKC_ANS_LANES, C ? i0 % C : 0, C ? i0 / C : 0, x, &wp);
+    }
     if (st == CKC_OK && use_avx512(impl))
         st = ckc_ans_encode_avx512(p, w, first, full, x, &wp);
-    else
-        for (size_t g = full; st == CKC_OK && g-- > 0;)
-            st = encode_group(p, w, first, g, CKC_ANS_LANES, x, &wp);
+    else if (st == CKC_OK)
+        st = encode_groups(p, w, first, full, x, &wp);
     if (st != CKC_OK)
         return st;
     /* the words lie at or above dst + capacity - 4n: past the low bits and

@@ -110,8 +110,16 @@ static void collect(stats *s)
 {
     memset(s->hist, 0, sizeof s->hist);
     memset(s->mh, 0, sizeof s->mh);
-    for (uint64_t i = 0; i < s->n; i++)
-        s->mh[s->w[i] >> 7][(s->w[i] >> 3) & 15u]++;
+    {
+        const uint16_t *w = s->w; /* local: the counts (in *s) cannot move it */
+        uint64_t *mh = &s->mh[0][0], n = s->n, i = 0;
+        for (; i + 2 <= n; i += 2) {
+            mh[w[i] >> 3]++; /* [symbol][top 4 mantissa bits] */
+            mh[w[i + 1] >> 3]++;
+        }
+        if (i < n)
+            mh[w[i] >> 3]++;
+    }
     s->A = 0;
     for (unsigned v = 0; v < 512; v++) {
         for (unsigned h = 0; h < 16; h++)
@@ -217,7 +225,7 @@ static int line_hists(const stats *s, lhist *col, lhist *row)
 {
     unsigned A = s->A;
     uint64_t C = s->n_cols, R = s->n / C;
-    uint32_t *ch = calloc(C * A, sizeof *ch), rh[CKC_ANS_MAX_SYMS] = {0};
+    uint32_t *ch = calloc(C * A, sizeof *ch), rh[CKC_ANS_MAX_SYMS] = {0}, rh2[CKC_ANS_MAX_SYMS] = {0};
     uint8_t touched[CKC_ANS_MAX_SYMS];
     uint8_t ai[512];
 
@@ -231,11 +239,32 @@ static int line_hists(const stats *s, lhist *col, lhist *row)
         const uint16_t *w = s->w + r * C;
         uint32_t *cl = ch;
         unsigned t = 0;
-        for (uint64_t c = 0; c < C; c++, cl += A) {
-            unsigned a = ai[w[c] >> 7];
-            touched[t] = (uint8_t)a;
-            t += rh[a]++ == 0;
-            cl[a]++;
+        if (C >= A) { /* long rows: lhist_emit scans all A symbols, no list needed */
+            uint64_t c = 0;
+            for (; c + 2 <= C; c += 2, cl += 2 * A) { /* two row counts: no chain of increments */
+                unsigned a0 = ai[w[c] >> 7], a1 = ai[w[c + 1] >> 7];
+                rh[a0]++;
+                rh2[a1]++;
+                cl[a0]++;
+                cl[A + a1]++;
+            }
+            if (c < C) {
+                unsigned a0 = ai[w[c] >> 7];
+                rh[a0]++;
+                cl[a0]++;
+            }
+            for (unsigned a = 0; a < A; a++) {
+                rh[a] += rh2[a];
+                rh2[a] = 0;
+            }
+            t = A;
+        } else {
+            for (uint64_t c = 0; c < C; c++, cl += A) {
+                unsigned a = ai[w[c] >> 7];
+                touched[t] = (uint8_t)a;
+                t += rh[a]++ == 0;
+                cl[a]++;
+            }
         }
         lhist_emit(row, r, rh, A, touched, t);
     }
@@ -299,17 +328,25 @@ typedef float v4f __attribute__((vector_size(16), aligned(4)));
 static inline __attribute__((always_inline)) unsigned cheapest(const lent *e, const lent *end, const float *lc,
                                                                unsigned nv, unsigned k)
 {
-    v4f acc[4] = {{0}, {0}, {0}, {0}};
+    v4f acc0 = {0}, acc1 = {0}, acc2 = {0}, acc3 = {0};
     float cost[CKC_ANS_MAX_CLASSES], best;
     unsigned c, pick = 0;
 
     for (; e < end; e++) {
         float n = (float)e->cnt;
         const v4f *row = (const v4f *)(const void *)(lc + (size_t)e->a * CKC_ANS_MAX_CLASSES);
-        for (unsigned v = 0; v < nv; v++)
-            acc[v] += n * row[v];
+        acc0 += n * row[0];
+        if (nv > 1)
+            acc1 += n * row[1];
+        if (nv > 2) {
+            acc2 += n * row[2];
+            acc3 += n * row[3];
+        }
     }
-    memcpy(cost, acc, nv * sizeof acc[0]);
+    memcpy(cost, &acc0, sizeof acc0);
+    memcpy(cost + 4, &acc1, sizeof acc1);
+    memcpy(cost + 8, &acc2, sizeof acc2);
+    memcpy(cost + 12, &acc3, sizeof acc3);
     best = cost[0];
     for (c = 1; c < k; c++)
         if (cost[c] < best) {
