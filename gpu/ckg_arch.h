@@ -39,6 +39,10 @@
  *              (lane i gives the address of row i%8 of matrix i/8; r[j] = matrix j,
  *              row lane/4, columns 2*(lane%4)..+1)
  *   launch     CKG_LAUNCH(kernel, grid, block, smem, stream, args...)  (no <<<>>> in kernels)
+ *              CKG_LAUNCH_PDL(pdl, kernel, ...): the same, with programmatic dependent launch
+ *              when pdl (sm_90: the kernel may start before the stream's previous kernel has
+ *              finished; it calls ckg_grid_dependency_wait() before touching anything that
+ *              kernel may write; the emulator runs a stream's kernels one after the other)
  *              CKG_DYN_SMEM(type, name): declares the dynamic shared buffer `type name[]`
  *              (16-byte aligned)
  * Planted faults for the emulator's self-test: CKG_PLANT(n) is 1 when the
@@ -68,7 +72,35 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <utility>
+
 #define CKG_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
+template <typename... P, typename... A>
+static inline cudaError_t ckg_launch_pdl(bool pdl, void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                                         A &&...args)
+{
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, k, std::forward<A>(args)...);
+}
+#define CKG_LAUNCH_PDL(pdl, kernel, grid, block, smem, stream, ...) \
+    ckg_launch_pdl((pdl), kernel, dim3(grid), dim3(block), (smem), (stream), __VA_ARGS__)
+/* griddepcontrol.wait: the stream's earlier kernels have completed and their writes are visible
+ * (returns at once without programmatic dependent launch, and before sm_90) */
+__device__ __forceinline__ void ckg_grid_dependency_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
 #define CKG_DYN_SMEM(type, name) extern __shared__ __align__(16) type name[]
 
 __device__ __forceinline__ void ckg_syncthreads() { __syncthreads(); }

@@ -464,13 +464,11 @@ __global__ void __launch_bounds__(256, 1) gemv_fused_kernel(Args F)
     Lane<K15> L;
     L.init(lane);
 
-    /* copies first: the ranks of this block's first two groups, the ring's first units */
-    if (F.prow) {
-        issue_ranks(F, blockIdx.x, pr_all, tid);
-        if (blockIdx.x + G < F.NG)
-            issue_ranks(F, blockIdx.x + G, pr_all + kPrWords, tid);
-    }
-    ckg_cp_async_commit();
+    /* copies first: the ring's first units.  They read the weight planes
+     * only, which uploads write by copies, never by a kernel: with
+     * programmatic dependent launch (sm_90) they and the table build run
+     * while the kernel before this one in the stream still finishes; x,
+     * the patch list and y wait for it (ckg_grid_dependency_wait) */
     Walk pf;                                               /* the next unit to copy */
     pf.start(F, warp);
     uint8_t *st_in = ring, *st_out = ring;                 /* stage to copy into / to decode */
@@ -497,7 +495,14 @@ __global__ void __launch_bounds__(256, 1) gemv_fused_kernel(Args F)
         for (int q = 0; q < 8; q++)
             *reinterpret_cast<uint4 *>(smem + b * 256 + 16 * ((q + lane) & 7)) = v4;
     }
-    ckg_cp_async_wait<kStages - 1>();                      /* this thread's ranks */
+    ckg_grid_dependency_wait();                            /* the stream's earlier kernels are done */
+    if (F.prow) {                                          /* the ranks of this block's first two groups */
+        issue_ranks(F, blockIdx.x, pr_all, tid);
+        if (blockIdx.x + G < F.NG)
+            issue_ranks(F, blockIdx.x + G, pr_all + kPrWords, tid);
+    }
+    ckg_cp_async_commit();
+    ckg_cp_async_wait<0>();                                /* this thread's ranks (and the first units) */
     ckg_syncthreads();                                     /* the table, every thread's ranks */
     if (F.prow)                                            /* the first group's entries */
         issue_entries(F, blockIdx.x, pr_all, smem, 0, tid, NT);
@@ -521,10 +526,25 @@ __global__ void __launch_bounds__(256, 1) gemv_fused_kernel(Args F)
 
         uint32_t u0, u1;
         units_of(F, grp, warp, u0, u1);
+        const uint32_t umid = u0 + (u1 - u0) / 2;          /* the escapes after the first half of the units */
         uint32_t step = u0 % F.S, slot = u0 / F.L, in_slot = 0;   /* column step in the row, slot, unit in the slot */
         uint32_t skew = SHIFT && u0 < u1 ? low_skew(A, (grp * F.TG + u0 / F.S) * 8 + L.g) : 0u;
         float dA[4] = {0.f, 0.f, 0.f, 0.f}, dB[4] = {0.f, 0.f, 0.f, 0.f};
+        /* the group's escapes, from shared memory, while the ring's next
+         * units are in flight (after the last unit nothing would be: the
+         * chain of L2 loads would show at the end of every block) */
+        auto patch_step = [&]() {
+            if (!F.prow)
+                return;
+            if (i == 0) {                                  /* the first group's entries, copied after the first barrier */
+                wait_older_than(since + 1);
+                ckg_syncthreads();
+            }
+            apply_patches(F, grp, pr_all + (i % 3) * kPrWords, smem, (int)(i & 1), pacc, warp, W, lane);
+        };
         for (uint32_t u = u0; u < u1; u++) {
+            if (u == umid)
+                patch_step();
             if (pf.valid(F)) {
                 issue<K15, SHIFT>(A, L, pf.tile, pf.step, st_in);
                 pf.next(F, warp);
@@ -562,14 +582,10 @@ __global__ void __launch_bounds__(256, 1) gemv_fused_kernel(Args F)
             if (!CKG_PLANT(7))                             /* planted fault: the stage refilled while lanes read it */
                 ckg_syncwarp();                            /* the stage is free for the next copy */
         }
-        if (F.prow) {
-            if (i == 0) {                                  /* the first group's entries, copied after the first barrier */
-                wait_older_than(since + 1);
-                ckg_syncthreads();
-            }
-            apply_patches(F, grp, pr_all + (i % 3) * kPrWords, smem, (int)(i & 1), pacc, warp, W, lane);
+        if (u0 == u1)                                      /* no unit in this group (a last, partial one) */
+            patch_step();
+        if (F.prow)
             wait_older_than(since);                        /* this thread's copies for the groups ahead */
-        }
         ckg_syncthreads();
     }
     if (i > 0)

@@ -14,6 +14,9 @@
  * cp.async rings, decodes BF16 pairs with a per-lane shared table, feeds
  * mma.m16n8k16 and adds escapes exactly from an upload-time patch list.
  */
+#include <stdlib.h>
+#include <string.h>
+
 #include <atomic>
 
 #include "ckg_arch.h"
@@ -396,6 +399,7 @@ int g_test_warps = 0;
 constexpr int kDevCache = 64;
 std::atomic<int> g_dev_sms[kDevCache];
 std::atomic<int> g_dev_warps[3][kDevCache];     /* [byte-split, K15, K15 shifted][device] */
+std::atomic<int> g_dev_pdl[kDevCache];          /* 1: programmatic dependent launch (sm_90+), -1: not */
 
 /* The current device and its SM count. */
 ckg_status device_sms(int *dev, int *sms)
@@ -411,6 +415,27 @@ ckg_status device_sms(int *dev, int *sms)
     if (cached)
         g_dev_sms[*dev].store(*sms, std::memory_order_release);
     return CKG_OK;
+}
+
+/* Whether the fused GEMV is launched with programmatic dependent launch on
+ * device dev: compute capability 9.0 or later, unless CKG_NO_PDL is set in
+ * the environment (to compare on a device: gpu/NOTES.md). */
+bool device_pdl(int dev)
+{
+    const bool cached = dev >= 0 && dev < kDevCache;
+    int v = cached ? g_dev_pdl[dev].load(std::memory_order_acquire) : 0;
+    if (v == 0) {
+        int major = 0;
+        const char *off = getenv("CKG_NO_PDL");
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+            cudaGetLastError();
+            major = 0;
+        }
+        v = major >= 9 && !(off && *off && strcmp(off, "0") != 0) ? 1 : -1;
+        if (cached)
+            g_dev_pdl[dev].store(v, std::memory_order_release);
+    }
+    return v > 0;
 }
 
 /* Warps per block of the fused GEMV on device dev: 8 where the shared memory
@@ -464,7 +489,11 @@ ckg_status launch_fused(const GemvArgs &A, const uint32_t *prow, cudaStream_t s)
     F.NG = P.NG;
     F.L = P.L;
     F.SPW = (uint32_t)(fused::kSlots / warps);
-    CKG_LAUNCH(fused::gemv_fused_kernel<K15 + SHIFT>, P.grid, warps * 32, smem, s, F);
+    const bool pdl = device_pdl(dev);
+    if (CKG_LAUNCH_PDL(pdl, fused::gemv_fused_kernel<K15 + SHIFT>, P.grid, warps * 32, smem, s, F) != cudaSuccess) {
+        cudaGetLastError();
+        return CKG_ERR_CUDA;
+    }
     return launched();
 }
 

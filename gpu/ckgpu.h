@@ -137,7 +137,12 @@ typedef enum { CKG_OUT_F32 = 0, CKG_OUT_BF16 = 1 } ckg_out_type;
  * readable: cudaMalloc's buffers are); other calls use a slower
  * warp-per-row kernel.  Needs p->esc_index.  The fused kernel's sums are
  * added in a fixed order: the same inputs give the same bits, whatever the
- * device's SM count. */
+ * device's SM count.  On sm_90 the fused kernel is launched with
+ * programmatic dependent launch: it starts reading p's code and low planes
+ * before the kernel before it in the stream has finished (x, the patch list
+ * and y wait for it), so those two planes must not be written by the
+ * stream's previous kernel (uploads write them by copies; CKG_NO_PDL=1 in
+ * the environment turns this off). */
 ckg_status ckg_gemv(const ckg_planes *p, uint64_t elem_off, uint64_t rows, uint64_t cols,
                     const uint16_t *x, int batch, void *y, ckg_out_type y_type, ckg_stream stream);
 

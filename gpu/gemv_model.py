@@ -6,13 +6,18 @@ tile group: the bytes streamed and their time at the SM's share of the
 bandwidth; the bytes in flight per SM against Little's law; the longest chain
 of dependent loads per group and how much of it the ring's bytes in flight
 hide; the shared-table build; the rounds of groups over the blocks (waves)
-and the last, partial round (tail).  Two designs: "v1" (the kernel before
+and the last, partial round (tail).  Three designs: "v1" (the kernel before
 issue 26: a patch chain of dependent global loads at every group start, a
-table built before any load) and "v2" (issue 26's design: escape patches
-streamed into shared memory a group ahead, the table built under the first
-loads, a fixed split-K; its constants are read from ckg_tile.h, whose
-ckg_gemv_plan_for the kernel's launcher calls, so the model follows the code).  Method
-and tables: gpu/NOTES.md.  Every figure is a model, not a measurement.
+table built before any load), "v2" (issue 26's first design, 3a4c2d0..8d7cf92:
+escape patches streamed into shared memory a group ahead, applied after the
+group's units, the table built under the first loads, a fixed split-K) and
+"v3" (the kernel now: v2 with the patches applied after the first half of
+each warp's units, while the ring's next units are in flight, and launched
+with programmatic dependent launch on sm_90, its weight loads issued before
+it waits for the stream's previous kernel).  Their constants are read from
+ckg_tile.h, whose ckg_gemv_plan_for the kernel's launcher calls, so the
+model follows the code.  Method and tables: gpu/NOTES.md.  Every figure is a
+model, not a measurement.
 
 usage: gpu/gemv_model.py [--markdown] [--check PLAN_BINARY]
   --check runs tests/gemv_plan (the kernel's own ckg_gemv_plan_for) on the
@@ -37,6 +42,7 @@ L_L2 = 300e-9          # L2 hit latency under load (a lead)
 CLOCK = 1.7e9          # SM clock for instruction time (1.98 GHz boost seen; 1.7 is the conservative end)
 ISSUE = 128            # thread instructions an SM issues per clock (4 schedulers x 32 lanes)
 T_FIXED = 2.0e-6       # launch, ramp and drain common to any kernel under graph replay (a lead)
+PDL_HIDE = L_DRAM      # prologue time a PDL launch overlaps with the previous kernel's end (a lead: one DRAM latency)
 SMEM_MAX = 227 * 1024  # dynamic shared memory a block may have on sm_90
 ESC = 0.0164           # K15 escape rate of N(0, 0.02) BF16 weights (gpu/NOTES.md)
 INSTR_PER_WEIGHT = {'k15': 4.61, 'bsplit': 4.0}   # SASS count of the unit loop (NOTES.md, sass_budget.py)
@@ -57,8 +63,10 @@ DESIGNS = {
     # the kernel before issue 26 (commit c60c02d), for the "before" column
     'v1': dict(STEP_COLS=512, SLOTS=8, WARPS=8, BLOCKS_PER_SM=1, STAGES=3, ROW_PIECES=50, LUT_BYTES=65536,
                PATCH_UNROLL=1, patch='chain', build='serial'),
-    'v2': dict(C, patch='streamed', build='overlapped'),
+    'v2': dict(C, patch='streamed', build='overlapped', patch_at='end', pdl=False),
+    'v3': dict(C, patch='streamed', build='overlapped', patch_at='mid', pdl=True),
 }
+NOW = 'v3'   # the kernel in ckg_gemv.cuh
 
 
 def plan(rows, cols, d, sms=SMS):
@@ -124,8 +132,17 @@ def ours(rows, cols, batch, d, enc='k15', esc=ESC):
         parts['stream'] += t_stream
         parts['exposed'] += exposed
         parts['alu_bound'] |= alu > t_stream
+    if d.get('patch_at') == 'end':  # the last group's chain runs after its units: nothing in flight hides it
+        t += chain
+        parts['exposed'] += chain
+    elif d.get('patch_at') == 'mid':  # the first group's entries: ranks after the wait, entries, chain, under the ring
+        first = max(0.0, 2 * L_DRAM + chain - inflight / min(bw / min(SMS, rounds[0]), inflight / L_DRAM))
+        t += first
+        parts['exposed'] += first
     build = table_build_time(d)
     prologue = build + L_DRAM if d['build'] == 'serial' else max(build, L_DRAM)
+    if d.get('pdl'):                # weights' first loads and the table before griddepcontrol.wait
+        prologue = max(0.0, prologue - PDL_HIDE)
     total = T_FIXED + prologue + t
     little = bw / SMS * L_DRAM
     return dict(total=total, plan=P, rounds=len(rounds), tail=rounds[-1], g_bytes=g_bytes, inflight=inflight,
@@ -141,18 +158,19 @@ def cublas(rows, cols, batch):
 def table(markdown):
     out = []
     head = ('shape', 'batch', 'TG', 'groups', 'rounds/tail', 'KB/group', 'inflight KB/SM (Little %.0f)' % (
-        BW_COPY * ETA / SMS * L_DRAM / 1e3), 'chain v1 us', 'chain v2 us', 'cuBLAS us', 'v1 us', 'v2 us',
-        'v1/cuBLAS', 'v2/cuBLAS')
+        BW_COPY * ETA / SMS * L_DRAM / 1e3), 'chain v1 us', 'chain v2/v3 us', 'cuBLAS us', 'v1 us', 'v2 us',
+        'v3 us', 'v1/cuBLAS', 'v2/cuBLAS', 'v3/cuBLAS')
     rows_out = []
     for (r, c) in SHAPES:
         for b in BATCHES:
-            v1, v2, cb = ours(r, c, b, DESIGNS['v1']), ours(r, c, b, DESIGNS['v2']), cublas(r, c, b)
-            P = v2['plan']
-            rows_out.append(('%dx%d' % (r, c), b, P['TG'], P['NG'], '%d/%d' % (v2['rounds'], v2['tail']),
-                             '%.1f' % (v2['g_bytes'] / 1e3), '%.0f' % (v2['inflight'] / 1e3),
-                             '%.2f' % (v1['chain'] * 1e6), '%.2f' % (v2['chain'] * 1e6), '%.1f' % (cb * 1e6),
-                             '%.1f' % (v1['total'] * 1e6), '%.1f' % (v2['total'] * 1e6),
-                             '%.2f' % (v1['total'] / cb), '%.2f' % (v2['total'] / cb)))
+            v1, v2, v3 = (ours(r, c, b, DESIGNS[k]) for k in ('v1', 'v2', 'v3'))
+            cb = cublas(r, c, b)
+            P = v3['plan']
+            rows_out.append(('%dx%d' % (r, c), b, P['TG'], P['NG'], '%d/%d' % (v3['rounds'], v3['tail']),
+                             '%.1f' % (v3['g_bytes'] / 1e3), '%.0f' % (v3['inflight'] / 1e3),
+                             '%.2f' % (v1['chain'] * 1e6), '%.2f' % (v3['chain'] * 1e6), '%.1f' % (cb * 1e6),
+                             '%.1f' % (v1['total'] * 1e6), '%.1f' % (v2['total'] * 1e6), '%.1f' % (v3['total'] * 1e6),
+                             '%.2f' % (v1['total'] / cb), '%.2f' % (v2['total'] / cb), '%.2f' % (v3['total'] / cb)))
     if markdown:
         out.append('| ' + ' | '.join(head) + ' |')
         out.append('|' + '---|' * len(head))
@@ -164,22 +182,25 @@ def table(markdown):
 
 
 def sensitivity():
-    """v2/cuBLAS at batch 1 as the fixed cost per call (both kernels) varies."""
-    global T_FIXED
-    keep, lines = T_FIXED, []
-    for f in (0.0, 1.0, 2.0, 4.0):
-        T_FIXED = f * 1e-6
-        lines.append('fixed %.0f us: ' % f + ', '.join('%dx%d %.2f' % (r, c, ours(r, c, 1, DESIGNS['v2'])['total'] /
-                                                                         cublas(r, c, 1)) for (r, c) in SHAPES))
-    T_FIXED = keep
+    """v3/cuBLAS at batch 1 as the fixed cost per call (both kernels) and
+    what a PDL launch hides of v3's prologue vary."""
+    global T_FIXED, PDL_HIDE
+    keep, keep_h, lines = T_FIXED, PDL_HIDE, []
+    for h in (0.0, 0.35, 0.7):
+        PDL_HIDE = h * 1e-6
+        for f in (0.0, 1.0, 2.0, 4.0):
+            T_FIXED = f * 1e-6
+            lines.append('PDL hides %.2f us, fixed %.0f us: ' % (h, f) + ', '.join(
+                '%dx%d %.2f' % (r, c, ours(r, c, 1, DESIGNS[NOW])['total'] / cublas(r, c, 1)) for (r, c) in SHAPES))
+    T_FIXED, PDL_HIDE = keep, keep_h
     return '\n'.join(lines)
 
 
 def other_figures():
-    d = DESIGNS['v2']
+    d = DESIGNS[NOW]
     lines = ['v2 shared memory per block: %d B (limit %d); patch capacity per group: %d escapes' % (
         smem_bytes(d), SMEM_MAX, patch_capacity(d))]
-    lines.append('table build: v1 %.2f us before any load, v2 %.2f us under the first loads (%.2f us latency)' % (
+    lines.append('table build: v1 %.2f us before any load, v2/v3 %.2f us under the first loads (%.2f us latency)' % (
         table_build_time(DESIGNS['v1']) * 1e6, table_build_time(d) * 1e6, L_DRAM * 1e6))
     for enc in ('k15', 'bsplit'):
         bpw = bytes_per_weight(enc) + 4 * (ESC if enc == 'k15' else 0.0002)
@@ -195,15 +216,15 @@ def check(binary):
         got = subprocess.run([binary, str(r), str(c), str(SMS)], check=True, capture_output=True, text=True).stdout
         kern = dict(kv.split('=') for kv in got.split())
         kern = {k: int(v) for k, v in kern.items()}
-        mine = plan(r, c, DESIGNS['v2'])
-        if kern.pop('smem') != smem_bytes(DESIGNS['v2']):
-            bad.append('kernel shared memory %s, model %d' % (got.split()[-1], smem_bytes(DESIGNS['v2'])))
+        mine = plan(r, c, DESIGNS[NOW])
+        if kern.pop('smem') != smem_bytes(DESIGNS[NOW]):
+            bad.append('kernel shared memory %s, model %d' % (got.split()[-1], smem_bytes(DESIGNS[NOW])))
         if any(kern[k] != mine[k] for k in mine):
             bad.append('%dx%d: kernel plan %s, model %s' % (r, c, kern, mine))
         P = mine
         if (P['TG'] * P['S']) % C['SLOTS'] or P['S'] % P['L'] or P['L'] * C['SLOTS'] != P['TG'] * P['S']:
             bad.append('%dx%d: slots straddle tiles or do not split the group: %s' % (r, c, P))
-    d = DESIGNS['v2']
+    d = DESIGNS[NOW]
     if smem_bytes(d) > SMEM_MAX:
         bad.append('shared memory %d > %d' % (smem_bytes(d), SMEM_MAX))
     for (r, c) in SHAPES:
@@ -218,7 +239,7 @@ def check(binary):
                     r, c, m['plan']['TG'] * 8 * c * ESC, patch_capacity(d)))
     for (r, c) in SHAPES:   # the critical path is the streaming: within 2% of the fixed costs + bytes / bandwidth
         m = ours(r, c, 1, d)
-        floor = T_FIXED + L_DRAM + m['plan']['NG'] * m['g_bytes'] / (BW_COPY * ETA)
+        floor = T_FIXED + m['prologue'] + m['plan']['NG'] * m['g_bytes'] / (BW_COPY * ETA)
         if m['total'] > 1.02 * floor:
             bad.append('%dx%d: %.2f us, more than 2%% over its floor %.2f us' % (r, c, m['total'] * 1e6, floor * 1e6))
     if table(True) not in open(os.path.join(HERE, 'NOTES.md')).read():

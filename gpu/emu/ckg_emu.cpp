@@ -667,7 +667,8 @@ cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int dev)
     attr_calls++;
     if (dev != 0)
         return fail(cudaErrorInvalidDevice);
-    *v = a == cudaDevAttrMultiProcessorCount ? 2 : a == cudaDevAttrMaxThreadsPerBlock ? 1024 : 0;
+    *v = a == cudaDevAttrMultiProcessorCount ? 2 : a == cudaDevAttrMaxThreadsPerBlock ? 1024
+         : a == cudaDevAttrComputeCapabilityMajor ? 9 : 0;   /* cp.async, mma.sync: an sm_90 */
     return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void)

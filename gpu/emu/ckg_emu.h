@@ -100,6 +100,11 @@ static cudaError_t ckg_emu_launch(const char *name, void (*k)(P...), dim3 grid, 
 #define CKG_LAUNCH(kernel, grid, block, smem, stream, ...) \
     ckg_emu_launch(#kernel, kernel, dim3(grid), dim3(block), (smem), (stream), __VA_ARGS__)
 #define CKG_DYN_SMEM(type, name) type *name = reinterpret_cast<type *>(ckg_emu_dyn_smem())
+/* A stream's kernels run one after the other here: programmatic dependent
+ * launch changes nothing, and its wait returns at once. */
+#define CKG_LAUNCH_PDL(pdl, kernel, grid, block, smem, stream, ...) \
+    ((void)(pdl), CKG_LAUNCH(kernel, grid, block, smem, stream, __VA_ARGS__))
+static inline void ckg_grid_dependency_wait() {}
 
 /* ---- intrinsics ----------------------------------------------------------------- */
 #define ckg_syncthreads() ckg_emu_syncthreads(__LINE__)

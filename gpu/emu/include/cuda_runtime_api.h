@@ -37,7 +37,11 @@ typedef enum cudaMemcpyKind {
     cudaMemcpyDefault = 4
 } cudaMemcpyKind;
 
-typedef enum cudaDeviceAttr { cudaDevAttrMaxThreadsPerBlock = 1, cudaDevAttrMultiProcessorCount = 16 } cudaDeviceAttr;
+typedef enum cudaDeviceAttr {
+    cudaDevAttrMaxThreadsPerBlock = 1,
+    cudaDevAttrMultiProcessorCount = 16,
+    cudaDevAttrComputeCapabilityMajor = 75
+} cudaDeviceAttr;
 typedef enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 } cudaFuncAttribute;
 
 struct CUstream_st;
