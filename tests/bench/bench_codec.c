@@ -170,33 +170,52 @@ static double best_memcpy(void *dst, const void *src, size_t bytes, int runs)
 }
 
 /* The archive rows: one per decode implementation. */
-static void bench_archive(const uint16_t *w, size_t n, uint64_t cols, int runs, double mc, const double *k15_dec)
+/* Plan + every chunk of the archive encoding with encoder impl, `runs`
+ * times; returns the best time, the chunks in buf (bound bytes apart) and
+ * their sizes in off, the last plan in *pp. */
+static double archive_encode(ckc_impl impl, const uint16_t *w, size_t n, uint64_t cols, int runs, uint8_t *buf,
+                             size_t *off, ckc_ans_plan **pp)
 {
-    static const ckc_impl impls[] = {CKC_IMPL_PORTABLE, CKC_IMPL_AVX512, CKC_IMPL_AVX2};
     size_t nc = n_chunks(n), bound = ckc_ans_chunk_bound(CHUNK);
-    uint8_t *buf = xcalloc(nc * bound);
-    size_t *off = xcalloc((nc + 1) * sizeof *off);
-    uint16_t *out = xcalloc(n * 2);
-    double be = 1e30, bytes = 2.0 * n;
-    ckc_ans_plan *p = NULL;
-    ckc_ans_tables *t = NULL;
-    ckc_ans_choice ch;
-
+    double best = 1e30;
     for (int r = 0; r < runs; r++) {
         double t0 = now();
-        ckc_ans_plan_free(p);
-        if (ckc_ans_plan_new(w, n, cols, &p) != CKC_OK) {
+        ckc_ans_plan_free(*pp);
+        if (ckc_ans_plan_new(w, n, cols, pp) != CKC_OK) {
             printf("archive: plan failed\n");
             exit(1);
         }
         for (size_t c = 0; c < nc; c++) {
-            size_t len = c + 1 < nc ? CHUNK : n - c * CHUNK, got;
-            ckc_ans_encode_chunk(p, w + c * CHUNK, len, c * CHUNK, buf + c * bound, bound, &got);
-            off[c] = got;
+            size_t len = c + 1 < nc ? CHUNK : n - c * CHUNK;
+            if (ckc_ans_encode_chunk_impl(impl, *pp, w + c * CHUNK, len, c * CHUNK, buf + c * bound, bound,
+                                          &off[c]) != CKC_OK) {
+                printf("archive: encode failed (%s)\n", ckc_impl_name(impl));
+                exit(1);
+            }
         }
         t0 = now() - t0;
-        be = t0 < be ? t0 : be;
+        best = t0 < best ? t0 : best;
     }
+    return best;
+}
+
+/* The archive rows: one per decode implementation and batch; encode (plan
+ * + chunks) with the implementation's encoder (AVX2: the portable one),
+ * checked to write the same bytes as the others. */
+static void bench_archive(const uint16_t *w, size_t n, uint64_t cols, int runs, double mc, const double *k15_enc,
+                          const double *k15_dec)
+{
+    static const ckc_impl impls[] = {CKC_IMPL_PORTABLE, CKC_IMPL_AVX512, CKC_IMPL_AVX2};
+    size_t nc = n_chunks(n), bound = ckc_ans_chunk_bound(CHUNK);
+    uint8_t *buf = xcalloc(nc * bound), *buf2 = xcalloc(nc * bound);
+    size_t *off = xcalloc((nc + 1) * sizeof *off), *off2 = xcalloc((nc + 1) * sizeof *off);
+    uint16_t *out = xcalloc(n * 2);
+    double be, bytes = 2.0 * n;
+    ckc_ans_plan *p = NULL;
+    ckc_ans_tables *t = NULL;
+    ckc_ans_choice ch;
+
+    archive_encode(CKC_IMPL_AUTO, w, n, cols, 1, buf, off, &p);
     ckc_ans_plan_choice(p, &ch);
     if (ckc_ans_tables_new(ckc_ans_blob(p), ckc_ans_blob_size(p), n, &t) != CKC_OK) {
         printf("archive: tables refused\n");
@@ -208,6 +227,12 @@ static void bench_archive(const uint16_t *w, size_t n, uint64_t cols, int runs, 
     for (size_t k = 0; k < sizeof impls / sizeof impls[0]; k++) {
         if (!(impls[k] == CKC_IMPL_AVX512 ? ckc_ans_avx512_supported() : ckc_impl_available(impls[k])))
             continue;
+        be = archive_encode(impls[k], w, n, cols, runs, buf2, off2, &p);
+        for (size_t c = 0; c < nc; c++)
+            if (off2[c] != off[c] || memcmp(buf2 + c * bound, buf + c * bound, off[c])) {
+                printf("ARCHIVE ENCODERS DIFFER (%s, chunk %zu)\n", ckc_impl_name(impls[k]), c);
+                exit(1);
+            }
         for (size_t batch = 1; batch <= 4; batch *= 2) {
             double bd = 1e30;
             char name[32];
@@ -235,9 +260,10 @@ static void bench_archive(const uint16_t *w, size_t n, uint64_t cols, int runs, 
             }
             double planes = total * 8 / n, index = planes + 16.0 * 8 * nc / n, record = index + 192.0 * 8 / n;
             snprintf(name, sizeof name, "%s%s", ckc_impl_name(impls[k]), batch == 1 ? "" : batch == 2 ? " x2" : " x4");
-            printf("%-9s %-10s %8.4f %8.4f %8.4f %8s %9s %8.2f %6.2f %8.2f %6.2f   x K15 dec %.2f\n", "archive", name,
+            printf("%-9s %-10s %8.4f %8.4f %8.4f %8s %9s %8.2f %6.2f %8.2f %6.2f   x K15 dec %.2f", "archive", name,
                    planes, index, record, "-", "-", bytes / be / 1e9, bytes / be / 1e9 / mc, bytes / bd / 1e9,
                    bytes / bd / 1e9 / mc, k15_dec[k] > 0 ? bytes / bd / 1e9 / k15_dec[k] : 0);
+            printf(batch == 1 && k15_enc[k] > 0 ? ", enc %.2f\n" : "\n", bytes / be / 1e9 / k15_enc[k]);
         }
     }
     printf("archive mode: %s, M = %u, K = %u (%s), %u symbols\n", ch.mode ? "coded" : "raw", ch.mbits,
@@ -245,7 +271,9 @@ static void bench_archive(const uint16_t *w, size_t n, uint64_t cols, int runs, 
     ckc_ans_plan_free(p);
     ckc_ans_tables_free(t);
     free(buf);
+    free(buf2);
     free(off);
+    free(off2);
     free(out);
 }
 
@@ -254,7 +282,7 @@ int main(int argc, char **argv)
     const char *path = argc > 1 && strcmp(argv[1], "-") ? argv[1] : NULL;
     int runs = argc > 2 ? atoi(argv[2]) : 5;
     uint64_t cols = argc > 3 ? strtoull(argv[3], NULL, 10) : 0;
-    double k15_dec[3] = {0};
+    double k15_enc[3] = {0}, k15_dec[3] = {0};
     size_t n;
     uint16_t *w = load(path, &n), *out = xcalloc(n * 2);
     size_t nc = n_chunks(n);
@@ -307,8 +335,10 @@ int main(int argc, char **argv)
             }
             double planes = (double)(t.size[0] + t.size[1] + t.size[2]) * 8 / n;
             double index = planes + 16.0 * 8 * nc / n, record = index + 192.0 * 8 / n;
-            if (enc == CKC_ENC_K15)
+            if (enc == CKC_ENC_K15) {
+                k15_enc[k] = bytes / be / 1e9;
                 k15_dec[k] = bytes / bd / 1e9;
+            }
             printf("%-9s %-10s %8.4f %8.4f %8.4f %7.3f%% %9llu %8.2f %6.2f %8.2f %6.2f\n",
                    ckc_encoding_name(enc), ckc_impl_name(impls[k]), planes, index, record,
                    100.0 * t.prefix[nc] / n, (unsigned long long)t.prefix[nc], bytes / be / 1e9,
@@ -319,11 +349,12 @@ int main(int argc, char **argv)
             free(t.esc);
         }
     }
-    bench_archive(w, n, cols, runs, mc, k15_dec);
+    bench_archive(w, n, cols, runs, mc, k15_enc, k15_dec);
     printf("\nmemcpy again: %.2f GB/s\n", best_memcpy(out, w, n * 2, runs));
     printf("enc = histogram + codebook + chunk encode + escape packing (archive: plan + chunk encode);\n"
            "dec = chunk decode; GB/s of BF16 bytes (1e9); 'x mc' = ratio to memcpy of the same bytes;\n"
-           "'x K15 dec' = archive decode over K15 decode with the same implementation, this run;\n"
+           "'x K15 dec' ('enc') = archive decode (encode) over K15's with the same implementation, this run;\n"
+           "archive encode: plan + chunks, the avx2 rows with the portable chunk encoder (same bytes, checked);\n"
            "archive x2 / x4: 2 / 4 chunks a ckc_ans_decode_chunks call (decoded interleaved).\n");
     free(w);
     free(out);
