@@ -10,8 +10,9 @@ always warm and only the node is cold.  Bucket `originals` holds the model's
 files (uploaded with boto3), bucket `packed` its pack (`ckptfs pack SRC
 s3://packed/model`).  For each link (the veth uncapped, which is in-kernel
 like loopback; then capped with `tc qdisc ... tbf` on both ends, 10 and
-2 Gbit/s), each access pattern and each reader count N, three ways to load
-the model, each cold (a new mount or an empty local copy, and
+2 Gbit/s, and 500 Mbit/s, a cap that binds on a small loaded machine where
+2 Gbit/s is more than any of the three gets), each access pattern and each
+reader count N, three ways to load the model, each cold (a new mount or an empty local copy, and
 `echo 3 >/proc/sys/vm/drop_caches`) and in turn so that the machine's noise
 hits them alike:
 
@@ -38,8 +39,8 @@ ckptfs its own counter of packed bytes fetched (target <= 1.02x packed).
 Needs root, /dev/fuse, ip and tc (iproute2), s3fs, python3 with boto3,
 numpy, torch, safetensors, xxhash.  Environment: S3B_DIR (data kept between
 runs, default /var/tmp/ckptfs-s3bench), S3B_SHARDS x S3B_SHARD_MIB (the
-model: 16 x 48 MiB of BF16 safetensors from mount_gen.py), S3B_LINKS
-(default "veth,10gbit,2gbit"), S3B_READERS ("1,4,8"), S3B_PATTERNS
+model: 16 x 32 MiB of BF16 safetensors from mount_gen.py), S3B_LINKS
+(default "veth,10gbit,2gbit,500mbit"), S3B_READERS ("1,4,8"), S3B_PATTERNS
 ("whole,slice"), S3B_METHODS ("ckptfs,s3fs,plain"), CKPTFS_OPTS (extra -o
 for the ckptfs mount), S3FS_OPTS.  Everything stays on this machine; the
 namespace, mounts and daemons are removed on every way out (a stale
@@ -224,8 +225,8 @@ def reader(i, n, pattern, root, shards, go, q):
 
 def run_readers(n, pattern, root, shards, before=None):
     """N readers started together; (seconds from the start to the last one
-    done, {key: hash}, bytes read).  before(): timed, run first (the plain
-    download)."""
+    done, {key: hash}, bytes read, seconds of before()).  before(): timed, run
+    first (the plain download)."""
     ctx = mp.get_context("fork")
     go, q = ctx.Event(), ctx.Queue()
     ps = [ctx.Process(target=reader, args=(i, n, pattern, root, shards, go, q)) for i in range(n)]
@@ -235,6 +236,7 @@ def run_readers(n, pattern, root, shards, before=None):
         t0 = time.perf_counter()
         if before:
             before()
+        t_before = time.perf_counter() - t0
         go.set()
         hashes, total = {}, 0
         for _ in ps:
@@ -247,7 +249,7 @@ def run_readers(n, pattern, root, shards, before=None):
             p.join(timeout=60)
             if p.is_alive():
                 p.kill()
-    return dt, hashes, total
+    return dt, hashes, total, t_before
 
 
 # ---- the plain download ------------------------------------------------------
@@ -324,6 +326,12 @@ class Fuse:
             with open(errlog, errors="replace") as f:
                 raise RuntimeError(f"{fstype} not mounted at {mnt}: {f.read()[-2000:]}")
 
+    def cpu_s(self):
+        """The daemon's CPU seconds (user + system) so far."""
+        with open(f"/proc/{self.p.pid}/stat") as f:
+            v = f.read().rsplit(")", 1)[1].split()
+        return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
+
     def mounted(self):
         with open("/proc/mounts") as f:
             return any(ln.split()[1] == self.mnt for ln in f)
@@ -391,13 +399,17 @@ class Bench:
             drop_caches()
             if method == "plain":
                 dl = Download(n, self.s3, "originals", self.sizes, root)
-            rx0 = self.link.rx_bytes()
-            dt, hashes, nbytes = run_readers(n, pattern, root, self.shards, before=dl.run if dl else None)
+            rx0, cpu0 = self.link.rx_bytes(), m.cpu_s() if m else 0
+            dt, hashes, nbytes, t_dl = run_readers(n, pattern, root, self.shards, before=dl.run if dl else None)
             rx = self.link.rx_bytes() - rx0
+            if m:
+                extra["daemon_cpu_s"] = m.cpu_s() - cpu0
+            if method == "plain":
+                extra = {"download_s": t_dl}
             if method == "ckptfs":
                 st = json.loads(os.getxattr(mnt, "user.ckptfs.stats"))
-                extra = {"fetched": st["s3_packed_bytes_fetched"], "s3_bytes_in": st.get("s3_bytes_in", 0),
-                         "gets": st.get("s3_range_gets", 0)}
+                extra.update({"fetched": st["s3_packed_bytes_fetched"], "s3_bytes_in": st.get("s3_bytes_in", 0),
+                         "gets": st.get("s3_range_gets", 0)})
         finally:
             if m:
                 m.close()
@@ -410,7 +422,7 @@ class Bench:
 # ---- the run --------------------------------------------------------------------
 def prepare(ckptfs, s3, work):
     d = os.environ.get("S3B_DIR", "/var/tmp/ckptfs-s3bench")
-    n, mib = int(os.environ.get("S3B_SHARDS", "16")), int(os.environ.get("S3B_SHARD_MIB", "48"))
+    n, mib = int(os.environ.get("S3B_SHARDS", "16")), int(os.environ.get("S3B_SHARD_MIB", "32"))
     src = os.path.join(d, f"src-{mib}x{n}")
     if not os.path.exists(os.path.join(src, ".done")):
         log(f"making the model: {n} shards of {mib} MiB in {src}")
@@ -478,7 +490,7 @@ def main():
         if not shutil.which(tool):
             print(f"s3_bench: {tool} not found (./dev deps installs it)", file=sys.stderr)
             return 2
-    links = env_list("S3B_LINKS", "veth,10gbit,2gbit")
+    links = env_list("S3B_LINKS", "veth,10gbit,2gbit,500mbit")
     readers = [int(x) for x in env_list("S3B_READERS", "1,4,8")]
     patterns = env_list("S3B_PATTERNS", "whole,slice")
     methods = env_list("S3B_METHODS", "ckptfs,s3fs,plain")
