@@ -80,8 +80,8 @@ static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_
     uint64_t used = 0, b_at = 0;
     for (uint32_t e = 0; e < in->n_extents; e++) {
         const ckp_extent *x = ckp_get_extent(r, e);
-        for (uint64_t c = 0; c < x->n_chunks; c++) {
-            uint64_t len = ckp_chunk_len(x, c), at = x->orig_offset + c * x->chunk_size;
+        for (uint64_t c = 0, k; c < x->n_chunks; c += k) {
+            uint64_t len = ckp_chunk_len(x, c), at = x->orig_offset + c * x->chunk_size, bad;
             if (used && (used + len > cap || at != b_at + used)) {
                 if (unpack_flush(fd, tmp, sha, b, used, b_at))
                     goto out;
@@ -90,10 +90,13 @@ static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_
             }
             if (!used)
                 b_at = at;
-            ckp_status st = ckp_read_chunk(r, e, c, b + used, s);
+            /* up to 4 chunks a call (archive chunks decode faster together) */
+            for (k = 1; k < 4 && c + k < x->n_chunks && used + len + ckp_chunk_len(x, c + k) <= cap; k++)
+                len += ckp_chunk_len(x, c + k);
+            ckp_status st = ckp_read_chunks(r, e, c, k, b + used, s, &bad);
             if (st != CKP_OK) {
                 char where[512];
-                ckpt_describe_chunk(r, e, c, where, sizeof where);
+                ckpt_describe_chunk(r, e, bad, where, sizeof where);
                 fprintf(stderr, "ckptfs unpack: %s%s: %s: %s; refusing to unpack damaged data\n",
                         cku_escape(f->path, esc, sizeof esc), CKP_SUFFIX, where, ckp_status_name(st));
                 rc = damage_or_failure(st);

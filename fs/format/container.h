@@ -228,6 +228,15 @@ void ckp_scratch_free(ckp_scratch *s);
  * must not be returned to anyone. */
 ckp_status ckp_read_chunk(const ckp_reader *r, uint32_t e, uint64_t c, void *dst, ckp_scratch *s);
 
+/* Chunks c..c+n-1 of extent e into dst (capacity >= the sum of their
+ * lengths), one after another, each checked as by ckp_read_chunk; an
+ * ARCHIVE extent's are decoded up to 4 at a time, interleaved, which one
+ * core does faster than one by one.  @return the status of the first chunk
+ * that failed (*bad, when bad is not NULL: its index), CKP_OK if none did;
+ * the bytes of the chunks before it are good, the rest garbage. */
+ckp_status ckp_read_chunks(const ckp_reader *r, uint32_t e, uint64_t c, uint64_t n, void *dst, ckp_scratch *s,
+                           uint64_t *bad);
+
 /* Plane bytes of one extent held by the caller (read with O_DIRECT, say):
  * bytes [off[p], off[p] + len[p]) of plane p (offsets within the plane) at
  * base[p]. */

@@ -2,7 +2,7 @@
  * test_container_ans.c — ARCHIVE extents in packed files (format §5.3):
  * written by the writer, read back exactly by every read path (ckp_pread
  * at any offset into any alignment, ckp_read_chunk_from with the bytes
- * ckp_chunk_need names), the file's version (1.1 with an archive extent,
+ * ckp_chunk_need names, ckp_read_chunks over runs of chunks), the file's version (1.1 with an archive extent,
  * 1.0 without), and damage: a chunk's bytes (that chunk refused, the rest
  * read), the tables (the file refused, R29), an archive extent in a file
  * that says 1.0 (unsupported, R15).
@@ -142,6 +142,26 @@ START_TEST(archive_reads_exactly)
         }
     }
     ckp_close(r);
+    /* ckp_read_chunks: runs of every length from every chunk, into even and
+     * odd addresses (archive batches need an even one), read with pread and
+     * through a mapping */
+    for (int mapped = 0; mapped < 2; mapped++) {
+        ck_assert_int_eq(ckp_open_ex(path, mapped ? CKP_OPEN_MMAP : 0, &r, err, sizeof err), CKP_OK);
+        ck_assert_int_eq(ckp_is_mapped(r), mapped);
+        for (uint32_t e = 0; e < ckp_get_info(r)->n_extents; e++) {
+            const ckp_extent *x = ckp_get_extent(r, e);
+            for (uint64_t c = 0; c <= x->n_chunks; c++)
+                for (uint64_t n = 0; c + n <= x->n_chunks; n++) {
+                    uint64_t bad = 99, from = x->orig_offset + c * x->chunk_size;
+                    uint64_t len = !n ? 0 : (c + n == x->n_chunks ? x->orig_size : (c + n) * x->chunk_size) - c * x->chunk_size;
+                    memset(buf, 0xA5, len + 1);
+                    ck_assert_int_eq(ckp_read_chunks(r, e, c, n, buf + ((c + n) & 1), s, &bad), CKP_OK);
+                    ck_assert(memcmp(buf + ((c + n) & 1), orig + from, len) == 0);
+                }
+            ck_assert_int_eq(ckp_read_chunks(r, e, 0, x->n_chunks + 1, buf, s, NULL), CKP_ERR_ARG);
+        }
+        ckp_close(r);
+    }
     ckp_scratch_free(s);
     free(buf);
     free(orig);
@@ -210,6 +230,17 @@ START_TEST(archive_damage)
                               memcmp(buf, orig + y->orig_offset + c * y->chunk_size, ckp_chunk_len(y, c)) == 0);
             }
         }
+        /* a run over the damaged chunk stops there and names it; the
+         * chunks before it are good, and a run after it reads */
+        const ckp_extent *z = ckp_get_extent(r, 1);
+        uint64_t bad = 0;
+        uint8_t *run = malloc(z->orig_size);
+        ck_assert_int_eq(ckp_read_chunks(r, 1, 0, z->n_chunks, run, s, &bad), CKP_ERR_CHUNK);
+        ck_assert_uint_eq(bad, 1);
+        ck_assert(memcmp(run, orig + z->orig_offset, z->chunk_size) == 0);
+        ck_assert_int_eq(ckp_read_chunks(r, 1, 2, z->n_chunks - 2, run, s, &bad), CKP_OK);
+        ck_assert(memcmp(run, orig + z->orig_offset + 2 * z->chunk_size, z->orig_size - 2 * z->chunk_size) == 0);
+        free(run);
         ckp_close(r);
     }
     /* the same bytes in a file that says 1.0: archive is not 1.0's */
