@@ -8,8 +8,11 @@
  * each group's 16 sign+exponents (lanes 0..15) and then its 16 mantissas.
  * Words are written downwards from the end of dst and moved into place at
  * the end.  The 16 lanes of a group are independent but for the order of
- * their words, so a vector encoder (ckc_ans_enc_x86.c) does a step of all
- * 16 in one go and gives the same bytes.
+ * their words, so the vector encoders (ckc_ans_enc_x86.c: AVX-512, AVX2,
+ * chosen at run time) do a step of all 16 in one go and give the same
+ * bytes.  A weight whose table entry has frequency 0 (a sign+exponent not
+ * in the plan or not in its class, mantissa bits its symbol never had) is
+ * refused: the plan cannot code it.
  */
 #include "ckc_ans_internal.h"
 
@@ -101,7 +104,7 @@ static ckc_status encode_group(const ckc_ans_plan *p, const uint16_t *wg, size_t
     unsigned M = p->ch.mbits;
     uint64_t C = p->ch.n_cols;
     const ckc_ans_esym *man = p->man_enc;
-    ckc_ans_esym ex[CKC_ANS_LANES];
+    ckc_ans_esym ex[CKC_ANS_LANES], mx[CKC_ANS_LANES];
     uint8_t *out = *wp; /* a local copy, which the stores through it cannot change */
 
     if (!p->cls || (p->ch.axis == CKC_ANS_AXIS_ROW && col + r <= C)) { /* one class for the group */
@@ -118,11 +121,13 @@ static ckc_status encode_group(const ckc_ans_plan *p, const uint16_t *wg, size_t
             }
         }
     }
-    for (size_t l = 0; l < r; l++)
-        if (!CKC_ANS_ESYM_FREQ(ex[l]))
-            return CKC_ERR_ARG; /* not a symbol of the plan, or frequency 0 in its class */
+    for (size_t l = 0; l < r; l++) {
+        mx[l] = M ? man[(wg[l] >> 7) * 16u + ((wg[l] & 0x7Fu) >> (7 - M))] : 1ull << 45;
+        if (!CKC_ANS_ESYM_FREQ(ex[l]) || !CKC_ANS_ESYM_FREQ(mx[l]))
+            return CKC_ERR_ARG; /* not a symbol of the plan, or frequency 0 in its table */
+    }
     for (size_t l = r; l-- > 0 && M;)
-        put(&x[l], man[(wg[l] >> 7) * 16u + ((wg[l] & 0x7Fu) >> (7 - M))], CKC_ANS_MAN_BITS, &out);
+        put(&x[l], mx[l], CKC_ANS_MAN_BITS, &out);
     for (size_t l = r; l-- > 0;)
         put(&x[l], ex[l], CKC_ANS_EXP_BITS, &out);
     *wp = out;
@@ -154,6 +159,12 @@ static int use_avx512(ckc_impl impl)
     return (impl == CKC_IMPL_AUTO || impl == CKC_IMPL_AVX512) && ckc_ans_avx512_supported();
 }
 
+static int use_avx2(ckc_impl impl)
+{
+    return (impl == CKC_IMPL_AVX2 || (impl == CKC_IMPL_AUTO && !ckc_ans_avx512_supported())) &&
+           ckc_avx2_supported();
+}
+
 ckc_status ckc_ans_encode_chunk_impl(ckc_impl impl, const ckc_ans_plan *p, const uint16_t *w, size_t n,
                                      uint64_t first, uint8_t *dst, size_t capacity, size_t *written)
 {
@@ -177,6 +188,8 @@ ckc_status ckc_ans_encode_chunk_impl(ckc_impl impl, const ckc_ans_plan *p, const
     }
     if (st == CKC_OK && use_avx512(impl))
         st = ckc_ans_encode_avx512(p, w, first, full, x, &wp);
+    else if (st == CKC_OK && use_avx2(impl))
+        st = ckc_ans_encode_avx2(p, w, first, full, x, &wp);
     else if (st == CKC_OK)
         st = encode_groups(p, w, first, full, x, &wp);
     if (st != CKC_OK)

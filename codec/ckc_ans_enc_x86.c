@@ -4,8 +4,9 @@
  * 64-bit products of the reciprocal division need no shuffling), a group of
  * 16 weights per iteration, from the chunk's last full group to its first:
  *   mantissa step  gather the packed entries man_enc[(w >> 7) * 16 + hi]
- *   exponent step  the same from exp_enc[class * 512 + (w >> 7)], frequency
- *                  0 refused (a symbol not in the plan has frequency 0)
+ *   exponent step  the same from exp_enc[class * 512 + (w >> 7)]
+ * (an entry of frequency 0, in either step, is a weight the plan cannot
+ * code: refused);
  * and a step is: lanes with x >= freq << (31 - b) put their low 16 bits out
  * (compressed in lane order and stored just below the words already
  * written, so lane 0's word is lowest, as the scalar loop's lane 15 first,
@@ -100,6 +101,7 @@ T512 ckc_status ckc_ans_encode_avx512(const ckc_ans_plan *p, const uint16_t *w, 
 
     for (size_t g = g_end; g-- > 0;) {
         __m512i wv, v, k, idx;
+        int bad = 0;
         if (C) { /* step back 16 weights */
             int64_t c = (int64_t)col - 16;
             for (; c < 0; c += (int64_t)C)
@@ -111,14 +113,141 @@ T512 ckc_status ckc_ans_encode_avx512(const ckc_ans_plan *p, const uint16_t *w, 
         k = group_classes(p, col, row);
         if (M) {
             idx = _mm512_add_epi32(_mm512_slli_epi32(v, 4), _mm512_srl_epi32(_mm512_and_si512(wv, low7), shift_m));
-            step16(vx, man, idx, CKC_ANS_MAN_BITS, &out); /* refused below if not codable */
+            bad = step16(vx, man, idx, CKC_ANS_MAN_BITS, &out);
         }
         idx = _mm512_add_epi32(_mm512_slli_epi32(k, 9), v);
-        if (step16(vx, exp, idx, CKC_ANS_EXP_BITS, &out))
-            return CKC_ERR_ARG; /* not a symbol of the plan, or frequency 0 in its class */
+        if (step16(vx, exp, idx, CKC_ANS_EXP_BITS, &out) || bad)
+            return CKC_ERR_ARG; /* not a symbol of the plan, or frequency 0 in its table */
     }
     _mm256_storeu_si256((__m256i *)(void *)x, _mm512_cvtepi64_epi32(vx[0]));
     _mm256_storeu_si256((__m256i *)(void *)(x + 8), _mm512_cvtepi64_epi32(vx[1]));
+    *wp = out;
+    return CKC_OK;
+}
+
+/* ---- AVX2: the same steps, the 16 states in four registers of four 64-bit
+ * lanes; the words go out one by one (AVX2 has no compress), lane 15's
+ * first, downwards, as the scalar loop stores them (each stored just below
+ * the words, which move down over it only if the lane puts it out). ---- */
+
+#define T256 __attribute__((target("avx2,popcnt")))
+
+/* A quarter of a step: lanes 4i..4i+3 with entries e (scale 2^sb).  Returns
+ * the lanes that put a word out (bits 0-3); adds frequency-0 lanes to *bad. */
+T256 static inline unsigned quarter(__m256i *x, __m256i e, unsigned sb, __m256i *bad)
+{
+    const __m256i m13 = _mm256_set1_epi64x(0x1FFF);
+    __m256i v = *x, freq = _mm256_and_si256(_mm256_srli_epi64(e, 45), m13);
+    __m256i bias = _mm256_and_si256(_mm256_srli_epi64(e, 32), m13), q;
+    __m256i keep = _mm256_cmpgt_epi64(_mm256_sll_epi64(freq, _mm_cvtsi32_si128((int)(31 - sb))), v); /* < 2^32: signed is exact */
+    unsigned out = ~(unsigned)_mm256_movemask_pd(_mm256_castsi256_pd(keep)) & 0xFu;
+
+    v = _mm256_blendv_epi8(_mm256_srli_epi64(v, 16), v, keep);
+    q = _mm256_srlv_epi64(_mm256_srli_epi64(_mm256_mul_epu32(v, e), 32), _mm256_srli_epi64(e, 58));
+    q = _mm256_mul_epu32(q, _mm256_sub_epi64(_mm256_set1_epi64x(1ll << sb), freq));
+    *x = _mm256_add_epi64(_mm256_add_epi64(v, bias), q);
+    *bad = _mm256_or_si256(*bad, _mm256_cmpeq_epi64(freq, _mm256_setzero_si256()));
+    return out;
+}
+
+/* A step of all 16 lanes, entries at indexes idx[0] (lanes 0-7) and idx[1]
+ * (8-15) of tab. */
+T256 static inline void step16_avx2(__m256i x[4], const ckc_ans_esym *tab, const __m256i idx[2], unsigned sb,
+                                    uint8_t **wp, __m256i *bad)
+{
+    const long long *t = (const long long *)(const void *)tab;
+    __m256i e0 = _mm256_i32gather_epi64(t, _mm256_castsi256_si128(idx[0]), 8);
+    __m256i e1 = _mm256_i32gather_epi64(t, _mm256_extracti128_si256(idx[0], 1), 8);
+    __m256i e2 = _mm256_i32gather_epi64(t, _mm256_castsi256_si128(idx[1]), 8);
+    __m256i e3 = _mm256_i32gather_epi64(t, _mm256_extracti128_si256(idx[1], 1), 8);
+    uint64_t before[16];
+    unsigned out;
+
+    _mm256_storeu_si256((__m256i *)(void *)before, x[0]);
+    _mm256_storeu_si256((__m256i *)(void *)(before + 4), x[1]);
+    _mm256_storeu_si256((__m256i *)(void *)(before + 8), x[2]);
+    _mm256_storeu_si256((__m256i *)(void *)(before + 12), x[3]);
+    out = quarter(&x[0], e0, sb, bad) | quarter(&x[1], e1, sb, bad) << 4 | quarter(&x[2], e2, sb, bad) << 8 |
+          quarter(&x[3], e3, sb, bad) << 12;
+    for (unsigned l = 16; l-- > 0;) { /* lane 15 first, so lane 0's word ends up lowest; branch-free */
+        uint16_t word = (uint16_t)before[l]; /* stored below *wp, kept if the lane puts it out */
+        memcpy(*wp - 2, &word, 2);
+        *wp -= 2 * (out >> l & 1u);
+    }
+}
+
+/* Classes of the 16 weights from column col, row row, as two vectors of 8. */
+T256 static inline void group_classes_avx2(const ckc_ans_plan *p, uint64_t col, uint64_t row, __m256i k[2])
+{
+    uint64_t C = p->ch.n_cols;
+    uint32_t kk[16];
+
+    if (!p->cls) {
+        k[0] = k[1] = _mm256_setzero_si256();
+        return;
+    }
+    if (col + 16 <= C && p->ch.axis == CKC_ANS_AXIS_ROW) {
+        k[0] = k[1] = _mm256_set1_epi32(p->cls[row]);
+        return;
+    }
+    if (col + 16 <= C) {
+        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(p->cls + col));
+        k[0] = _mm256_cvtepu8_epi32(b);
+        k[1] = _mm256_cvtepu8_epi32(_mm_srli_si128(b, 8));
+        return;
+    }
+    for (unsigned l = 0; l < 16; l++) {
+        kk[l] = p->cls[p->ch.axis == CKC_ANS_AXIS_COL ? col : row];
+        if (++col == C) {
+            col = 0;
+            row++;
+        }
+    }
+    k[0] = _mm256_loadu_si256((const __m256i *)(const void *)kk);
+    k[1] = _mm256_loadu_si256((const __m256i *)(const void *)(kk + 8));
+}
+
+T256 ckc_status ckc_ans_encode_avx2(const ckc_ans_plan *p, const uint16_t *w, uint64_t first, size_t g_end,
+                                    uint32_t x[16], uint8_t **wp)
+{
+    unsigned M = p->ch.mbits;
+    uint64_t C = p->ch.n_cols, i0 = first + g_end * 16, col = C ? i0 % C : 0, row = C ? i0 / C : 0;
+    const __m256i low7 = _mm256_set1_epi32(0x7F);
+    const __m128i shift_m = _mm_cvtsi32_si128((int)(7 - M));
+    __m256i vx[4], bad = _mm256_setzero_si256();
+    uint8_t *out = *wp; /* a local copy, which the stores through it cannot change */
+
+    for (unsigned i = 0; i < 4; i++)
+        vx[i] = _mm256_cvtepu32_epi64(_mm_loadu_si128((const __m128i *)(const void *)(x + 4 * i)));
+    for (size_t g = g_end; g-- > 0;) {
+        __m256i wv[2], v[2], k[2], idx[2];
+        if (C) { /* step back 16 weights */
+            int64_t c = (int64_t)col - 16;
+            for (; c < 0; c += (int64_t)C)
+                row--;
+            col = (uint64_t)c;
+        }
+        for (unsigned h = 0; h < 2; h++) {
+            wv[h] = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(w + g * 16 + 8 * h)));
+            v[h] = _mm256_srli_epi32(wv[h], 7);
+        }
+        group_classes_avx2(p, col, row, k);
+        if (M) {
+            for (unsigned h = 0; h < 2; h++)
+                idx[h] = _mm256_add_epi32(_mm256_slli_epi32(v[h], 4),
+                                          _mm256_srl_epi32(_mm256_and_si256(wv[h], low7), shift_m));
+            step16_avx2(vx, p->man_enc, idx, CKC_ANS_MAN_BITS, &out, &bad); /* refused below if not codable */
+        }
+        for (unsigned h = 0; h < 2; h++)
+            idx[h] = _mm256_add_epi32(_mm256_slli_epi32(k[h], 9), v[h]);
+        step16_avx2(vx, p->exp_enc, idx, CKC_ANS_EXP_BITS, &out, &bad);
+        if (!_mm256_testz_si256(bad, bad))
+            return CKC_ERR_ARG; /* not a symbol of the plan, or frequency 0 in its table */
+    }
+    for (unsigned i = 0; i < 4; i++) {
+        __m256i d = _mm256_permutevar8x32_epi32(vx[i], _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6));
+        _mm_storeu_si128((__m128i *)(void *)(x + 4 * i), _mm256_castsi256_si128(d));
+    }
     *wp = out;
     return CKC_OK;
 }
@@ -130,6 +259,13 @@ ckc_status ckc_ans_encode_avx512(const ckc_ans_plan *p, const uint16_t *w, uint6
 {
     (void)p, (void)w, (void)first, (void)g_end, (void)x, (void)wp;
     return CKC_ERR_ARG; /* never called: ckc_ans_avx512_supported() is 0 */
+}
+
+ckc_status ckc_ans_encode_avx2(const ckc_ans_plan *p, const uint16_t *w, uint64_t first, size_t g_end,
+                               uint32_t x[16], uint8_t **wp)
+{
+    (void)p, (void)w, (void)first, (void)g_end, (void)x, (void)wp;
+    return CKC_ERR_ARG; /* never called: ckc_avx2_supported() is 0 */
 }
 
 #endif

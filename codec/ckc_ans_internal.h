@@ -102,6 +102,8 @@ int ckc_ans_avx512_supported(void);
  * a weight the plan cannot code. */
 ckc_status ckc_ans_encode_avx512(const ckc_ans_plan *p, const uint16_t *w, uint64_t first, size_t g_end,
                                  uint32_t x[16], uint8_t **wp);
+ckc_status ckc_ans_encode_avx2(const ckc_ans_plan *p, const uint16_t *w, uint64_t first, size_t g_end,
+                               uint32_t x[16], uint8_t **wp);
 
 /* ckc_ans_encode_chunk / ckc_ans_decode_chunk with a forced implementation
  * (tests, bench); one this CPU lacks falls back to the portable one. */

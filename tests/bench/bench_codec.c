@@ -200,8 +200,8 @@ static double archive_encode(ckc_impl impl, const uint16_t *w, size_t n, uint64_
 }
 
 /* The archive rows: one per decode implementation and batch; encode (plan
- * + chunks) with the implementation's encoder (AVX2: the portable one),
- * checked to write the same bytes as the others. */
+ * + chunks) with the implementation's chunk encoder, checked to write the
+ * same bytes as the others. */
 static void bench_archive(const uint16_t *w, size_t n, uint64_t cols, int runs, double mc, const double *k15_enc,
                           const double *k15_dec)
 {
@@ -354,7 +354,7 @@ int main(int argc, char **argv)
     printf("enc = histogram + codebook + chunk encode + escape packing (archive: plan + chunk encode);\n"
            "dec = chunk decode; GB/s of BF16 bytes (1e9); 'x mc' = ratio to memcpy of the same bytes;\n"
            "'x K15 dec' ('enc') = archive decode (encode) over K15's with the same implementation, this run;\n"
-           "archive encode: plan + chunks, the avx2 rows with the portable chunk encoder (same bytes, checked);\n"
+           "archive encode: plan + chunks (every implementation writes the same bytes, checked);\n"
            "archive x2 / x4: 2 / 4 chunks a ckc_ans_decode_chunks call (decoded interleaved).\n");
     free(w);
     free(out);
