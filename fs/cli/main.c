@@ -11,6 +11,7 @@
 #include "mount.h"
 #include "mount_opts.h"
 #include "progress.h"
+#include "remote.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -28,6 +29,13 @@
 #define SPACE_HELP                                                                                     \
     "  --no-space-check        go ahead even if the free space looks too small (the check\n"            \
     "                          before writing anything uses an estimate with a margin)\n"
+
+#define S3_HELP                                                                          \
+    "  -o endpoint=URL,region=R,profile=P,s3_timeout=SECONDS\n"                             \
+    "                          s3:// PACKED only (as ckptfs mount takes them): the\n"         \
+    "                          server, the region, the profile of ~/.aws to use (over\n"      \
+    "                          AWS_ENDPOINT_URL, AWS_REGION, AWS_PROFILE), and how long one\n" \
+    "                          request retries a failing server (default 30 s)\n"
 
 /* One subcommand's help: synopsis line, what it does, options, an example. */
 typedef struct {
@@ -69,32 +77,38 @@ SPACE_HELP
      "  --json                  the summary as one JSON object on stdout\n"
      "\n"
      "Example:  ckptfs pack /srv/models/llama /srv/models/llama.packed\n"},
-    {"unpack", "ckptfs unpack [--jobs N] [--progress=WHEN] [--no-space-check] [--json] [-q|-v] PACKED OUT",
+    {"unpack", "ckptfs unpack [--jobs N] [--progress=WHEN] [--no-space-check] [--json] [-q|-v] [-o OPTIONS] PACKED OUT",
      "Rebuild the original files of PACKED in the new directory OUT, checking\n"
      "every chunk and each file's SHA-256.  Damaged data leaves no output (exit 3).\n"
      "PACKED may be s3://BUCKET/PREFIX (credentials, region and endpoint from\n"
-     "the AWS environment: AWS_ACCESS_KEY_ID, AWS_PROFILE, AWS_ENDPOINT_URL, ...).\n"
+     "the AWS environment: AWS_ACCESS_KEY_ID, AWS_PROFILE, AWS_ENDPOINT_URL, ...;\n"
+     "endpoint, region and profile also by -o, below).\n"
      "\n"
      "  --jobs N                threads (default: the number of CPUs)\n"
 PROGRESS_HELP
 COMMON_HELP
 SPACE_HELP
      "  --json                  the summary as one JSON object on stdout\n"
+S3_HELP
      "\n"
      "Example:  ckptfs unpack /srv/models/llama.packed /tmp/llama\n"},
-    {"verify", "ckptfs verify [--against SRC] [--jobs N] [--progress=WHEN] [--json] [-q|-v] PACKED",
+    {"verify", "ckptfs verify [--against SRC] [--jobs N] [--progress=WHEN] [--json] [-q|-v]\n"
+               "       [-o OPTIONS] PACKED",
      "Check every chunk and every file's SHA-256 in PACKED; with --against,\n"
      "compare every byte with the source too.\n"
      "PACKED may be s3://BUCKET/PREFIX (credentials, region and endpoint from\n"
-     "the AWS environment: AWS_ACCESS_KEY_ID, AWS_PROFILE, AWS_ENDPOINT_URL, ...).\n"
+     "the AWS environment: AWS_ACCESS_KEY_ID, AWS_PROFILE, AWS_ENDPOINT_URL, ...;\n"
+     "endpoint, region and profile also by -o, below).\n"
      "Exit status: 0 all good, 3 a packed file is damaged, 4 the pack is intact\n"
-     "but differs from SRC, 1 other failures, 2 usage.\n"
+     "but differs from SRC, 1 other failures (an s3:// object that could not be\n"
+     "read: the server down or timing out, access denied), 2 usage.\n"
      "\n"
      "  --against SRC           the directory (or the one file) that was packed\n"
      "  --jobs N                threads (default: the number of CPUs)\n"
 PROGRESS_HELP
 COMMON_HELP
      "  --json                  the outcome as one JSON object on stdout (also on failure)\n"
+S3_HELP
      "\n"
      "Example:  ckptfs verify --against /srv/models/llama /srv/models/llama.packed\n"},
     {"repack", "ckptfs repack --format k15|bytesplit|archive [--jobs N] PACKED",
@@ -109,17 +123,19 @@ COMMON_HELP
      "  --jobs N                threads (default: the number of CPUs)\n"
      "\n"
      "Example:  ckptfs repack --format k15 /srv/models/llama.packed\n"},
-    {"stat", "ckptfs stat [--json] [-q|-v] PACKED|MOUNTPOINT",
+    {"stat", "ckptfs stat [--json] [-q|-v] [-o OPTIONS] PACKED|MOUNTPOINT",
      "Sizes of PACKED: original, packed and saved, bits per BF16 weight and\n"
      "escape rate for each file and in total, and by dtype and encoding.\n"
      "Given the MOUNTPOINT of a running `ckptfs mount`: the daemon's counters\n"
      "(reads, decoded bytes, cache hits and misses, prefetches, decode errors),\n"
      "read from the extended attribute user.ckptfs.stats of the mount's root.\n"
      "PACKED may be s3://BUCKET/PREFIX (credentials, region and endpoint from\n"
-     "the AWS environment: AWS_ACCESS_KEY_ID, AWS_PROFILE, AWS_ENDPOINT_URL, ...).\n"
+     "the AWS environment: AWS_ACCESS_KEY_ID, AWS_PROFILE, AWS_ENDPOINT_URL, ...;\n"
+     "endpoint, region and profile also by -o, below).\n"
      "\n"
      "  --json                  the same figures as JSON (per file under \"by_file\")\n"
 COMMON_HELP
+S3_HELP
      "\n"
      "Example:  ckptfs stat /srv/models/llama.packed; ckptfs stat /models/llama\n"},
 };
@@ -310,9 +326,13 @@ static int cmd_simple(const char *name, int argc, char **argv)
     char prog[32];
     snprintf(prog, sizeof prog, "ckptfs %s", name);
     argv[0] = prog; /* getopt's own messages begin with it */
-    while ((c = getopt_long(argc, argv, "hqvV", lo, &idx)) != -1) {
+    while ((c = getopt_long(argc, argv, "hqvVo:", lo, &idx)) != -1) {
         if (c == 'a' && !strcmp(name, "verify"))
             against = optarg;
+        else if (c == 'o') {
+            if (ckpt_remote_options(name, optarg))
+                return cmd_usage(name, stderr, CKPT_EXIT_USAGE);
+        }
         else if (c == 'J')
             json = ckpt_json = 1;
         else if (c == 'q')
@@ -340,6 +360,11 @@ static int cmd_simple(const char *name, int argc, char **argv)
     int want = !strcmp(name, "unpack") ? 2 : 1;
     if (argc - optind != want)
         return cmd_usage(name, stderr, CKPT_EXIT_USAGE);
+    if (ckpt_remote_options_given() && !ckpt_is_remote(argv[optind])) {
+        fprintf(stderr, "ckptfs %s: -o endpoint=, region=, profile=, s3_timeout= apply to an s3:// PACKED only, "
+                "not %s\n", name, argv[optind]);
+        return cmd_usage(name, stderr, CKPT_EXIT_USAGE);
+    }
     if (!strcmp(name, "unpack")) {
         ckpt_on_interrupt("ckptfs unpack: interrupted. Nothing is in OUT yet: run the same command again to "
                           "start over (it removes what this run left in OUT.ckptfs-partial).");

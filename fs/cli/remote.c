@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "remote.h"
 #include "s3.h"
@@ -14,6 +15,10 @@
 #include "s3_source.h"
 
 #define MANIFEST_MAX (1ull << 30)   /* format §7: a manifest is at most 1 GiB */
+#define FAIL_FAST_MS 30000          /* after a read gave up on the server: the others fail at once this long */
+
+static cks3_opts g_opts; /* -o, before the pack is loaded */
+static int g_opts_given;
 
 static struct {
     cks3_client *c;
@@ -22,6 +27,35 @@ static struct {
     uint64_t manifest_size;
 } R;
 
+/* This thread's last failure to read an s3:// member that was not the
+ * pack's fault (ckpt_remote_unreadable). */
+static __thread struct {
+    int set;
+    char what[1024];
+} T;
+
+static void note(const char *fmt, const char *a, const char *b)
+{
+    T.set = 1;
+    snprintf(T.what, sizeof T.what, fmt, a, b);
+}
+
+/* cks3_source_ctx.on_error: a ranged GET failed (the server down, timing
+ * out or refusing after the retries, or the object replaced meanwhile);
+ * msg names the object. */
+static void on_read_error(void *arg, const char *msg)
+{
+    (void)arg;
+    note("%s%s", msg, "");
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 static void remote_free(void)
 {
     cks3_client_free(R.c);
@@ -29,6 +63,32 @@ static void remote_free(void)
     free(R.prefix);
     memset(&R, 0, sizeof R);
 }
+
+int ckpt_remote_options(const char *cmd, const char *list)
+{
+    char *copy = strdup(list), *save = NULL, why[256];
+    if (!copy) {
+        fprintf(stderr, "ckptfs %s: out of memory\n", cmd);
+        return -1;
+    }
+    int rc = 0;
+    for (char *tok = strtok_r(copy, ",", &save); tok && !rc; tok = strtok_r(NULL, ",", &save)) {
+        const char *eq = strchr(tok, '=');
+        size_t klen = eq ? (size_t)(eq - tok) : strlen(tok);
+        int t = cks3_opts_take(&g_opts, tok, klen, eq ? eq + 1 : NULL, why, sizeof why);
+        if (t < 0)
+            fprintf(stderr, "ckptfs %s: bad value in option '-o %.*s': %s\n", cmd, (int)klen, tok, why);
+        else if (t == 0)
+            fprintf(stderr, "ckptfs %s: unknown option '-o %.*s' (-o takes endpoint=, region=, profile= and "
+                    "s3_timeout=, for an s3:// PACKED)\n", cmd, (int)klen, tok);
+        rc = t > 0 ? 0 : -1;
+        g_opts_given = 1;
+    }
+    free(copy);
+    return rc;
+}
+
+int ckpt_remote_options_given(void) { return g_opts_given; }
 
 int ckpt_is_remote(const char *dst) { return cks3_is_url(dst); }
 
@@ -46,11 +106,12 @@ ckp_status ckpt_load_manifest(const char *dst, ckm_manifest **out, char *err, si
     }
     atexit(remote_free);
     cks3_config cfg = {0};
+    cks3_opts_apply(&g_opts, &cfg);
     if ((st = cks3_client_new(&cfg, &R.c, msg, sizeof msg)) != CKS3_OK) {
         snprintf(err, cap, "%s: %s", dst, msg);
         return st == CKS3_ERR_NOMEM ? CKP_ERR_NOMEM : CKP_ERR_IO;
     }
-    R.sc = (cks3_source_ctx){.c = R.c, .bucket = R.bucket};
+    R.sc = (cks3_source_ctx){.c = R.c, .bucket = R.bucket, .fail_fast_ms = FAIL_FAST_MS, .on_error = on_read_error};
     char *buf = NULL, name[4096];
     size_t len = 0;
     st = cks3_pack_manifest(R.c, R.bucket, R.prefix, MANIFEST_MAX, &buf, &len, msg, sizeof msg);
@@ -67,13 +128,60 @@ ckp_status ckpt_load_manifest(const char *dst, ckm_manifest **out, char *err, si
     return ps;
 }
 
+/* HEAD of member rel first, to tell a missing object (the pack's fault)
+ * from a server that cannot be reached or refuses (not the pack's): one
+ * request more per file, next to the file's own GETs.  A server that gave
+ * up on a read just before is not asked at all (the retries were spent). */
 ckp_status ckpt_remote_open(const char *rel, ckp_reader **out, char *err, size_t cap)
 {
+    char msg[1024];
+    *out = NULL;
+    T.set = 0;
     if (!R.c) {
         snprintf(err, cap, "%s: no s3:// pack loaded", rel);
         return CKP_ERR_IO;
     }
-    return cks3_pack_open_file(&R.sc, R.prefix, rel, out, err, cap);
+    char *key = cks3_key(R.prefix, rel);
+    if (!key) {
+        snprintf(err, cap, "%s: out of memory", rel);
+        return CKP_ERR_NOMEM;
+    }
+    char where[4200];
+    snprintf(where, sizeof where, "s3://%s/%s", R.bucket, key);
+    cks3_object o;
+    cks3_status hs = CKS3_ERR_NETWORK;
+    if (now_ms() < atomic_load(&R.sc.down_until_ms))
+        snprintf(msg, sizeof msg, "not tried: the server failed just before (see above)");
+    else
+        hs = cks3_head(R.c, R.bucket, key, &o, msg, sizeof msg);
+    free(key);
+    if (hs == CKS3_ERR_NOT_FOUND) {
+        snprintf(err, cap, "%s: not there (the packed directory lacks this packed file)", where);
+        return CKP_ERR_IO;
+    }
+    if (hs != CKS3_OK) {
+        if (cks3_status_transient(hs))
+            atomic_store(&R.sc.down_until_ms, now_ms() + FAIL_FAST_MS);
+        int named = !strncmp(msg, "s3://", 5); /* the client's messages name the object */
+        snprintf(err, cap, "%s%s%s", named ? "" : where, named ? "" : ": ", msg);
+        note("%s%s", err, "");
+        return hs == CKS3_ERR_NOMEM ? CKP_ERR_NOMEM : CKP_ERR_IO;
+    }
+    ckp_status st = cks3_pack_open_file(&R.sc, R.prefix, rel, out, err, cap);
+    if (st == CKP_ERR_IO && T.set) { /* a GET of its header or TOC: say what failed */
+        size_t n = strlen(err);
+        snprintf(err + n, cap - n, " (%s)", T.what);
+    } else if (st == CKP_ERR_IO) { /* its own HEAD failed, though ours did not */
+        note("%s%s", err, "");
+    }
+    return st;
+}
+
+int ckpt_remote_unreadable(const char **what)
+{
+    if (what)
+        *what = T.set ? T.what : "";
+    return T.set;
 }
 
 uint64_t ckpt_remote_manifest_size(void) { return R.manifest_size; }

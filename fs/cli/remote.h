@@ -13,6 +13,15 @@
 #include "container.h"
 #include "manifest.h"
 
+/* -o LIST of verify, stat and unpack: the S3 connection's settings
+ * (endpoint=, region=, profile=, s3_timeout=: the mount's, one parser,
+ * s3.h cks3_opts), kept for ckpt_load_manifest.  @return 0, or -1 after
+ * printing "ckptfs CMD: ..." (an unknown option, a bad value: never
+ * echoed). */
+int ckpt_remote_options(const char *cmd, const char *list);
+/* 1 if -o gave any of them (they apply to an s3:// PACKED only). */
+int ckpt_remote_options_given(void);
+
 /* 1 if dst names an S3 prefix (s3://). */
 int ckpt_is_remote(const char *dst);
 /* The manifest of the packed directory dst, local (ckm_load) or s3://.
@@ -21,8 +30,17 @@ int ckpt_is_remote(const char *dst);
 ckp_status ckpt_load_manifest(const char *dst, ckm_manifest **out, char *err, size_t errCapacity);
 /* Open member rel (path with the .ckpt suffix) of the s3:// pack loaded by
  * ckpt_load_manifest.  Thread-safe.  @return as ckp_open_source; CKP_ERR_IO
- * when it cannot be fetched. */
+ * when it cannot be fetched: the object is not there (the pack's fault), or
+ * the server could not be reached, failed or refused (ckpt_remote_unreadable
+ * tells which). */
 ckp_status ckpt_remote_open(const char *rel, ckp_reader **out, char *err, size_t errCapacity);
+/* 1 if the last failure on this thread of ckpt_remote_open, or of a read
+ * of a reader it opened (CKP_ERR_IO), was not the pack's fault: the server
+ * unreachable, failing or timing out after the retries, an error status,
+ * access refused, the object replaced while read; *what (if given) then
+ * says which object and what failed (no secret).  0: the object is missing,
+ * or nothing failed that way since ckpt_remote_open last began. */
+int ckpt_remote_unreadable(const char **what);
 /* Bytes of the manifest object (0 if unknown) and of every packed file's
  * object listed (for the summaries). */
 uint64_t ckpt_remote_manifest_size(void);

@@ -29,23 +29,29 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
-enum { VERIFY_OK = 0, VERIFY_DAMAGED = 1, VERIFY_DIFFERS = 2, VERIFY_UNSUPPORTED = 3, VERIFY_UNREADABLE = 4 };
+enum { VERIFY_OK = 0, VERIFY_DAMAGED = 1, VERIFY_DIFFERS = 2, VERIFY_UNSUPPORTED = 3, VERIFY_UNREADABLE = 4,
+       VERIFY_NOT_READ = 5 };
 
 /* Check every chunk of one packed file; with a source file (src_path), every
  * byte too.  Returns VERIFY_DAMAGED if the packed file fails a check (that
  * wins), VERIFY_DIFFERS if only the source is missing or differs,
  * VERIFY_UNSUPPORTED if it is of a format version this ckptfs cannot read,
  * VERIFY_UNREADABLE if the source file is there but cannot be read (not a
- * difference: nothing could be compared). */
+ * difference: nothing could be compared), VERIFY_NOT_READ if an s3://
+ * object could not be read (the server down or failing after the retries,
+ * access refused, the object replaced meanwhile: not damage, and nothing
+ * more of the file is checked). */
 static int verify_file(const char *dst, const char *src_path, const ckm_file *f, ckp_scratch *s,
                        uint8_t *src_buf)
 {
     char esc[PATH_MAX]; /* a path as messages print it */
     ckp_status why;
     ckp_reader *r = ckpt_open_member_why("verify", dst, f, &why);
+    if (!r && why == CKP_ERR_IO && ckpt_is_remote(dst) && ckpt_remote_unreadable(NULL))
+        return VERIFY_NOT_READ; /* the line printed says which object and what failed */
     if (!r)
         return why == CKP_ERR_VERSION ? VERIFY_UNSUPPORTED : VERIFY_DAMAGED;
-    int bad = 0, sfd = -1, differs = 0, unreadable = 0;
+    int bad = 0, sfd = -1, differs = 0, unreadable = 0, not_read = 0;
     if (src_path) {
         struct stat st;
         char msg[512];
@@ -76,9 +82,9 @@ static int verify_file(const char *dst, const char *src_path, const ckm_file *f,
     int chunks_ok = 1;
     uint8_t *b = cku_sha256_pipe_buffer(sha);
     uint64_t used = 0;
-    for (uint32_t e = 0; e < in->n_extents; e++) {
+    for (uint32_t e = 0; e < in->n_extents && !not_read; e++) {
         const ckp_extent *x = ckp_get_extent(r, e);
-        for (uint64_t c = 0; c < x->n_chunks; c++) {
+        for (uint64_t c = 0; c < x->n_chunks && !not_read; c++) {
             uint64_t len = ckp_chunk_len(x, c), at = x->orig_offset + c * x->chunk_size;
             char where[512];
             if (used + len > cap) {
@@ -87,6 +93,18 @@ static int verify_file(const char *dst, const char *src_path, const ckm_file *f,
                 used = 0;
             }
             ckp_status st = ckp_read_chunk(r, e, c, b + used, s);
+            if (st == CKP_ERR_IO && ckpt_is_remote(dst)) {
+                /* the bytes never came: not damage, and the rest of the file
+                 * would not come either (the server failed after its retries) */
+                const char *what;
+                if (!ckpt_remote_unreadable(&what))
+                    what = "not tried: the server failed just before (see above)";
+                ckpt_describe_chunk(r, e, c, where, sizeof where);
+                fprintf(stderr, "ckptfs verify: %s/%s%s: %s: cannot be read, not checked (not damage: %s)\n", dst,
+                        cku_escape(f->path, esc, sizeof esc), CKP_SUFFIX, where, what);
+                not_read = 1;
+                continue;
+            }
             if (st != CKP_OK) {
                 ckpt_describe_chunk(r, e, c, where, sizeof where);
                 fprintf(stderr, "ckptfs verify: %s%s: %s: %s\n", cku_escape(f->path, esc, sizeof esc), CKP_SUFFIX,
@@ -112,7 +130,7 @@ static int verify_file(const char *dst, const char *src_path, const ckm_file *f,
     uint8_t d[32];
     cku_sha256_pipe_submit(sha, used);
     cku_sha256_pipe_final(sha, d);
-    if (chunks_ok && memcmp(d, in->sha256, 32)) {
+    if (chunks_ok && !not_read && memcmp(d, in->sha256, 32)) {
         fprintf(stderr, "ckptfs verify: %s: SHA-256 differs from the recorded one\n",
                 cku_escape(f->path, esc, sizeof esc));
         bad = 1;
@@ -120,7 +138,8 @@ static int verify_file(const char *dst, const char *src_path, const ckm_file *f,
     if (sfd >= 0)
         close(sfd);
     ckp_close(r);
-    return bad ? VERIFY_DAMAGED : unreadable ? VERIFY_UNREADABLE : differs ? VERIFY_DIFFERS : VERIFY_OK;
+    return bad ? VERIFY_DAMAGED : not_read ? VERIFY_NOT_READ : unreadable ? VERIFY_UNREADABLE
+           : differs ? VERIFY_DIFFERS : VERIFY_OK;
 }
 
 /* Files verified at once, like unpack's (files_at_once). */
@@ -129,7 +148,7 @@ typedef struct {
     int against_file;
     const ckm_manifest *m;
     cku_progress *pr;
-    atomic_size_t next, damaged, differ, newer, unreadable;
+    atomic_size_t next, damaged, differ, newer, unreadable, not_read;
 } verify_pool;
 
 static void *verify_worker(void *arg)
@@ -156,6 +175,8 @@ static void *verify_worker(void *arg)
             atomic_fetch_add(&v->newer, 1);
         else if (r == VERIFY_UNREADABLE)
             atomic_fetch_add(&v->unreadable, 1);
+        else if (r == VERIFY_NOT_READ)
+            atomic_fetch_add(&v->not_read, 1);
         else if (ckpt_verbosity >= 2 && !ckpt_json)
             printf("  ok: %s\n", CKU_ESC(v->m->files[i].path));
         cku_progress_add(v->pr, v->m->files[i].size);
@@ -270,15 +291,16 @@ static int verify_locked(const char *dst, const char *against, int jobs)
     atomic_init(&v.differ, 0);
     atomic_init(&v.newer, 0);
     atomic_init(&v.unreadable, 0);
+    atomic_init(&v.not_read, 0);
     cku_run_threads(ckpt_files_at_once(jobs), verify_worker, &v);
     size_t damaged = atomic_load(&v.damaged), differ = atomic_load(&v.differ), newer = atomic_load(&v.newer),
-           unreadable = atomic_load(&v.unreadable);
+           unreadable = atomic_load(&v.unreadable), not_read = atomic_load(&v.not_read);
     double secs = cku_progress_seconds(v.pr);
     cku_progress_done(v.pr);
     size_t extra = against && !against_file ? not_in_pack(against, "", m) : 0;
     size_t link_differ = against && !against_file ? links_differ(against, m) : 0;
     differ += link_differ;
-    size_t bad = damaged + differ + newer + extra + unreadable + (size_t)src_gone;
+    size_t bad = damaged + differ + newer + extra + unreadable + not_read + (size_t)src_gone;
     if (newer)
         fprintf(stderr,
                 "ckptfs verify: %s: %zu of %zu file%s use%s a format version this ckptfs cannot read (see above; "
@@ -293,12 +315,16 @@ static int verify_locked(const char *dst, const char *against, int jobs)
     if (extra)
         fprintf(stderr, "ckptfs verify: %s: %zu %s of the source %s %s not in the pack\n", dst, extra,
                 extra == 1 ? "file or directory" : "files or directories", against, extra == 1 ? "is" : "are");
+    if (not_read)
+        fprintf(stderr, "ckptfs verify: %s: %zu of %zu packed file%s could not be read from the server (see above): "
+                "not checked, which is not damage; run verify again once the server answers\n", dst, not_read,
+                m->n_files, cku_s(m->n_files));
     if (unreadable)
         fprintf(stderr, "ckptfs verify: %s: %zu of %zu source file%s cannot be read (see above): not compared; "
                 "fix their permissions or run verify as a user who can read them\n", dst, unreadable, m->n_files,
                 cku_s(m->n_files));
     int status = damaged                          ? CKPT_EXIT_DAMAGED
-                 : newer || unreadable || src_gone ? CKPT_EXIT_FAIL
+                 : newer || unreadable || src_gone || not_read ? CKPT_EXIT_FAIL
                  : differ || extra                 ? CKPT_EXIT_DIFFERS
                                                    : CKPT_EXIT_OK;
     if (ckpt_json) { /* the outcome in every case, for scripts */
@@ -311,6 +337,7 @@ static int verify_locked(const char *dst, const char *against, int jobs)
         cJSON_AddNumberToObject(o, "original_bytes", (double)bytes);
         cJSON_AddNumberToObject(o, "damaged", (double)damaged);
         cJSON_AddNumberToObject(o, "newer_format", (double)newer);
+        cJSON_AddNumberToObject(o, "not_read", (double)not_read);
         cJSON_AddNumberToObject(o, "differ", (double)differ);
         cJSON_AddNumberToObject(o, "not_in_pack", (double)extra);
         cJSON_AddNumberToObject(o, "source_unreadable", (double)(unreadable + (size_t)src_gone));
@@ -322,7 +349,7 @@ static int verify_locked(const char *dst, const char *against, int jobs)
         return status;
     }
     char h[16], rate[24];
-    if (src_gone && !damaged && !newer)
+    if (src_gone && !damaged && !newer && !not_read)
         fprintf(stderr, "ckptfs verify: %s: %zu file%s, all checksums ok, but nothing was compared with the source "
                 "(see above)\n", dst, m->n_files, cku_s(m->n_files));
     if (!bad && ckpt_verbosity >= 1)

@@ -183,6 +183,10 @@ static ckfs_status parse_one(ckfs_mount_opts *o, const char *opt, char *err, siz
     size_t klen = eq ? (size_t)(eq - opt) : strlen(opt);
     const char *val = eq ? eq + 1 : NULL;
 #define KEY(k) (klen == sizeof(k) - 1 && memcmp(opt, k, klen) == 0)
+    char why[256];
+    int s3 = cks3_opts_take(&o->s3, opt, klen, val, why, sizeof why);
+    if (s3) /* endpoint=, region=, profile=, s3_timeout=: not echoed (a password in an endpoint) */
+        return s3 > 0 ? 0 : usage_err(err, cap, "ckptfs mount: bad value in option '%.*s': %s", (int)klen, opt, why);
     if (!val) {
         if (KEY("ro") || KEY("nosuid") || KEY("nodev") || KEY("default_permissions"))
             return 0;
@@ -230,21 +234,12 @@ static ckfs_status parse_one(ckfs_mount_opts *o, const char *opt, char *err, siz
             return 0;
         if (KEY("dir_mode") && parse_mask(val, &o->dir_mode) == 0)
             return 0;
-        if (KEY("endpoint") && *val && strlen(val) < sizeof o->endpoint)
-            return snprintf(o->endpoint, sizeof o->endpoint, "%s", val), 0;
-        if (KEY("region") && *val && strlen(val) < sizeof o->region)
-            return snprintf(o->region, sizeof o->region, "%s", val), 0;
-        if (KEY("profile") && *val && strlen(val) < sizeof o->profile)
-            return snprintf(o->profile, sizeof o->profile, "%s", val), 0;
         if (KEY("s3_windows") && parse_uint(val, 1, 256, &o->s3_windows) == 0)
             return 0;
         if (KEY("cache_dir") && *val && strlen(val) < sizeof o->cache_dir)
             return snprintf(o->cache_dir, sizeof o->cache_dir, "%s", val), 0;
         if (KEY("cache_dir_size") && parse_size(val, &o->cache_dir_size) == 0 && o->cache_dir_size >= (1u << 20))
             return 0;
-        unsigned secs;
-        if (KEY("s3_timeout") && parse_uint(val, 1, 3600, &secs) == 0)
-            return o->s3_timeout_ms = secs * 1000u, 0;
         if (KEY("log") && *val && strlen(val) < sizeof o->log)
             return snprintf(o->log, sizeof o->log, "%s", val), 0; /* val is freed after parsing */
         if (KEY("uid") || KEY("gid"))
@@ -267,12 +262,8 @@ static ckfs_status parse_one(ckfs_mount_opts *o, const char *opt, char *err, siz
             return usage_err(err, cap, BAD "an octal mode from 0 to 0777 expected", opt);
         if (KEY("log"))
             return usage_err(err, cap, BAD "a file name, or stderr expected", opt);
-        if (KEY("endpoint") || KEY("region") || KEY("profile"))
-            return usage_err(err, cap, BAD "a value (endpoint=http://HOST:PORT, region=us-east-1, profile=NAME) expected", opt);
         if (KEY("s3_windows"))
             return usage_err(err, cap, BAD "a whole number from 1 to 256 expected", opt);
-        if (KEY("s3_timeout"))
-            return usage_err(err, cap, BAD "a whole number of seconds from 1 to 3600 expected", opt);
         if (KEY("cache_dir"))
             return usage_err(err, cap, BAD "a directory expected", opt);
         if (KEY("cache_dir_size"))
@@ -306,7 +297,7 @@ ckfs_status ckfs_parse_mount_args(int argc, char **argv, ckfs_mount_opts *o, cha
     o->mmap = 1;
     o->drop_packed = -1;
     o->s3_windows = CKFS_DEFAULT_S3_WINDOWS;
-    o->s3_timeout_ms = CKFS_DEFAULT_S3_TIMEOUT_MS;
+    o->s3.timeout_ms = CKFS_DEFAULT_S3_TIMEOUT_MS;
     o->cache_dir_size = CKFS_DEFAULT_CACHE_DIR_SIZE;
     o->uid = o->gid = -1;
     o->fmask = o->dmask = -1;

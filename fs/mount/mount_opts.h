@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "mount.h" /* ckfs_status */
+#include "s3.h"    /* cks3_opts */
 
 #define CKFS_DEFAULT_CACHE (256ull << 20)
 #define CKFS_DEFAULT_THREADS 16
@@ -46,11 +47,11 @@ typedef struct {
                                 * shows, whatever was stored (then masked); -1: stored */
     int mmap;                  /* decode from mappings of the packed files (default 1) */
     /* PACKED is s3://BUCKET/PREFIX (readpath.c, s3_mount.c): where and how */
-    char endpoint[1024];       /* endpoint=: "" the AWS way (fs/s3/s3.h) */
-    char region[128];          /* region= */
-    char profile[256];         /* profile= */
+    cks3_opts s3;              /* endpoint=, region=, profile=, s3_timeout= (the time one
+                                * read may spend retrying, then EIO; default
+                                * CKFS_DEFAULT_S3_TIMEOUT_MS): fs/s3/s3.h's parser,
+                                * shared with verify, stat and unpack */
     unsigned s3_windows;       /* s3_windows=: range GETs in flight at most */
-    unsigned s3_timeout_ms;    /* s3_timeout=: time one read may spend retrying, then EIO */
     char cache_dir[4096];      /* cache_dir=: local disk cache of fetched ranges ("" none) */
     uint64_t cache_dir_size;   /* cache_dir_size=: its bound in bytes */
     int drop_packed;           /* drop packed pages once decoded: 1 on, 0 off,

@@ -111,11 +111,8 @@ ckfs_status ckfs_s3_load(ckfs_ctx *c, char *err, size_t cap)
         c->dst = NULL;
         return cku_errf(err, cap, CKFS_ERR_NOMEM, "%s: out of memory", c->o.dst);
     }
-    cks3_config cfg = {.endpoint = c->o.endpoint[0] ? c->o.endpoint : NULL,
-                       .region = c->o.region[0] ? c->o.region : NULL,
-                       .profile = c->o.profile[0] ? c->o.profile : NULL,
-                       .max_conns = c->o.s3_windows * 3 + c->o.threads,
-                       .retry_ms = c->o.s3_timeout_ms};
+    cks3_config cfg = {.max_conns = c->o.s3_windows * 3 + c->o.threads};
+    cks3_opts_apply(&c->o.s3, &cfg);
     if ((st = cks3_client_new(&cfg, &s->client, msg, sizeof msg)) != CKS3_OK)
         return cku_errf(err, cap, st == CKS3_ERR_NOMEM ? CKFS_ERR_NOMEM : CKFS_ERR_IO, "%s: %s", c->dst, msg);
     s->sc = (cks3_source_ctx){.c = s->client, .bucket = s->bucket, .fail_fast_ms = FAIL_FAST_MS,

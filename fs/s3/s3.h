@@ -93,6 +93,27 @@ typedef struct {
     unsigned stall_s;          /* a transfer under 1 KiB/s this long is retried; 0: 10 */
 } cks3_config;
 
+/* ---- -o endpoint=URL,region=R,profile=P,s3_timeout=SECONDS ------------------
+ * How `ckptfs mount` and the commands that read s3:// (verify, stat,
+ * unpack) take the connection's settings on their command line, over the
+ * AWS environment and files (above).  One parser for all of them. */
+typedef struct {
+    char endpoint[1024];       /* endpoint=: "" the AWS way */
+    char region[128];          /* region= */
+    char profile[256];         /* profile= */
+    unsigned timeout_ms;       /* s3_timeout= (1 to 3600 s): cks3_config.retry_ms; 0: not given */
+} cks3_opts;
+
+/* Take one option KEY=VAL (key: klen bytes; val NULL for a bare KEY) into
+ * o.  @return 1 taken; 0 not one of these (o unchanged); -1 a bad value,
+ * err saying what is expected (never the value: an endpoint may carry a
+ * password).  An endpoint with a user name or password in it is refused:
+ * credentials go the AWS way, never on a command line (ps shows it). */
+int cks3_opts_take(cks3_opts *o, const char *key, size_t klen, const char *val, char *err, size_t errCapacity);
+/* cfg's endpoint, region, profile and retry_ms from what o has (the rest
+ * of cfg, and what o has not, left alone).  cfg points into o. */
+void cks3_opts_apply(const cks3_opts *o, cks3_config *cfg);
+
 typedef struct cks3_client cks3_client;
 
 /* Resolve endpoint, region and credentials (above) and set up the pool.

@@ -155,6 +155,13 @@ static int load_profile(const char *name, profile_vals *v, char **credFile, char
 
 /* ---- resolution ----------------------------------------------------------- */
 
+int cks3_url_has_userinfo(const char *url)
+{
+    const char *a = strstr(url, "://");
+    a = a ? a + 3 : url;
+    return memchr(a, '@', strcspn(a, "/?#")) != NULL;
+}
+
 static int endpoint_ok(const char *e)
 {
     return (!strncmp(e, "http://", 7) && e[7]) || (!strncmp(e, "https://", 8) && e[8]);
@@ -205,6 +212,12 @@ cks3_status cks3_settings_resolve(const cks3_config *cfg, cks3_settings *s, char
                      : env("AWS_ENDPOINT_URL") ? env("AWS_ENDPOINT_URL") : pv.endpoint;
     s->region = strdup(region);
     if (ep) {
+        if (cks3_url_has_userinfo(ep)) {
+            st = serr(err, cap, CKS3_ERR_CONFIG, "the endpoint has a user name or password in it: refused (it "
+                      "would show in messages); give the credentials as AWS_ACCESS_KEY_ID and "
+                      "AWS_SECRET_ACCESS_KEY, or a profile");
+            goto out;
+        }
         if (!endpoint_ok(ep)) {
             st = serr(err, cap, CKS3_ERR_CONFIG, "endpoint %s: not an http:// or https:// URL", ep);
             goto out;

@@ -25,6 +25,9 @@ typedef struct {
 
 cks3_status cks3_settings_resolve(const cks3_config *cfg, cks3_settings *s, char *err, size_t cap);
 void cks3_settings_wipe(cks3_settings *s);
+/* 1 if url has a user name or password in it (scheme://USER[:PASS]@host):
+ * refused as an endpoint, never printed. */
+int cks3_url_has_userinfo(const char *url);
 
 struct cks3_client {
     cks3_settings set;

@@ -6,6 +6,10 @@ request rate") without reaching the server.  Listens on 127.0.0.1, a free port.
 
     with FaultProxy(s3.port, every=5, burst=2) as px:
         ... endpoint px.endpoint ...; px.injected 503s sent
+
+gate (optional): called as gate(method, path, headers) before a request is
+forwarded; if it returns true, the connection is closed without a reply (a
+server gone: the client sees an empty reply or a reset).
 """
 import http.client
 import threading
@@ -16,8 +20,9 @@ SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Cod
 
 
 class FaultProxy:
-    def __init__(self, upstream_port, every=5, burst=2):
+    def __init__(self, upstream_port, every=5, burst=2, gate=None):
         self.upstream = upstream_port
+        self.gate = gate
         self.every, self.burst = every, burst
         self.count = self.injected = 0
         self.lock = threading.Lock()
@@ -32,6 +37,9 @@ class FaultProxy:
             def handle_any(self):
                 n = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(n) if n else b""
+                if proxy.gate and proxy.gate(self.command, self.path, self.headers):
+                    self.close_connection = True
+                    return
                 with proxy.lock:
                     k = proxy.count
                     proxy.count += 1

@@ -6,6 +6,12 @@ byte of one object's chunk data changed, exits 3 naming that file (the local
 copy of the same bytes does too: the damage is real); unpack gives every
 original byte; stat's figures equal the local pack's; a prefix without a
 pack, a missing bucket and wrong credentials fail with exit 1 saying which.
+-o endpoint=,region=,profile=,s3_timeout= (mount's options, one parser)
+work for verify, stat and unpack and win over the environment; a password
+in an endpoint is refused unechoed.  The server stopped in the middle of a
+verify (at the first HEAD, and among the chunk reads) is exit 1 naming the
+object and what failed, not exit 3 (damage), and the same verify passes once
+the server is back.
 Usage: test_s3_commands.py CKPTFS
 """
 import hashlib
@@ -15,10 +21,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from s3fixture import SECRET_KEY, SeaweedS3  # noqa: E402
+from s3fixture import ACCESS_KEY, SECRET_KEY, SeaweedS3, free_ports  # noqa: E402
+from s3proxy import FaultProxy  # noqa: E402
 
 CKPTFS = os.path.abspath(sys.argv[1])
 FAILS = []
@@ -81,6 +90,8 @@ def main():
     try:
         with SeaweedS3() as s3:
             run(s3, tmp)
+            options(s3, tmp)
+            server_stopped(s3, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("FAILED: " + "; ".join(FAILS) if FAILS else "all passed")
@@ -150,6 +161,93 @@ def run(s3, tmp):
     r = ck(s3.env(AWS_SECRET_ACCESS_KEY="wrong-secret"), "stat", url)
     check(r.returncode == 1 and "access denied" in r.stderr and SECRET_KEY not in r.stderr + r.stdout,
           f"stat with a wrong secret: exit 1, access denied, no secret ({r.stderr.strip()})")
+
+
+
+def options(s3, tmp):
+    """-o endpoint=,region=,profile=,s3_timeout= of verify, stat and unpack."""
+    src, url = os.path.join(tmp, "src"), s3.url("models/m1")
+    dead = f"http://127.0.0.1:{free_ports(1)[0]}"                # nothing listens there
+    seen = ""                                                     # every message, for the secret
+    # the environment names a dead endpoint and no region: -o wins
+    env = s3.env(AWS_ENDPOINT_URL=dead)
+    del env["AWS_REGION"]
+    o = f"endpoint={s3.endpoint},region=us-east-1"
+    r = ck(env, "verify", "-o", o, url)
+    seen += r.stdout + r.stderr
+    check(r.returncode == 0 and "all checksums ok" in r.stdout, f"verify -o endpoint=,region=: exit 0 ({r.stderr.strip()})")
+    r = ck(env, "stat", "--json", "-o", o, url)
+    seen += r.stdout + r.stderr
+    check(r.returncode == 0 and json.loads(r.stdout or "{}").get("files") == 4,
+          f"stat -o endpoint=,region=: exit 0, 4 files ({r.stderr.strip()})")
+    out = os.path.join(tmp, "out-o")
+    r = ck(env, "unpack", "-o", o, url, out)
+    seen += r.stdout + r.stderr
+    check(r.returncode == 0 and digest_tree(out) == digest_tree(src), f"unpack -o endpoint=: every byte ({r.stderr.strip()})")
+    # and the other way round: the right endpoint in the environment, a dead one by -o
+    t0 = time.monotonic()
+    r = ck(s3.env(), "verify", "-o", f"endpoint={dead},s3_timeout=1", url)
+    seen += r.stdout + r.stderr
+    check(r.returncode == 1 and "cannot reach" in r.stderr and time.monotonic() - t0 < 30,
+          f"verify -o endpoint=DEAD,s3_timeout=1: exit 1 soon, cannot reach ({r.returncode}: {r.stderr.strip()})")
+    # profile= from a credentials file, no keys in the environment
+    creds = os.path.join(tmp, "credentials")
+    with open(creds, "w") as f:
+        f.write(f"[ckt]\naws_access_key_id = {ACCESS_KEY}\naws_secret_access_key = {SECRET_KEY}\n")
+    env = s3.env(AWS_SHARED_CREDENTIALS_FILE=creds, AWS_CONFIG_FILE=os.path.join(tmp, "no-config"))
+    del env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]
+    r = ck(env, "verify", "-o", "profile=ckt", url)
+    seen += r.stdout + r.stderr
+    check(r.returncode == 0, f"verify -o profile=ckt (credentials file only): exit 0 ({r.stderr.strip()})")
+    r = ck(env, "stat", "-o", "profile=nope", url)
+    seen += r.stdout + r.stderr
+    check(r.returncode == 1 and "profile nope" in r.stderr, f"stat -o profile=nope: exit 1 naming it ({r.stderr.strip()})")
+    check(SECRET_KEY not in seen, "no message shows the secret")
+    # usage errors: a password in the endpoint (never echoed), unknown keys, -o on a local pack
+    r = ck(s3.env(), "verify", "-o", f"endpoint=http://{ACCESS_KEY}:hunter2pw@127.0.0.1:1", url)
+    check(r.returncode == 2 and "password" in r.stderr and "hunter2pw" not in r.stderr + r.stdout,
+          f"a password in -o endpoint=: exit 2, refused, not echoed ({r.stderr.strip()})")
+    r = ck(s3.env(), "verify", "-o", "cache_size=1G", url)
+    check(r.returncode == 2 and "unknown option '-o cache_size'" in r.stderr, f"-o cache_size=: exit 2 ({r.stderr.strip()})")
+    r = ck(s3.env(), "verify", "-o", "s3_timeout=0", url)
+    check(r.returncode == 2 and "s3_timeout" in r.stderr, f"-o s3_timeout=0: exit 2 ({r.stderr.strip()})")
+    r = ck(s3.env(), "stat", "-o", "region=us-east-1", os.path.join(tmp, "packed"))
+    check(r.returncode == 2 and "s3:// PACKED only" in r.stderr, f"-o with a local PACKED: exit 2 ({r.stderr.strip()})")
+
+
+def server_stopped(s3, tmp):
+    """The server stopped in the middle of a verify: a network failure is
+    exit 1 naming the object and what failed, never exit 3 (damage).  A
+    proxy in front of the server forwards requests until the cut, then
+    stops the server and closes every connection without a reply."""
+    url = s3.url("models/m1")
+    for stage, cut_at in (("the first HEAD", lambda m, h, n: m == "HEAD"),
+                          ("the chunk reads", lambda m, h, n: m == "GET" and h.get("Range") and n >= 20)):
+        lock, state = threading.Lock(), {"cut": False, "ranged": 0}
+
+        def gate(method, path, headers, cut_at=cut_at, lock=lock, state=state):
+            with lock:
+                if not state["cut"] and cut_at(method, headers, state["ranged"]):
+                    state["cut"] = True
+                    s3.stop()
+                state["ranged"] += bool(headers.get("Range"))
+                return state["cut"]
+
+        with FaultProxy(s3.port, every=1, burst=0, gate=gate) as px:
+            t0 = time.monotonic()
+            r = ck(s3.env(AWS_ENDPOINT_URL=px.endpoint), "verify", "--jobs", "1", "--json", "-o", "s3_timeout=2", url)
+            dt = time.monotonic() - t0
+        j = json.loads(r.stdout or "{}")
+        check(state["cut"], f"server stopped at {stage}")
+        check(r.returncode == 1 and j.get("damaged") == 0 and j.get("not_read", 0) >= 1,
+              f"server stopped at {stage}: exit 1, nothing damaged, files not read ({r.returncode}: {r.stdout.strip()})")
+        check(f"{url}/" in r.stderr and ".ckpt" in r.stderr and "Server returned nothing" in r.stderr
+              and "could not be read from the server" in r.stderr,
+              f"server stopped at {stage}: names the object and what failed ({r.stderr.strip()})")
+        check(dt < 60, f"server stopped at {stage}: verify ends soon ({dt:.1f} s, s3_timeout=2)")
+        s3.start()
+        r = ck(s3.env(), "verify", url)
+        check(r.returncode == 0, f"after the server is back: verify exit 0 (it was not damage) ({r.stderr.strip()})")
 
 
 if __name__ == "__main__":
