@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -274,24 +275,40 @@ static int mount_at(const char *mnt, const char *want, char dev[32])
     return found;
 }
 
-/* Before fuse_session_unmount.  libfuse 3.14 unmounts the mount point's
- * path unless the device polls POLLERR (the connection has ended).  A mount
- * detached while files stay open (umount -l, fusermount3 -uz) keeps its
- * connection, so a daemon stopped by a signal then unmounted whatever was
- * mounted at that path since (another daemon's mount; with nothing there,
- * 'fuse: failed to unmount ...: Invalid argument').  When our mount (device
- * dev) is no longer at mnt, the device's descriptor is swapped for a pipe's
- * write end without a reader, which polls POLLERR: libfuse closes it and
- * unmounts nothing.  Closing the device ends the connection, as the exit
- * would (readers still holding files get ENOTCONN). */
+/* Before fuse_session_unmount, which unmounts the mount point's path
+ * unless the device polls POLLERR (the connection has ended).  Two races
+ * with that path (libfuse 3.14):
+ * - A mount detached while files stay open (umount -l, fusermount3 -uz)
+ *   keeps its connection, so a daemon stopped by a signal then unmounted
+ *   whatever was mounted at that path since (another daemon's mount; with
+ *   nothing there, 'fuse: failed to unmount ...: Invalid argument').
+ * - A SIGTERM and an unmount by someone else at once (a service manager's
+ *   stop and fusermount3 -u): the other unmount may land between libfuse's
+ *   poll and its own umount2, which then fails and prints the same line.
+ * So when our mount (device dev) is no longer at mnt, nothing is unmounted;
+ * when it is and we are root, it is detached here, an EINVAL from a
+ * concurrent unmount being the outcome wanted.  In both cases the device's
+ * descriptor is then swapped for a pipe's write end without a reader, which
+ * polls POLLERR: libfuse closes it and unmounts nothing.  Closing the
+ * device ends the connection, as the exit would (readers still holding
+ * files get ENOTCONN).  Not root: libfuse runs fusermount3 -q, quiet. */
 static void leave_mount_point(struct fuse_session *se, const char *mnt, const char *dev)
 {
     int p[2];
-    if (!dev[0] || mount_at(mnt, dev, NULL) != 0 || pipe2(p, O_CLOEXEC) != 0)
-        return; /* still ours, or unknown: libfuse unmounts it */
+    if (!dev[0])
+        return; /* unknown: libfuse unmounts it */
+    int ours = mount_at(mnt, dev, NULL);
+    if (ours < 0 || (ours && geteuid() != 0))
+        return;
+    if (ours && umount2(mnt, MNT_DETACH) != 0 && errno != EINVAL) {
+        ckfs_log("cannot unmount %s: %s", mnt, strerror(errno));
+        return; /* libfuse tries again, its own way */
+    }
+    if (pipe2(p, O_CLOEXEC) != 0)
+        return;
     close(p[0]);
     if (dup3(p[1], fuse_session_fd(se), O_CLOEXEC) < 0)
-        ckfs_log("cannot release the detached mount's device: %s", strerror(errno));
+        ckfs_log("cannot release the mount's device: %s", strerror(errno));
     close(p[1]);
 }
 
