@@ -4,7 +4,8 @@
  *      cudaMemcpy (bytes copied per second); target >= 80%;
  *   2. fused GEMV (escapes included, through the patch list the loader
  *      builds) vs cuBLAS BF16 (cublasGemmEx, FP32 compute) on 8192x8192,
- *      2048x6144, 6144x2048 at batch 1, 2, 4, 8, K15 and byte-split; target
+ *      2048x6144, 6144x2048 at batch 1, 2, 4, 8 (and a 4096x1376 tensor-parallel
+ *      slice at batch 1 and 8), K15 and byte-split; target
  *      <= 0.75x cuBLAS time at batch 1; "bytes" is the fused kernel's bytes
  *      over cuBLAS's (the ratio at equal bandwidth);
  *   3. load of a packed model to VRAM vs the BF16 original with plain
@@ -512,6 +513,9 @@ int main(int argc, char **argv)
     const uint64_t shapes[3][2] = {{8192, 8192}, {2048, 6144}, {6144, 2048}};
     for (auto &sh : shapes)
         bench_gemv(hb, s, sh[0], sh[1], prop.l2CacheSize, log, batches);
+    /* a tensor-parallel slice: Llama-2-7B's down_proj at TP 8 (11008 / 8 = 1376 columns, not a multiple
+     * of 128: K15 runs the fused kernel's SHIFT variant) */
+    bench_gemv(hb, s, 4096, 1376, prop.l2CacheSize, log, std::vector<int>{1, 8});
     cublasDestroy(hb);
 
     bench_load(work, quick ? 256 : load_mib, s, log);
