@@ -131,42 +131,80 @@ static INL int can_group(const ckc_ans_stream *s, size_t ps, size_t j)
     return j + 16 <= s->n && s->n_words - ps >= 32;
 }
 
-/* N streams interleaved (N a constant after inlining: the arrays live in
- * registers) until one of them cannot take a group. */
-T512 static INL void run512(ckc_ans_stream *s, const unsigned N)
-{
-    __m512i X[CKC_ANS_MAX_STREAMS];
-    size_t ps[CKC_ANS_MAX_STREAMS], j[CKC_ANS_MAX_STREAMS];
-    gpos g[CKC_ANS_MAX_STREAMS];
-    unsigned i;
+/* One stream's loop state, kept in registers (each run below names its
+ * streams, so the compiler has no array to keep in memory). */
+typedef struct {
+    ckc_ans_stream *s;
+    size_t ps, j;
+    gpos g;
+} cursor;
 
-    for (i = 0; i < N; i++) {
-        X[i] = _mm512_loadu_si512(s[i].x);
-        ps[i] = s[i].pos;
-        j[i] = s[i].j;
-        g[i] = gpos_at(s[i].t, s[i].first + j[i]);
-    }
-    for (;;) {
-        for (i = 0; i < N; i++)
-            if (!can_group(&s[i], ps[i], j[i]))
-                goto done;
-        for (i = 0; i < N; i++) {
-            X[i] = group512(s[i].t, X[i], s[i].words, &ps[i], g[i], s[i].out + j[i]);
-            j[i] += 16;
-            gpos_next(s[i].t, &g[i]);
-        }
-    }
-done:
-    for (i = 0; i < N; i++) {
-        _mm512_storeu_si512(s[i].x, X[i]);
-        s[i].pos = ps[i];
-        s[i].j = j[i];
-    }
+static INL cursor cur_at(ckc_ans_stream *s)
+{
+    cursor c = {s, s->pos, s->j, gpos_at(s->t, s->first + s->j)};
+    return c;
 }
 
-T512 static void run512_1(ckc_ans_stream *s) { run512(s, 1); }
-T512 static void run512_2(ckc_ans_stream *s) { run512(s, 2); }
-T512 static void run512_4(ckc_ans_stream *s) { run512(s, 4); }
+static INL int cur_can(const cursor *c) { return can_group(c->s, c->ps, c->j); }
+
+static INL void cur_done(cursor *c)
+{
+    c->s->pos = c->ps;
+    c->s->j = c->j;
+}
+
+T512 static INL void step512(cursor *c, __m512i *X)
+{
+    *X = group512(c->s->t, *X, c->s->words, &c->ps, c->g, c->s->out + c->j);
+    c->j += 16;
+    gpos_next(c->s->t, &c->g);
+}
+
+/* 1, 2 or 4 streams interleaved, until one of them cannot take a group. */
+T512 static void run512_1(ckc_ans_stream *s)
+{
+    cursor a = cur_at(s);
+    __m512i Xa = _mm512_loadu_si512(s[0].x);
+    while (cur_can(&a))
+        step512(&a, &Xa);
+    _mm512_storeu_si512(s[0].x, Xa);
+    cur_done(&a);
+}
+
+T512 static void run512_2(ckc_ans_stream *s)
+{
+    cursor a = cur_at(s), b = cur_at(s + 1);
+    __m512i Xa = _mm512_loadu_si512(s[0].x), Xb = _mm512_loadu_si512(s[1].x);
+    while (cur_can(&a) && cur_can(&b)) {
+        step512(&a, &Xa);
+        step512(&b, &Xb);
+    }
+    _mm512_storeu_si512(s[0].x, Xa);
+    _mm512_storeu_si512(s[1].x, Xb);
+    cur_done(&a);
+    cur_done(&b);
+}
+
+T512 static void run512_4(ckc_ans_stream *s)
+{
+    cursor a = cur_at(s), b = cur_at(s + 1), c = cur_at(s + 2), d = cur_at(s + 3);
+    __m512i Xa = _mm512_loadu_si512(s[0].x), Xb = _mm512_loadu_si512(s[1].x), Xc = _mm512_loadu_si512(s[2].x),
+            Xd = _mm512_loadu_si512(s[3].x);
+    while (cur_can(&a) && cur_can(&b) && cur_can(&c) && cur_can(&d)) {
+        step512(&a, &Xa);
+        step512(&b, &Xb);
+        step512(&c, &Xc);
+        step512(&d, &Xd);
+    }
+    _mm512_storeu_si512(s[0].x, Xa);
+    _mm512_storeu_si512(s[1].x, Xb);
+    _mm512_storeu_si512(s[2].x, Xc);
+    _mm512_storeu_si512(s[3].x, Xd);
+    cur_done(&a);
+    cur_done(&b);
+    cur_done(&c);
+    cur_done(&d);
+}
 
 T512 void ckc_ans_decode_avx512(ckc_ans_stream *s, size_t count)
 {
@@ -254,41 +292,40 @@ T256 static INL void group256(const ckc_ans_tables *t, __m256i X[2], const uint8
     _mm256_storeu_si256((__m256i *)out, v);
 }
 
-T256 static INL void run256(ckc_ans_stream *s, const unsigned N)
+T256 static INL void step256(cursor *c, __m256i X[2])
 {
-    __m256i X[CKC_ANS_MAX_STREAMS][2];
-    size_t ps[CKC_ANS_MAX_STREAMS], j[CKC_ANS_MAX_STREAMS];
-    gpos g[CKC_ANS_MAX_STREAMS];
-    unsigned i;
-
-    for (i = 0; i < N; i++) {
-        X[i][0] = _mm256_loadu_si256((const __m256i *)s[i].x);
-        X[i][1] = _mm256_loadu_si256((const __m256i *)(s[i].x + 8));
-        ps[i] = s[i].pos;
-        j[i] = s[i].j;
-        g[i] = gpos_at(s[i].t, s[i].first + j[i]);
-    }
-    for (;;) {
-        for (i = 0; i < N; i++)
-            if (!can_group(&s[i], ps[i], j[i]))
-                goto done;
-        for (i = 0; i < N; i++) {
-            group256(s[i].t, X[i], s[i].words, &ps[i], g[i], s[i].out + j[i]);
-            j[i] += 16;
-            gpos_next(s[i].t, &g[i]);
-        }
-    }
-done:
-    for (i = 0; i < N; i++) {
-        _mm256_storeu_si256((__m256i *)s[i].x, X[i][0]);
-        _mm256_storeu_si256((__m256i *)(s[i].x + 8), X[i][1]);
-        s[i].pos = ps[i];
-        s[i].j = j[i];
-    }
+    group256(c->s->t, X, c->s->words, &c->ps, c->g, c->s->out + c->j);
+    c->j += 16;
+    gpos_next(c->s->t, &c->g);
 }
 
-T256 static void run256_1(ckc_ans_stream *s) { run256(s, 1); }
-T256 static void run256_2(ckc_ans_stream *s) { run256(s, 2); }
+T256 static void run256_1(ckc_ans_stream *s)
+{
+    cursor a = cur_at(s);
+    __m256i Xa[2] = {_mm256_loadu_si256((const __m256i *)s[0].x), _mm256_loadu_si256((const __m256i *)(s[0].x + 8))};
+    while (cur_can(&a))
+        step256(&a, Xa);
+    _mm256_storeu_si256((__m256i *)s[0].x, Xa[0]);
+    _mm256_storeu_si256((__m256i *)(s[0].x + 8), Xa[1]);
+    cur_done(&a);
+}
+
+T256 static void run256_2(ckc_ans_stream *s)
+{
+    cursor a = cur_at(s), b = cur_at(s + 1);
+    __m256i Xa[2] = {_mm256_loadu_si256((const __m256i *)s[0].x), _mm256_loadu_si256((const __m256i *)(s[0].x + 8))};
+    __m256i Xb[2] = {_mm256_loadu_si256((const __m256i *)s[1].x), _mm256_loadu_si256((const __m256i *)(s[1].x + 8))};
+    while (cur_can(&a) && cur_can(&b)) {
+        step256(&a, Xa);
+        step256(&b, Xb);
+    }
+    _mm256_storeu_si256((__m256i *)s[0].x, Xa[0]);
+    _mm256_storeu_si256((__m256i *)(s[0].x + 8), Xa[1]);
+    _mm256_storeu_si256((__m256i *)s[1].x, Xb[0]);
+    _mm256_storeu_si256((__m256i *)(s[1].x + 8), Xb[1]);
+    cur_done(&a);
+    cur_done(&b);
+}
 
 T256 void ckc_ans_decode_avx2(ckc_ans_stream *s, size_t count)
 {
