@@ -305,48 +305,80 @@ static int parents(s3_send *s, mf_build *b, const char *path)
     return 0;
 }
 
+/* DST's state (the files the pack is to hold), parsed; NULL after saying why. */
+static cJSON *load_state(s3_send *s, pack_ctx *c)
+{
+    struct stat st;
+    char *buf = NULL;
+    cJSON *o = NULL;
+    int fd = openat(c->lock_fd, CKP_STATE_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0 && !fstat(fd, &st) && (buf = malloc((size_t)st.st_size + 1)) &&
+        read_at(fd, (uint8_t *)buf, (size_t)st.st_size, 0) == (ssize_t)st.st_size) {
+        buf[st.st_size] = 0;
+        o = cJSON_Parse(buf);
+    }
+    if (!o)
+        fprintf(stderr, "ckptfs pack: %s/%s: cannot read it back (%s)\n", c->dst, CKP_STATE_NAME, s->url);
+    free(buf);
+    if (fd >= 0)
+        close(fd);
+    return o;
+}
+
+/* Add the file s->files[k] (its object s->packed[k]) to b, and its directories. */
+static int add_file(s3_send *s, mf_build *b, size_t k)
+{
+    if (b->m.n_files == b->cap_files) {
+        size_t cap = b->cap_files ? 2 * b->cap_files : 64;
+        ckm_file *f = realloc(b->m.files, cap * sizeof *f);
+        if (!f)
+            return -1;
+        b->m.files = f;
+        b->cap_files = cap;
+    }
+    b->m.files[b->m.n_files] = s->files[k];
+    if (!(b->m.files[b->m.n_files].path = strdup(s->files[k].path)))
+        return -1;
+    b->m.n_files++;
+    b->packed += s->packed[k];
+    return parents(s, b, s->files[k].path);
+}
+
+/* The files the state lists, each as its object says (sent or found there
+ * in this run, with the size and mtime the state records), and the
+ * directories above them and above the links. */
 static int hook_add_files(ckpt_pack_remote *rm, pack_ctx *c, mf_build *b)
 {
     s3_send *s = (s3_send *)rm;
-    int rc = 0;
+    cJSON *st = load_state(s, c);
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(st, "files");
+    int rc = cJSON_IsArray(files) ? 0 : -1;
     pthread_mutex_lock(&s->lock);
-    for (size_t i = 0; !rc && i < c->list.n; i++) { /* every source file's copy is there, as sent or kept */
-        const src_entry *e = &c->list.v[i];
+    s->n_held = 0;
+    for (const cJSON *f = rc ? NULL : files->child; !rc && f; f = f->next) {
+        const char *p = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "path"));
+        const cJSON *sz = cJSON_GetObjectItemCaseSensitive(f, "size");
+        const char *mt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "mtime_ns"));
         size_t k = 0;
-        while (!e->is_dir && k < s->n && strcmp(s->files[k].path, e->rel))
+        while (p && k < s->n && strcmp(s->files[k].path, p))
             k++;
-        if (!e->is_dir && (k == s->n || s->files[k].size != (uint64_t)e->st.st_size ||
-                           s->files[k].mtime_ns != mtime_ns(&e->st))) {
-            fprintf(stderr, "ckptfs pack: %s/%s%s: not sent (internal error); run the same command again\n",
-                    s->url, CKU_ESC(e->rel), CKP_SUFFIX);
+        if (!p || !mt || !cJSON_IsNumber(sz) || k == s->n || (double)s->files[k].size != sz->valuedouble ||
+            s->files[k].mtime_ns != strtoll(mt, NULL, 10)) {
+            fprintf(stderr, "ckptfs pack: %s/%s%s: not there as the pack's state records it; run the same command "
+                    "again\n", s->url, p ? CKU_ESC(p) : "?", CKP_SUFFIX);
             rc = -1;
-        }
-    }
-    for (size_t i = 0; !rc && i < s->n; i++) {
-        if (b->m.n_files == b->cap_files) {
-            size_t cap = b->cap_files ? 2 * b->cap_files : 64;
-            ckm_file *f = realloc(b->m.files, cap * sizeof *f);
-            if (!f) {
-                rc = -1;
-                break;
-            }
-            b->m.files = f;
-            b->cap_files = cap;
-        }
-        b->m.files[b->m.n_files] = s->files[i];
-        if (!(b->m.files[b->m.n_files].path = strdup(s->files[i].path)))
+        } else if (add_file(s, b, k)) {
             rc = -1;
-        else
-            b->m.n_files++;
-        b->packed += s->packed[i];
-        rc = rc || parents(s, b, s->files[i].path);
+        } else {
+            s->n_held++;
+        }
     }
     for (const cJSON *l = c->hold_links ? c->hold_links->child : NULL; !rc && l; l = l->next) {
         const char *p = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(l, "path"));
         rc = p ? parents(s, b, p) : 0;
     }
-    s->n_held = s->n;
     pthread_mutex_unlock(&s->lock);
+    cJSON_Delete(st);
     return rc;
 }
 

@@ -176,6 +176,22 @@ def run(s3, tmp, stage):
     r = ck(env, "pack", src, url)
     check(r.returncode == 0 and "0 packed files sent" in r.stdout,
           f"a rerun of a complete pack sends nothing ({r.stdout.strip()[-200:]})")
+    # another source (one file changed, one gone): refused, then --force
+    # replaces the pack; its manifest lists exactly the new source's files
+    other = os.path.join(tmp, "other1")
+    shutil.copytree(src, other)
+    os.remove(os.path.join(other, "sub", "blob.bin"))
+    with open(os.path.join(other, "config.json"), "a") as f:
+        f.write(" ")
+    r = ck(env, "pack", other, url)
+    check(r.returncode == 1, f"pack of another source to the prefix: refused without --force ({r.stderr[-200:]})")
+    r = ck(env, "pack", "--force", other, url)
+    out1 = os.path.join(tmp, "out1")
+    r2 = ck(env, "unpack", url, out1)
+    check(r.returncode == 0 and r2.returncode == 0 and digest_tree(out1) == digest_tree(other),
+          f"--force from another source: the pack holds exactly its files ({r.stderr[-200:]}{r2.stderr[-200:]})")
+    r = ck(env, "pack", "--force", src, url)
+    check(r.returncode == 0, f"and back to the first source with --force ({r.stderr[-200:]})")
 
     # 2. killed at a random point (each on a fresh prefix), then rerun to the end
     rnd = random.Random(int(os.environ.get("S3_PACK_SEED", "0")) or None)
