@@ -96,9 +96,15 @@ static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_
             ckp_status st = ckp_read_chunks(r, e, c, k, b + used, s, &bad);
             if (st != CKP_OK) {
                 char where[512];
+                const char *what;
                 ckpt_describe_chunk(r, e, bad, where, sizeof where);
-                fprintf(stderr, "ckptfs unpack: %s%s: %s: %s; refusing to unpack damaged data\n",
-                        cku_escape(f->path, esc, sizeof esc), CKP_SUFFIX, where, ckp_status_name(st));
+                if (st == CKP_ERR_IO && ckpt_is_remote(dst)) /* the bytes never came: not damage */
+                    fprintf(stderr, "ckptfs unpack: %s/%s%s: %s: cannot be read (%s)\n", dst,
+                            cku_escape(f->path, esc, sizeof esc), CKP_SUFFIX, where,
+                            ckpt_remote_unreadable(&what) ? what : "the server failed just before: see above");
+                else
+                    fprintf(stderr, "ckptfs unpack: %s%s: %s: %s; refusing to unpack damaged data\n",
+                            cku_escape(f->path, esc, sizeof esc), CKP_SUFFIX, where, ckp_status_name(st));
                 rc = damage_or_failure(st);
                 goto out;
             }

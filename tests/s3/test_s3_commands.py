@@ -221,8 +221,10 @@ def server_stopped(s3, tmp):
     proxy in front of the server forwards requests until the cut, then
     stops the server and closes every connection without a reply."""
     url = s3.url("models/m1")
-    for stage, cut_at in (("the first HEAD", lambda m, h, n: m == "HEAD"),
-                          ("the chunk reads", lambda m, h, n: m == "GET" and h.get("Range") and n >= 20)):
+    out = os.path.join(tmp, "out-cut")
+    for cmd, stage, cut_at in (("verify", "the first HEAD", lambda m, h, n: m == "HEAD"),
+                               ("verify", "the chunk reads", lambda m, h, n: m == "GET" and h.get("Range") and n >= 20),
+                               ("unpack", "the chunk reads", lambda m, h, n: m == "GET" and h.get("Range") and n >= 20)):
         lock, state = threading.Lock(), {"cut": False, "ranged": 0}
 
         def gate(method, path, headers, cut_at=cut_at, lock=lock, state=state):
@@ -235,16 +237,22 @@ def server_stopped(s3, tmp):
 
         with FaultProxy(s3.port, every=1, burst=0, gate=gate) as px:
             t0 = time.monotonic()
-            r = ck(s3.env(AWS_ENDPOINT_URL=px.endpoint), "verify", "--jobs", "1", "--json", "-o", "s3_timeout=2", url)
+            args = ["--json", url] if cmd == "verify" else [url, out]
+            r = ck(s3.env(AWS_ENDPOINT_URL=px.endpoint), cmd, "--jobs", "1", "-o", "s3_timeout=2", *args)
             dt = time.monotonic() - t0
-        j = json.loads(r.stdout or "{}")
-        check(state["cut"], f"server stopped at {stage}")
-        check(r.returncode == 1 and j.get("damaged") == 0 and j.get("not_read", 0) >= 1,
-              f"server stopped at {stage}: exit 1, nothing damaged, files not read ({r.returncode}: {r.stdout.strip()})")
-        check(f"{url}/" in r.stderr and ".ckpt" in r.stderr and "Server returned nothing" in r.stderr
-              and "could not be read from the server" in r.stderr,
-              f"server stopped at {stage}: names the object and what failed ({r.stderr.strip()})")
-        check(dt < 60, f"server stopped at {stage}: verify ends soon ({dt:.1f} s, s3_timeout=2)")
+        what = f"{cmd}, the server stopped at {stage}"
+        check(state["cut"], what)
+        if cmd == "verify":
+            j = json.loads(r.stdout or "{}")
+            check(r.returncode == 1 and j.get("damaged") == 0 and j.get("not_read", 0) >= 1,
+                  f"{what}: exit 1, nothing damaged, files not read ({r.returncode}: {r.stdout.strip()})")
+            check("could not be read from the server" in r.stderr, f"{what}: the summary says so")
+        else:
+            check(r.returncode == 1 and "damaged" not in r.stderr and not os.path.exists(out),
+                  f"{what}: exit 1, not called damage, nothing in OUT ({r.returncode})")
+        check(f"{url}/" in r.stderr and ".ckpt" in r.stderr and "Server returned nothing" in r.stderr,
+              f"{what}: names the object and what failed ({r.stderr.strip()})")
+        check(dt < 60, f"{what}: ends soon ({dt:.1f} s, s3_timeout=2)")
         s3.start()
         r = ck(s3.env(), "verify", url)
         check(r.returncode == 0, f"after the server is back: verify exit 0 (it was not damage) ({r.stderr.strip()})")
