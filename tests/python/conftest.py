@@ -34,6 +34,27 @@ def is_mounted(mnt):
         return any(line.split()[1] == mnt and line.split()[2] == "fuse.ckptfs" for line in f)
 
 
+def _threads_of(pid):
+    """Where each thread of a daemon that would not exit is waiting (kernel
+    wait channel and stack), for the failure message."""
+    out = ["\n--- daemon %d did not exit; its threads:" % pid]
+    try:
+        tids = sorted(os.listdir("/proc/%d/task" % pid), key=int)
+    except OSError as e:
+        return "\n--- daemon %d: %s" % (pid, e)
+    for t in tids:
+        base = "/proc/%d/task/%s/" % (pid, t)
+        parts = []
+        for name in ("comm", "wchan", "stack"):
+            try:
+                with open(base + name, errors="replace") as f:
+                    parts.append(f.read().strip())
+            except OSError:
+                pass
+        out.append(" | ".join(parts))
+    return "\n".join(out)
+
+
 class Mount:
     """`with Mount(binary, dst, mnt, opts) as m:` serves dst at m.path."""
 
@@ -41,6 +62,7 @@ class Mount:
         self.binary, self.dst, self.path, self.opts = binary, dst, os.path.abspath(mnt), opts
         self.proc = None
         self.lazy = False
+        self.hang = ""
         self.log = self.path + ".log"
 
     def start(self):
@@ -71,9 +93,12 @@ class Mount:
                 subprocess.call(["umount", "-l", self.path], stderr=subprocess.DEVNULL)
         if self.proc is None:
             return None
+        # A hang guard, not a speed check: a daemon's exit after the unmount
+        # once took over 15 s on a 2-core box at load 20 (the old limit).
         try:
-            return self.proc.wait(timeout=5 if self.lazy else 15)
+            return self.proc.wait(timeout=30 if self.lazy else 60)
         except subprocess.TimeoutExpired:
+            self.hang = _threads_of(self.proc.pid)
             self.proc.kill()
             return self.proc.wait()
 
@@ -84,7 +109,7 @@ class Mount:
         rc = self.stop()
         if exc[0] is None and rc not in (0, None):
             how = "fusermount3 -u failed (busy), then umount -l" if self.lazy else "fusermount3 -u"
-            raise AssertionError("ckptfs mount exited with %s after %s: %s" % (rc, how, self.log_text()))
+            raise AssertionError("ckptfs mount exited with %s after %s: %s%s" % (rc, how, self.log_text(), self.hang))
         return False
 
 
