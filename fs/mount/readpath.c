@@ -427,7 +427,16 @@ void ckfs_ahead_next(ckfs_ahead *a, uint64_t depth, uint64_t off, uint64_t end, 
     uint64_t hint = run / 2 < hmax ? run / 2 : hmax;
     /* a run that began in this tensor stops at its end: a loader taking
      * tensors by name jumps elsewhere next (layers.1 -> layers.10) */
-    uint64_t stop = a->run_start >= xstart && xend < fsize ? xend : fsize;
+    int in_tensor = a->run_start >= xstart && xend < fsize;
+    uint64_t stop = in_tensor ? xend : fsize;
+    /* s3:// (hint_max set): a run that began before this tensor streams the
+     * file and gets the network windows at the full distance at once.  The
+     * local ramp (half the run) had a whole-file reader wait on each of ~180
+     * windows of 0.8 MB of a 537 MB model, the link idle half the time at
+     * 500 Mbit/s (s3_bench, docs/object-storage.md); slicers, whose runs
+     * begin in a tensor, keep the ramp. */
+    if (a->hint_max && !in_tensor)
+        hint = hmax;
     p->from = a->ahead_to > end ? a->ahead_to : end;
     p->to = end + ahead < stop ? end + ahead : stop;
     if (p->to > p->from)

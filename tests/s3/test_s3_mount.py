@@ -241,7 +241,10 @@ def run(s3, tmp, mounts):
         check(os.path.getsize(os.path.join(other, "extra", "blob.bin.ckpt")) ==
               os.path.getsize(os.path.join(packed, "extra", "blob.bin.ckpt")), "the replacement packs to the same size")
         c = s3.client()
-        with mount("mnt3", "s3_timeout=3") as m:
+        # prefetch=0: the read after the replacement must reach the server
+        # (a streaming reader's windows may already hold the whole 12 MB of
+        # the old object: its own bytes, the original ones, served rightly)
+        with mount("mnt3", "s3_timeout=3,prefetch=0") as m:
             blob = os.path.join(m.mnt, "extra", "blob.bin")
             orig = open(os.path.join(src, "extra", "blob.bin"), "rb").read()
             with open(blob, "rb", buffering=0) as f:
