@@ -15,15 +15,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from s3fixture import SECRET_KEY, SeaweedS3  # noqa: E402
+from s3check import FAILS, check  # noqa: E402
 
 TOOL = sys.argv[1]
-FAILS = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        FAILS.append(what)
 
 
 def tool(s3, *args, env=None, **kw):

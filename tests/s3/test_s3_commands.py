@@ -28,16 +28,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from s3fixture import ACCESS_KEY, SECRET_KEY, SeaweedS3, free_ports  # noqa: E402
 from s3proxy import FaultProxy  # noqa: E402
+from s3check import FAILS, MB, check  # noqa: E402
 
 CKPTFS = os.path.abspath(sys.argv[1])
-FAILS = []
-MB = 1 << 20
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        FAILS.append(what)
 
 
 def digest_tree(root):

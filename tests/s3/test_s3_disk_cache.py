@@ -31,29 +31,9 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from s3fixture import SeaweedS3  # noqa: E402
+from s3check import FAILS, MB, Mount, check, sha, tree  # noqa: E402
 
 CKPTFS = os.path.abspath(sys.argv[1])
-FAILS = []
-MB = 1 << 20
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        FAILS.append(what)
-
-
-def sha(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for b in iter(lambda: f.read(MB), b""):
-            h.update(b)
-    return h.hexdigest()
-
-
-def tree(root):
-    return {os.path.relpath(os.path.join(d, n), root): os.path.join(d, n)
-            for d, _, fs in os.walk(root) for n in fs}
 
 
 def safetensors(path, tensors):
@@ -72,48 +52,6 @@ def safetensors(path, tensors):
         f.write(struct.pack("<Q", len(h)) + h)
         for b in blobs:
             f.write(b)
-
-
-class Mount:
-    """ckptfs mount -f of url at mnt (stopped with fusermount3 -u)."""
-
-    def __init__(self, url, mnt, env, opts):
-        self.mnt, self.log = mnt, mnt + ".log"
-        os.makedirs(mnt, exist_ok=True)
-        # SIGTERM to the daemon if this test dies (a ctest timeout): it unmounts
-        self.p = subprocess.Popen(["setpriv", "--pdeathsig", "TERM", "--", CKPTFS, "mount", "-f", "-o",
-                                   f"log={self.log},{opts}", url, mnt], env=env,
-                                  stdout=subprocess.DEVNULL, stderr=open(mnt + ".err", "wb"))
-        deadline = time.time() + 60
-        while not self.mounted() and self.p.poll() is None and time.time() < deadline:
-            time.sleep(0.05)
-        if not self.mounted():
-            self.close()
-            raise RuntimeError("not mounted: " + open(mnt + ".err", errors="replace").read())
-
-    def mounted(self):
-        with open("/proc/mounts") as f:
-            return any(ln.split()[1] == self.mnt for ln in f)
-
-    def stats(self):
-        return json.loads(os.getxattr(self.mnt, "user.ckptfs.stats"))
-
-    def close(self):
-        if self.mounted():
-            subprocess.run(["fusermount3", "-u", self.mnt], capture_output=True)
-        try:
-            self.p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
-        if self.mounted():  # a killed daemon's mount
-            subprocess.run(["fusermount3", "-uz", self.mnt], capture_output=True)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        self.close()
 
 
 def entries(cache):

@@ -28,39 +28,15 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 from s3fixture import SECRET_KEY, SeaweedS3  # noqa: E402
 from s3proxy import FaultProxy  # noqa: E402
+from s3check import FAILS, MB, Mount, check, sha, tree  # noqa: E402
 
 CKPTFS = os.path.abspath(sys.argv[1])
-FAILS = []
-MB = 1 << 20
 
 
 def want(n):
     """Sections to run: all, or those in S3_MOUNT_ONLY (\"4,5\": while debugging)."""
     only = os.environ.get("S3_MOUNT_ONLY")
     return not only or str(n) in only.split(",")
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        FAILS.append(what)
-
-
-def sha(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for b in iter(lambda: f.read(MB), b""):
-            h.update(b)
-    return h.hexdigest()
-
-
-def tree(root):
-    out = {}
-    for d, dirs, files in os.walk(root):
-        for n in files:
-            p = os.path.join(d, n)
-            out[os.path.relpath(p, root)] = p
-    return out
 
 
 def make_model(src):
@@ -77,57 +53,6 @@ def make_model(src):
                "big.c": torch.randn(300, 7)}, os.path.join(src, "extra", "big.safetensors"))
     with open(os.path.join(src, "extra", "blob.bin"), "wb") as f:
         f.write(os.urandom(12 * MB))
-
-
-class Mount:
-    """ckptfs mount -f of url at mnt (stopped with fusermount3 -u)."""
-
-    def __init__(self, url, mnt, env, opts=""):
-        self.mnt = mnt
-        self.log = mnt + ".log"
-        os.makedirs(mnt, exist_ok=True)
-        o = "log=" + self.log + (("," + opts) if opts else "")
-        # SIGTERM to the daemon if this test dies (a ctest timeout): it unmounts
-        self.p = subprocess.Popen(["setpriv", "--pdeathsig", "TERM", "--", CKPTFS, "mount", "-f", "-o", o, url, mnt],
-                                  env=env,
-                                  stdout=subprocess.DEVNULL, stderr=open(mnt + ".err", "wb"))
-        for _ in range(400):
-            if self.mounted() or self.p.poll() is not None:
-                break
-            time.sleep(0.05)
-        if not self.mounted():
-            self.close()
-            raise RuntimeError("not mounted: " + open(mnt + ".err", errors="replace").read())
-
-    def mounted(self):
-        with open("/proc/mounts") as f:
-            return any(ln.split()[1] == self.mnt for ln in f)
-
-    def stats(self):
-        return json.loads(os.getxattr(self.mnt, "user.ckptfs.stats"))
-
-    def rss_peak_kib(self):
-        with open(f"/proc/{self.p.pid}/status") as f:
-            for ln in f:
-                if ln.startswith("VmHWM:"):
-                    return int(ln.split()[1])
-        return -1
-
-    def close(self):
-        if self.mounted():
-            subprocess.run(["fusermount3", "-u", self.mnt], capture_output=True)
-        try:
-            self.p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            subprocess.run(["fusermount3", "-uz", self.mnt], capture_output=True)
-            self.p.kill()
-            self.p.wait()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        self.close()
 
 
 def read_eio(path, off, n):

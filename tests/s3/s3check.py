@@ -1,0 +1,85 @@
+"""What the S3 tests share besides the server (s3fixture.py): the pass/fail
+record (check, FAILS), file digests, and Mount, one `ckptfs mount -f` of an
+s3:// URL.  The tests run as `test_s3_X.py BINARY`: Mount runs
+sys.argv[1] unless given another binary."""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+
+FAILS = []
+MB = 1 << 20
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        FAILS.append(what)
+
+
+def sha(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(MB), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+def tree(root):
+    """{path relative to root: path} of every file below root."""
+    return {os.path.relpath(os.path.join(d, n), root): os.path.join(d, n)
+            for d, _, fs in os.walk(root) for n in fs}
+
+
+class Mount:
+    """ckptfs mount -f of url at mnt with -o log=MNT.log,OPTS (stderr in
+    MNT.err); stopped with fusermount3 -u, or killed and detached lazily
+    when it does not exit within 30 s."""
+
+    def __init__(self, url, mnt, env, opts="", binary=None):
+        self.mnt, self.log = mnt, mnt + ".log"
+        os.makedirs(mnt, exist_ok=True)
+        o = "log=" + self.log + (("," + opts) if opts else "")
+        exe = os.path.abspath(binary or sys.argv[1])
+        # SIGTERM to the daemon if this test dies (a ctest timeout): it unmounts
+        self.p = subprocess.Popen(["setpriv", "--pdeathsig", "TERM", "--", exe, "mount", "-f", "-o", o, url, mnt],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=open(mnt + ".err", "wb"))
+        deadline = time.time() + 60
+        while not self.mounted() and self.p.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        if not self.mounted():
+            self.close()
+            raise RuntimeError("not mounted: " + open(mnt + ".err", errors="replace").read())
+
+    def mounted(self):
+        with open("/proc/mounts") as f:
+            return any(ln.split()[1] == self.mnt for ln in f)
+
+    def stats(self):
+        return json.loads(os.getxattr(self.mnt, "user.ckptfs.stats"))
+
+    def rss_peak_kib(self):
+        with open(f"/proc/{self.p.pid}/status") as f:
+            for ln in f:
+                if ln.startswith("VmHWM:"):
+                    return int(ln.split()[1])
+        return -1
+
+    def close(self):
+        if self.mounted():
+            subprocess.run(["fusermount3", "-u", self.mnt], capture_output=True)
+        try:
+            self.p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+        if self.mounted():  # a killed daemon's mount
+            subprocess.run(["fusermount3", "-uz", self.mnt], capture_output=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
