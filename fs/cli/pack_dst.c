@@ -225,13 +225,9 @@ int scan_dst(pack_ctx *c, const char *rel, mf_build *b)
         if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW))
             continue;
         if (S_ISDIR(st.st_mode)) {
-            if (b->m.n_dirs == b->cap_dirs) {
-                b->cap_dirs = b->cap_dirs ? 2 * b->cap_dirs : 16;
-                b->m.dirs = realloc(b->m.dirs, b->cap_dirs * sizeof *b->m.dirs);
-            }
-            b->m.dirs[b->m.n_dirs].path = strdup(r);
-            b->m.dirs[b->m.n_dirs++].mode = st.st_mode & 07777;
-            rc = scan_dst(c, r, b);
+            rc = mf_add_dir(b, r, strlen(r), st.st_mode & 07777);
+            if (rc == 0)
+                rc = scan_dst(c, r, b);
         } else if (S_ISREG(st.st_mode) && has_suffix(e->d_name, CKP_SUFFIX)) {
             ckp_reader *rd;
             if (ckp_open_in(c->lock_fd, c->dst, r, &rd, err, sizeof err) != CKP_OK) {
@@ -246,23 +242,54 @@ int scan_dst(pack_ctx *c, const char *rel, mf_build *b)
                         CKU_ESC(in->path), CKU_ESC(r));
                 rc = -1;
             }
-            if (b->m.n_files == b->cap_files) {
-                b->cap_files = b->cap_files ? 2 * b->cap_files : 64;
-                b->m.files = realloc(b->m.files, b->cap_files * sizeof *b->m.files);
-            }
-            ckm_file *f = &b->m.files[b->m.n_files++];
-            f->path = strdup(r);
-            f->size = in->original_size;
-            memcpy(f->sha256, in->sha256, 32);
-            f->mode = in->mode;
-            f->mtime_ns = in->mtime_ns;
-            f->kind = in->kind;
-            b->packed += in->packed_size;
+            ckm_file f = {.path = r, .size = in->original_size, .mode = in->mode,
+                          .mtime_ns = in->mtime_ns, .kind = in->kind};
+            memcpy(f.sha256, in->sha256, 32);
+            if (mf_add_file(b, &f) == 0)
+                b->packed += in->packed_size;
+            else
+                rc = -1;
             ckp_close(rd);
         }
     }
     closedir(d);
     return rc;
+}
+
+int mf_add_dir(mf_build *b, const char *path, size_t n, uint32_t mode)
+{
+    if (b->m.n_dirs == b->cap_dirs) {
+        size_t cap = b->cap_dirs ? 2 * b->cap_dirs : 16;
+        ckm_dir *d = realloc(b->m.dirs, cap * sizeof *d);
+        if (!d)
+            return -1;
+        b->m.dirs = d;
+        b->cap_dirs = cap;
+    }
+    char *p = strndup(path, n);
+    if (!p)
+        return -1;
+    b->m.dirs[b->m.n_dirs].path = p;
+    b->m.dirs[b->m.n_dirs++].mode = mode;
+    return 0;
+}
+
+int mf_add_file(mf_build *b, const ckm_file *f)
+{
+    if (b->m.n_files == b->cap_files) {
+        size_t cap = b->cap_files ? 2 * b->cap_files : 64;
+        ckm_file *nf = realloc(b->m.files, cap * sizeof *nf);
+        if (!nf)
+            return -1;
+        b->m.files = nf;
+        b->cap_files = cap;
+    }
+    char *p = strdup(f->path);
+    if (!p)
+        return -1;
+    b->m.files[b->m.n_files] = *f;
+    b->m.files[b->m.n_files++].path = p;
+    return 0;
 }
 
 void mf_free(mf_build *b)

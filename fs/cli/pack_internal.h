@@ -174,6 +174,10 @@ int fsync_at(int dfd, const char *rel);
 void leave_dst(pack_ctx *c, int created);
 void remove_temps(int dfd);
 int scan_dst(pack_ctx *c, const char *rel, mf_build *b);
+/* Append to b: a directory (the first n bytes of path, mode), or a file
+ * (*f, its path copied).  @return 0, or -1 out of memory (b unchanged). */
+int mf_add_dir(mf_build *b, const char *path, size_t n, uint32_t mode);
+int mf_add_file(mf_build *b, const ckm_file *f);
 void mf_free(mf_build *b);
 int write_manifest(pack_ctx *c);
 

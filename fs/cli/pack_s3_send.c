@@ -276,24 +276,11 @@ static int need_dir(s3_send *s, mf_build *b, const char *path, size_t n)
     for (size_t i = 0; i < b->m.n_dirs; i++)
         if (strlen(b->m.dirs[i].path) == n && !strncmp(b->m.dirs[i].path, path, n))
             return 0;
-    if (b->m.n_dirs == b->cap_dirs) {
-        size_t cap = b->cap_dirs ? 2 * b->cap_dirs : 16;
-        ckm_dir *d = realloc(b->m.dirs, cap * sizeof *d);
-        if (!d)
-            return -1;
-        b->m.dirs = d;
-        b->cap_dirs = cap;
-    }
-    char *p = strndup(path, n);
-    if (!p)
-        return -1;
     uint32_t mode = 0755;
     for (size_t i = 0; s->old && i < s->old->n_dirs; i++)
-        if (!strcmp(s->old->dirs[i].path, p))
+        if (strlen(s->old->dirs[i].path) == n && !strncmp(s->old->dirs[i].path, path, n))
             mode = s->old->dirs[i].mode;
-    b->m.dirs[b->m.n_dirs].path = p;
-    b->m.dirs[b->m.n_dirs++].mode = mode;
-    return 0;
+    return mf_add_dir(b, path, n, mode);
 }
 
 /* Every directory above path in b. */
@@ -328,18 +315,8 @@ static cJSON *load_state(s3_send *s, pack_ctx *c)
 /* Add the file s->files[k] (its object s->packed[k]) to b, and its directories. */
 static int add_file(s3_send *s, mf_build *b, size_t k)
 {
-    if (b->m.n_files == b->cap_files) {
-        size_t cap = b->cap_files ? 2 * b->cap_files : 64;
-        ckm_file *f = realloc(b->m.files, cap * sizeof *f);
-        if (!f)
-            return -1;
-        b->m.files = f;
-        b->cap_files = cap;
-    }
-    b->m.files[b->m.n_files] = s->files[k];
-    if (!(b->m.files[b->m.n_files].path = strdup(s->files[k].path)))
+    if (mf_add_file(b, &s->files[k]))
         return -1;
-    b->m.n_files++;
     b->packed += s->packed[k];
     return parents(s, b, s->files[k].path);
 }
