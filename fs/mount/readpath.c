@@ -424,7 +424,6 @@ void ckfs_ahead_next(ckfs_ahead *a, uint64_t depth, uint64_t off, uint64_t end, 
     uint64_t run = a->next_off - a->run_start;
     uint64_t ahead = run / 4 < depth ? run / 4 : depth;
     uint64_t hmax = a->hint_max ? a->hint_max : HINT_MAX;
-    uint64_t hint = run / 2 < hmax ? run / 2 : hmax;
     /* a run that began in this tensor stops at its end: a loader taking
      * tensors by name jumps elsewhere next (layers.1 -> layers.10) */
     int in_tensor = a->run_start >= xstart && xend < fsize;
@@ -435,8 +434,7 @@ void ckfs_ahead_next(ckfs_ahead *a, uint64_t depth, uint64_t off, uint64_t end, 
      * windows of 0.8 MB of a 537 MB model, the link idle half the time at
      * 500 Mbit/s (s3_bench, docs/object-storage.md); slicers, whose runs
      * begin in a tensor, keep the ramp. */
-    if (a->hint_max && !in_tensor)
-        hint = hmax;
+    uint64_t hint = a->hint_max && !in_tensor ? hmax : run / 2 < hmax ? run / 2 : hmax;
     p->from = a->ahead_to > end ? a->ahead_to : end;
     p->to = end + ahead < stop ? end + ahead : stop;
     if (p->to > p->from)
