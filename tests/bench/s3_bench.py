@@ -60,7 +60,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "s3"))
-from s3fixture import ACCESS_KEY, SECRET_KEY, SeaweedS3  # noqa: E402
+from s3fixture import ACCESS_KEY, SECRET_KEY, SeaweedS3, netns_prefix  # noqa: E402
 
 MIB = 1 << 20
 RANGE = 8 * MIB
@@ -110,7 +110,7 @@ class Link:
         self.rate = None
 
     def nsx(self, *cmd, **kw):
-        return sh("ip", "netns", "exec", self.ns, *cmd, **kw)
+        return sh(*netns_prefix(self.ns), *cmd, **kw)
 
     def set_rate(self, rate):
         """rate "10gbit", "2gbit" (tbf on both ends) or None (uncapped)."""

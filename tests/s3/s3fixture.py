@@ -46,6 +46,16 @@ def _version_ok(weed):
     return f" {WEED_VERSION} " in out
 
 
+def netns_prefix(ns):
+    """The command prefix that runs a command in network namespace ns (made
+    by `ip netns add`) and nothing else: `ip netns exec` also gives it a new
+    mount namespace, a copy of every mount of the moment, and a FUSE mount
+    copied there outlives its unmount here: its daemon (another test's
+    ckptfs mount) went on serving, and did not exit, until the copy's
+    process (this server, for minutes) ended."""
+    return ["nsenter", "--net=/run/netns/" + ns, "--"]
+
+
 def free_ports(n):
     """n distinct free TCP ports of 127.0.0.1 (held until all are chosen)."""
     socks, ports = [], []
@@ -123,7 +133,7 @@ class SeaweedS3:
             pre += [f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
         cmd = pre + ["--"] + cmd
         if self.netns:
-            cmd = ["ip", "netns", "exec", self.netns] + cmd
+            cmd = netns_prefix(self.netns) + cmd
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      cwd=self.dir)
