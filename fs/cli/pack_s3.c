@@ -7,8 +7,9 @@
  * made it, then removed, so the staging directory holds at most that many
  * packed files.  The state goes up before anything is sent, the manifest
  * last.  Killed at any moment, the same command goes on: the remote state
- * is put back in the staging directory, unfinished multipart uploads under
- * the prefix are aborted, and a packed object already there is kept if its
+ * is put back in the staging directory, an unfinished multipart upload of a
+ * file is resumed if its parts are this run's bytes (pack_s3_resume.c) and
+ * the others under the prefix are aborted, and a packed object already there is kept if its
  * header and table of contents (ranged GETs) say it is the packed copy of
  * the source as it is now.  --delete-source deletes a source only after its
  * object is complete, read back from the server and decoded equal to it.
@@ -109,6 +110,7 @@ static int sync_stage(s3_send *s, const char *stage)
             fprintf(stderr, "ckptfs pack: %s: %s\n", path, strerror(errno));
         if (fd >= 0)
             close(fd);
+        s->old_state = cJSON_ParseWithLength(buf, len); /* whose files an unfinished upload may resume */
     } else if (gs != CKS3_ERR_NOT_FOUND) {
         cks3_pack_explain(s->c, s->url, s->bucket, gs, msg, err, sizeof err);
         fprintf(stderr, "ckptfs pack: %s\n", err);
@@ -133,25 +135,6 @@ static int sync_stage(s3_send *s, const char *stage)
         rc = -1;
     }
     return rc;
-}
-
-/* Abort every unfinished multipart upload under the prefix (a kill in the
- * middle of an upload leaves one, billed until aborted).  @return 0, or -1. */
-static int abort_uploads(s3_send *s)
-{
-    char msg[1024], err[1536];
-    char *dir = *s->prefix ? cks3_key(s->prefix, "") : strdup("");
-    cks3_upload_list l = {0};
-    cks3_status st = dir ? cks3_mpu_list_uploads(s->c, s->bucket, dir, &l, msg, sizeof msg) : CKS3_ERR_NOMEM;
-    for (size_t i = 0; st == CKS3_OK && i < l.n; i++)
-        st = cks3_mpu_abort(s->c, s->bucket, l.v[i].key, l.v[i].upload_id, msg, sizeof msg);
-    if (st != CKS3_OK) {
-        cks3_pack_explain(s->c, s->url, s->bucket, st, msg, err, sizeof err);
-        fprintf(stderr, "ckptfs pack: %s\n", err);
-    }
-    cks3_upload_list_free(&l);
-    free(dir);
-    return st == CKS3_OK ? 0 : -1;
 }
 
 int ckpt_pack_s3(const ckpt_pack_opts *o)
@@ -198,7 +181,7 @@ int ckpt_pack_s3(const ckpt_pack_opts *o)
         fprintf(stderr, "ckptfs pack: %s: %s\n", parent, strerror(errno));
         goto out;
     }
-    if ((lock_fd = lock_stage(lock, s.url)) < 0 || sync_stage(&s, stage) || abort_uploads(&s))
+    if ((lock_fd = lock_stage(lock, s.url)) < 0 || sync_stage(&s, stage) || s3_resume_list(&s))
         goto out;
     if (ckpt_verbosity > 0)
         printf("packing %s to %s, staging at most %d packed file%s at a time in %s\n", o->src, s.url,
@@ -208,9 +191,13 @@ int ckpt_pack_s3(const ckpt_pack_opts *o)
                 "go on\n", s.url);
         goto out;
     }
+    if (s3_resume_abort_rest(&s))
+        goto out;
     if (ckpt_verbosity > 0 && !ckpt_json)
-        printf("uploaded to %s: %zu packed file%s sent (%llu bytes), %zu already there, then the manifest\n", s.url,
-               s.sent, cku_s(s.sent), (unsigned long long)s.sent_bytes, s.n_held - s.sent);
+        printf("uploaded to %s: %zu packed file%s sent (%llu bytes, of which %llu in %zu part%s of interrupted "
+               "uploads kept, not sent again), %zu already there, then the manifest\n", s.url, s.sent, cku_s(s.sent),
+               (unsigned long long)s.sent_bytes, (unsigned long long)s.bytes_reused, s.parts_reused,
+               cku_s(s.parts_reused), s.n_held - s.sent);
     nftw(stage, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     rc = CKPT_EXIT_OK;
 out:

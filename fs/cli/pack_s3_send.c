@@ -24,23 +24,6 @@
 #include "s3_pack.h"
 #include "util.h"
 
-/* Read up to len bytes at off of fd (fewer only at the end). */
-static ssize_t read_at(int fd, uint8_t *p, size_t len, uint64_t off)
-{
-    size_t got = 0;
-    while (got < len) {
-        ssize_t n = pread(fd, p + got, len - got, (off_t)(off + got));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -1;
-        if (n == 0)
-            break;
-        got += (size_t)n;
-    }
-    return (ssize_t)got;
-}
-
 /* Remember that the pack holds the packed file described by in (its object
  * packed bytes long): the manifest lists it (replacing what an earlier open
  * of the same path found). */
@@ -139,29 +122,50 @@ static int hook_unchanged(ckpt_pack_remote *rm, const char *final_rel, const ckp
     return same;
 }
 
-/* Upload the size bytes of fd as key by multipart upload (an empty file: one
- * PUT), a part of s->part bytes in memory at a time.  A failed upload is
+/* The part of have numbered number, NULL if none (have ascending). */
+static const cks3_part *part_there(const cks3_part_list *have, int number)
+{
+    for (size_t i = 0; i < have->n && have->v[i].number <= number; i++)
+        if (have->v[i].number == number)
+            return &have->v[i];
+    return NULL;
+}
+
+/* Upload the size bytes of fd (the packed copy of the file in describes)
+ * as key by multipart upload (an empty file: one PUT), a part of s->part
+ * bytes in memory at a time.  An interrupted upload of the same file is
+ * resumed (pack_s3_resume.c): a part already there is kept if its ETag is
+ * the MD5 of this part's bytes, else sent again.  A failed upload is
  * aborted (nothing left billed).  @return 0, or -1 with the reason in err. */
-static int upload(s3_send *s, const char *key, int fd, uint64_t size, char *err, size_t cap)
+static int upload(s3_send *s, const char *key, const ckp_info *in, int fd, uint64_t size, char *err, size_t cap)
 {
     if (size == 0)
         return cks3_put(s->c, s->bucket, key, "", 0, NULL, err, cap) == CKS3_OK ? 0 : -1;
     char *id = NULL;
-    if (cks3_mpu_create(s->c, s->bucket, key, &id, err, cap) != CKS3_OK)
-        return -1;
-    size_t np = (size_t)((size + s->part - 1) / s->part);
+    cks3_part_list have = {0};
+    size_t np = (size_t)((size + s->part - 1) / s->part), reused = 0;
+    uint64_t reused_bytes = 0;
     cks3_part *parts = calloc(np, sizeof *parts);
     uint8_t *buf = malloc(s->part);
-    int rc = parts && buf ? 0 : -1;
-    if (rc)
+    if (!parts || !buf) {
         snprintf(err, cap, "out of memory");
+        free(buf);
+        free(parts);
+        return -1;
+    }
+    int rc = s3_resume_pick(s, key, in, fd, size, buf, &id, &have, err, cap);
     for (size_t i = 0; !rc && i < np; i++) {
         uint64_t off = (uint64_t)i * s->part;
         size_t n = size - off < s->part ? (size_t)(size - off) : s->part;
+        const cks3_part *there = part_there(&have, (int)i + 1);
         parts[i].number = (int)i + 1;
-        if (read_at(fd, buf, n, off) != (ssize_t)n) {
+        if (s3_read_at(fd, buf, n, off) != (ssize_t)n) {
             snprintf(err, cap, "reading the staged file: %s", strerror(errno ? errno : EIO));
             rc = -1;
+        } else if (there && there->size == n && cks3_etag_is_md5(there->etag, buf, n)) {
+            memcpy(parts[i].etag, there->etag, sizeof parts[i].etag); /* the same bytes: kept */
+            reused++;
+            reused_bytes += n;
         } else if (cks3_mpu_upload_part(s->c, s->bucket, key, id, parts[i].number, buf, n, parts[i].etag, err, cap) !=
                    CKS3_OK) {
             rc = -1;
@@ -169,10 +173,17 @@ static int upload(s3_send *s, const char *key, int fd, uint64_t size, char *err,
     }
     if (!rc && cks3_mpu_complete(s->c, s->bucket, key, id, parts, np, NULL, err, cap) != CKS3_OK)
         rc = -1;
-    if (rc) { /* nothing left billed; a rerun sends this file again */
+    if (rc && id) { /* nothing left billed; a rerun sends this file again */
         char e2[256];
         cks3_mpu_abort(s->c, s->bucket, key, id, e2, sizeof e2);
     }
+    if (!rc) {
+        pthread_mutex_lock(&s->lock);
+        s->parts_reused += reused;
+        s->bytes_reused += reused_bytes;
+        pthread_mutex_unlock(&s->lock);
+    }
+    cks3_part_list_free(&have);
     free(buf);
     free(parts);
     free(id);
@@ -209,7 +220,8 @@ static int hook_send(ckpt_pack_remote *rm, pack_ctx *c, const char *final_rel)
                !manifest_away(s, err, sizeof err)) {
         if (ckpt_verbosity > 1)
             fprintf(stderr, "ckptfs pack: uploading %s/%s\n", s->url, CKU_ESC(final_rel));
-        rc = upload(s, key, fd, (uint64_t)st.st_size, err, sizeof err) || remember(s, ckp_get_info(r), (uint64_t)st.st_size)
+        rc = upload(s, key, ckp_get_info(r), fd, (uint64_t)st.st_size, err, sizeof err) ||
+                     remember(s, ckp_get_info(r), (uint64_t)st.st_size)
                  ? -1
                  : 0;
     }
@@ -239,7 +251,7 @@ static int put_file(s3_send *s, pack_ctx *c, const char *name, const char *same,
     char *buf = NULL, *key = cks3_key(s->prefix, name);
     int fd = openat(c->lock_fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), rc = -1;
     if (!key || fd < 0 || fstat(fd, &st) || !(buf = malloc((size_t)st.st_size + 1)) ||
-        read_at(fd, (uint8_t *)buf, (size_t)st.st_size, 0) != (ssize_t)st.st_size)
+        s3_read_at(fd, (uint8_t *)buf, (size_t)st.st_size, 0) != (ssize_t)st.st_size)
         snprintf(err, sizeof err, "%s/%s: %s", c->dst, name, key ? strerror(errno ? errno : EIO) : "out of memory");
     else if (same && same_len == (size_t)st.st_size && !memcmp(same, buf, same_len))
         rc = 0; /* a rerun that changed nothing */
@@ -300,7 +312,7 @@ static cJSON *load_state(s3_send *s, pack_ctx *c)
     cJSON *o = NULL;
     int fd = openat(c->lock_fd, CKP_STATE_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd >= 0 && !fstat(fd, &st) && (buf = malloc((size_t)st.st_size + 1)) &&
-        read_at(fd, (uint8_t *)buf, (size_t)st.st_size, 0) == (ssize_t)st.st_size) {
+        s3_read_at(fd, (uint8_t *)buf, (size_t)st.st_size, 0) == (ssize_t)st.st_size) {
         buf[st.st_size] = 0;
         o = cJSON_Parse(buf);
     }
@@ -380,6 +392,9 @@ void s3_send_free(s3_send *s)
     free(s->files);
     free(s->packed);
     free(s->old_manifest);
+    cJSON_Delete(s->old_state);
+    cks3_upload_list_free(&s->pending);
+    free(s->claimed);
     if (s->old)
         ckm_free(s->old);
     pthread_mutex_destroy(&s->lock);

@@ -245,6 +245,12 @@ void cks3_upload_list_free(cks3_upload_list *l);
 cks3_status cks3_mpu_list_parts(cks3_client *c, const char *bucket, const char *key, const char *uploadId,
                                 cks3_part_list *out, char *err, size_t errCapacity);
 void cks3_part_list_free(cks3_part_list *l);
+/* 1 if etag (as a server sent it, quotes or not) is the plain MD5 of
+ * data[0..len), as S3 and SeaweedFS give an unencrypted part: proof that
+ * the part holds exactly these bytes.  0 otherwise, also for an ETag that
+ * is not a plain MD5 (encrypted, a multipart object's "-N"): then nothing
+ * can be told from it. */
+int cks3_etag_is_md5(const char *etag, const void *data, size_t len);
 
 /* ---- counters ------------------------------------------------------------------ */
 typedef struct {

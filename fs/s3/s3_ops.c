@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/evp.h>
+
 #include "s3_internal.h"
 
 static cks3_status nomem(char *err, size_t cap)
@@ -560,4 +562,22 @@ void cks3_part_list_free(cks3_part_list *l)
 {
     free(l->v);
     memset(l, 0, sizeof *l);
+}
+
+int cks3_etag_is_md5(const char *etag, const void *data, size_t len)
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    size_t el = strlen(etag);
+    if (el >= 2 && etag[0] == '"' && etag[el - 1] == '"')
+        etag++, el -= 2;
+    if (el != 32 || !EVP_Digest(data, len, md, &n, EVP_md5(), NULL) || n != 16)
+        return 0; /* not a plain MD5 (or MD5 not available here: FIPS) */
+    static const char hex[] = "0123456789abcdef";
+    for (unsigned i = 0; i < 16; i++) {
+        char hi = (char)(etag[2 * i] | 0x20), lo = (char)(etag[2 * i + 1] | 0x20); /* either case */
+        if (hi != hex[md[i] >> 4] || lo != hex[md[i] & 15])
+            return 0;
+    }
+    return 1;
 }
