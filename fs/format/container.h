@@ -237,6 +237,19 @@ ckp_status ckp_read_chunk(const ckp_reader *r, uint32_t e, uint64_t c, void *dst
 ckp_status ckp_read_chunks(const ckp_reader *r, uint32_t e, uint64_t c, uint64_t n, void *dst, ckp_scratch *s,
                            uint64_t *bad);
 
+/* The most chunks one ckp_read_chunks_to call takes. */
+#define CKP_RUN_MAX 4u
+
+/* Chunks c..c+n-1 (n <= CKP_RUN_MAX) of extent e, chunk i into dst[i]
+ * (capacity >= its ckp_chunk_len), each checked as by ckp_read_chunk and
+ * given a status of its own in st[i]: a damaged chunk leaves the others'
+ * bytes and statuses alone (dst[i] of a chunk that failed is garbage).  An
+ * ARCHIVE extent's chunks are decoded interleaved, as by ckp_read_chunks.
+ * @return CKP_OK if every chunk is good, else the first failure's status
+ * (CKP_ERR_ARG: bad arguments, st untouched). */
+ckp_status ckp_read_chunks_to(const ckp_reader *r, uint32_t e, uint64_t c, uint64_t n, void *const dst[],
+                              ckp_status st[], ckp_scratch *s);
+
 /* Plane bytes of one extent held by the caller (read with O_DIRECT, say):
  * bytes [off[p], off[p] + len[p]) of plane p (offsets within the plane) at
  * base[p]. */

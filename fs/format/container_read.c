@@ -961,51 +961,79 @@ ckp_status ckp_read_chunk(const ckp_reader *r, uint32_t e, uint64_t c, void *dst
     return read_chunk(r, e, c, NULL, dst, s);
 }
 
-#define ANS_BATCH 4u /* ARCHIVE chunks ckp_read_chunks decodes interleaved */
+#define ANS_BATCH CKP_RUN_MAX /* ARCHIVE chunks decoded interleaved */
 
 /* Chunks c..c+m-1 (2 <= m <= ANS_BATCH, each within its bound) of ARCHIVE
- * extent e into dst, one after another, decoded by one
+ * extent e, chunk k into dst[k] (even addresses), decoded by one
  * ckc_ans_decode_chunks call; their streams follow each other in plane 1
- * and are read in one piece.  *ok: how many, from c, decoded and matched
- * their hashes (on failure, the next one is the chunk that failed). */
-static ckp_status read_ans_batch(const ckp_reader *r, uint32_t e, uint64_t c, uint64_t m, uint8_t *dst,
-                                 ckp_scratch *s, uint64_t *ok)
+ * and are read in one piece.  st[k]: chunk k's own status (one chunk's
+ * damage leaves the others' results alone: their chains are separate). */
+static void read_ans_batch(const ckp_reader *r, uint32_t e, uint64_t c, uint64_t m, void *const dst[],
+                           ckp_status st[], ckp_scratch *s)
 {
     const ckp_extent *x = &r->x[e];
     ckc_ans_chunk b[ANS_BATCH];
     ckp_span sp, last;
-    uint64_t at = 0, a0;
-    *ok = 0;
+    ckp_status fail = CKP_OK;
     const ckc_ans_tables *t = ckp_ans_tables(r->ans, e, x);
-    if (!t)
-        return CKP_ERR_NOMEM;
     ckp_chunk_span(x, c, c + 1, &sp);
     ckp_chunk_span(x, c + m - 1, c + m, &last);
-    a0 = sp.off[1];
-    const uint8_t *in = plane_mem(r, x, NULL, 1, a0);
-    if (!in) {
-        if (grow(&s->in, &s->in_cap, (size_t)(last.end[1] - a0) + 1))
-            return CKP_ERR_NOMEM;
-        if (read_plane(r, x, NULL, 1, a0, last.end[1] - a0, s->in) != CKP_OK)
-            return CKP_ERR_IO;
-        in = s->in;
+    uint64_t a0 = sp.off[1];
+    const uint8_t *in = t ? plane_mem(r, x, NULL, 1, a0) : NULL;
+    if (!t || (!in && grow(&s->in, &s->in_cap, (size_t)(last.end[1] - a0) + 1)))
+        fail = CKP_ERR_NOMEM;
+    else if (!in && read_plane(r, x, NULL, 1, a0, last.end[1] - a0, s->in) != CKP_OK)
+        fail = CKP_ERR_IO;
+    if (fail != CKP_OK) {
+        for (uint64_t k = 0; k < m; k++)
+            st[k] = fail;
+        return;
     }
+    if (!in)
+        in = s->in;
     for (uint64_t k = 0; k < m; k++) {
-        uint64_t len = ckp_chunk_len(x, c + k);
         ckp_chunk_span(x, c + k, c + k + 1, &sp);
         assert(sp.off[1] < sp.end[1] && sp.end[1] <= x->plane_size[1]); /* R27 */
-        b[k] = (ckc_ans_chunk){t, in + (sp.off[1] - a0), (size_t)(sp.end[1] - sp.off[1]), sp.w0, (size_t)(len / 2),
-                               (uint16_t *)(void *)(dst + at), CKC_OK};
-        at += len;
+        b[k] = (ckc_ans_chunk){t, in + (sp.off[1] - a0), (size_t)(sp.end[1] - sp.off[1]), sp.w0,
+                               (size_t)(ckp_chunk_len(x, c + k) / 2), dst[k], CKC_OK};
     }
     ckc_ans_decode_chunks(b, (size_t)m);
     trim(&s->in, &s->in_cap);
-    for (at = 0; *ok < m; ++*ok) {
-        uint64_t len = ckp_chunk_len(x, c + *ok);
-        if (b[*ok].status != CKC_OK || ckc_hash64(dst + at, len) != x->index[c + *ok].hash)
-            return CKP_ERR_CHUNK;
-        at += len;
+    for (uint64_t k = 0; k < m; k++)
+        st[k] = b[k].status == CKC_OK && ckc_hash64(dst[k], ckp_chunk_len(x, c + k)) == x->index[c + k].hash
+                    ? CKP_OK
+                    : CKP_ERR_CHUNK;
+}
+
+/* How many chunks from c (at most m) read_ans_batch may take: ARCHIVE,
+ * within their bound (R46/R47 refuse the others unread), even addresses. */
+static uint64_t batch_len(const ckp_reader *r, uint32_t e, uint64_t c, uint64_t m, void *const dst[])
+{
+    if (r->x[e].encoding != CKC_ENC_ARCHIVE)
+        return 0;
+    m = ckp_bounded_run(r, e, c, c + m) - c;
+    for (uint64_t k = 0; k < m; k++)
+        if ((uintptr_t)dst[k] & 1)
+            return k;
+    return m;
+}
+
+ckp_status ckp_read_chunks_to(const ckp_reader *r, uint32_t e, uint64_t c, uint64_t n, void *const dst[],
+                              ckp_status st[], ckp_scratch *s)
+{
+    if (e >= r->info.n_extents || c > r->x[e].n_chunks || n > r->x[e].n_chunks - c || n > CKP_RUN_MAX ||
+        (n && (!dst || !st || !s)))
+        return CKP_ERR_ARG;
+    uint64_t m = batch_len(r, e, c, n, dst), i = 0;
+    if (m >= 2) {
+        read_ans_batch(r, e, c, m, dst, st, s);
+        i = m;
     }
+    for (; i < n; i++)
+        st[i] = read_chunk(r, e, c + i, NULL, dst[i], s);
+    for (i = 0; i < n; i++)
+        if (st[i] != CKP_OK)
+            return st[i];
     return CKP_OK;
 }
 
@@ -1020,22 +1048,19 @@ ckp_status ckp_read_chunks(const ckp_reader *r, uint32_t e, uint64_t c, uint64_t
         return CKP_ERR_ARG;
     const ckp_extent *x = &r->x[e];
     while (i < c + n) {
-        uint64_t m = 0, ok = 0;
-        ckp_status st;
-        if (x->encoding == CKC_ENC_ARCHIVE && !((uintptr_t)d & 1))
-            m = ckp_bounded_run(r, e, i, min64(i + ANS_BATCH, c + n)) - i;
-        if (m >= 2) {
-            st = read_ans_batch(r, e, i, m, d, s, &ok);
-        } else {
-            st = read_chunk(r, e, i, NULL, d, s);
-            ok = st == CKP_OK;
-        }
-        for (; ok; ok--, i++)
+        void *to[CKP_RUN_MAX];
+        ckp_status st[CKP_RUN_MAX];
+        uint64_t m = min64(CKP_RUN_MAX, c + n - i), at = 0;
+        for (uint64_t k = 0; k < m; at += ckp_chunk_len(x, i + k), k++)
+            to[k] = d + at;
+        ckp_read_chunks_to(r, e, i, m, to, st, s);
+        for (uint64_t k = 0; k < m; k++, i++) {
+            if (st[k] != CKP_OK) {
+                if (bad)
+                    *bad = i;
+                return st[k];
+            }
             d += ckp_chunk_len(x, i);
-        if (st != CKP_OK) {
-            if (bad)
-                *bad = i;
-            return st;
         }
     }
     return CKP_OK;

@@ -159,6 +159,26 @@ START_TEST(archive_reads_exactly)
                     ck_assert(memcmp(buf + ((c + n) & 1), orig + from, len) == 0);
                 }
             ck_assert_int_eq(ckp_read_chunks(r, e, 0, x->n_chunks + 1, buf, s, NULL), CKP_ERR_ARG);
+            /* ckp_read_chunks_to: each chunk of a run into a buffer of its
+             * own (even, odd: an odd one is decoded alone) */
+            for (uint64_t c = 0; c < x->n_chunks; c++)
+                for (uint64_t n = 1; n <= CKP_RUN_MAX && c + n <= x->n_chunks; n++) {
+                    void *to[CKP_RUN_MAX];
+                    ckp_status st[CKP_RUN_MAX];
+                    for (uint64_t k = 0; k < n; k++)
+                        to[k] = (uint8_t *)malloc(CKP_MAX_CHUNK + 1) + ((c + k * n) & 1);
+                    ck_assert_int_eq(ckp_read_chunks_to(r, e, c, n, to, st, s), CKP_OK);
+                    for (uint64_t k = 0; k < n; k++) {
+                        ck_assert_int_eq(st[k], CKP_OK);
+                        ck_assert(memcmp(to[k], orig + x->orig_offset + (c + k) * x->chunk_size,
+                                         ckp_chunk_len(x, c + k)) == 0);
+                        free((uint8_t *)to[k] - ((c + k * n) & 1));
+                    }
+                }
+            void *none[CKP_RUN_MAX + 1] = {0};
+            ckp_status nst[CKP_RUN_MAX + 1];
+            ck_assert_int_eq(ckp_read_chunks_to(r, e, 0, CKP_RUN_MAX + 1, none, nst, s), CKP_ERR_ARG);
+            ck_assert_int_eq(ckp_read_chunks_to(r, e, x->n_chunks, 1, none, nst, s), CKP_ERR_ARG);
         }
         ckp_close(r);
     }
@@ -240,6 +260,20 @@ START_TEST(archive_damage)
         ck_assert(memcmp(run, orig + z->orig_offset, z->chunk_size) == 0);
         ck_assert_int_eq(ckp_read_chunks(r, 1, 2, z->n_chunks - 2, run, s, &bad), CKP_OK);
         ck_assert(memcmp(run, orig + z->orig_offset + 2 * z->chunk_size, z->orig_size - 2 * z->chunk_size) == 0);
+        /* decoded in one run with the others, the damaged chunk fails alone:
+         * the chunks before and after it are good */
+        ckp_status st[3];
+        void *to[3];
+        for (int k = 0; k < 3; k++)
+            to[k] = run + k * z->chunk_size;
+        ck_assert_uint_eq(z->n_chunks, 3);
+        ck_assert_int_eq(ckp_read_chunks_to(r, 1, 0, 3, to, st, s), CKP_ERR_CHUNK);
+        ck_assert_int_eq(st[0], CKP_OK);
+        ck_assert_int_eq(st[1], CKP_ERR_CHUNK);
+        ck_assert_int_eq(st[2], CKP_OK);
+        ck_assert(memcmp(run, orig + z->orig_offset, z->chunk_size) == 0);
+        ck_assert(memcmp(run + 2 * z->chunk_size, orig + z->orig_offset + 2 * z->chunk_size,
+                         z->orig_size - 2 * z->chunk_size) == 0);
         free(run);
         ckp_close(r);
     }
