@@ -10,6 +10,15 @@
  * next to a wake-up; a shared condition variable is simpler than one per
  * entry and cheap enough).
  *
+ * Run fills (ckcache_set_run): the thread that decodes chunk k may claim,
+ * under the lock, the chunks after it whose prefetch jobs are queued (a
+ * sequential reader's decode-ahead queues them in order), making each a
+ * LOADING entry before it unlocks, so a thread wanting one of them waits
+ * for this decode as for any other; a chunk already in the table is never
+ * claimed, so two runs never overlap, and a decoding thread waits for
+ * nothing while it holds LOADING entries (no deadlock).  Each chunk of a
+ * run is published with its own result.
+ *
  * Invariants (ckcache_check verifies 1-5 and 7; asserts check 6 where it applies):
  *   1. an entry is in the LRU list iff it is in the table and not LOADING;
  *   2. c->bytes is the cost (entry_cost: the entry and its buffer as the heap
@@ -82,6 +91,8 @@ struct ckcache {
     pthread_cond_t work;           /* prefetch queue not empty, or stopping */
     ckcache_fill_fn fill;
     void *fill_arg;
+    ckcache_run_len_fn run_len;    /* NULL: one chunk a fill (ckcache_set_run) */
+    ckcache_fill_run_fn fill_run;
     size_t limit, bytes, n_entries;
     size_t room;                   /* limit less the table's growth: what entries and spares may hold */
     ckcache_entry **buckets;
@@ -253,24 +264,12 @@ static void shrink(ckcache *c)
     spares_fit(c);
 }
 
-/* Decode e (LOADING, referenced by the caller) without the lock; finish it
- * under the lock.  Called and returns with c->lock held. */
-static void load(ckcache *c, ckcache_entry *e)
+/* A decode of e ended with data (NULL when err) and err: publish it.  An
+ * entry failed for a reason other than damage leaves the table, and is
+ * freed if no one waits for it (a run's other chunks have no reference of
+ * their loader).  By c->lock. */
+static void finish(ckcache *c, ckcache_entry *e, unsigned char *data, int err)
 {
-    unsigned char *data = buffer_take(c, e->len);
-    pthread_mutex_unlock(&c->lock);
-    int err = 0;
-    if (!data)
-        data = malloc(e->len);
-    if (!data)
-        err = ENOMEM;
-    else
-        err = c->fill(c->fill_arg, &e->key, data, e->len);
-    if (err) {
-        free(data);
-        data = NULL;
-    }
-    pthread_mutex_lock(&c->lock);
     e->data = data;
     e->err = err;
     e->state = err ? ST_FAILED : ST_READY;
@@ -278,11 +277,49 @@ static void load(ckcache *c, ckcache_entry *e)
         c->st.failures++;
     if (err && err != EIO) {
         table_remove(c, e);            /* transient: not remembered */
+        if (e->refs == 0)
+            entry_free(c, e);
     } else {
         c->bytes += entry_cost(e);
         lru_push_front(c, e);
-        shrink(c);
     }
+}
+
+/* Decode es[0..n) (LOADING, consecutive chunks of one extent: run_claim)
+ * without the lock, with one run fill when n >= 2; publish them under the
+ * lock.  Called and returns with c->lock held. */
+static void load_run(ckcache *c, ckcache_entry *const es[], unsigned n)
+{
+    void *dst[CKCACHE_RUN_MAX];
+    size_t len[CKCACHE_RUN_MAX];
+    int err[CKCACHE_RUN_MAX], nomem = 0;
+    for (unsigned i = 0; i < n; i++) {
+        len[i] = es[i]->len;
+        dst[i] = buffer_take(c, len[i]);
+    }
+    pthread_mutex_unlock(&c->lock);
+    for (unsigned i = 0; i < n; i++)
+        if (!dst[i] && !(dst[i] = malloc(len[i])))
+            nomem = 1;
+    int run = n >= 2 && !nomem;
+    if (run)
+        c->fill_run(c->fill_arg, &es[0]->key, n, dst, len, err);
+    else
+        for (unsigned i = 0; i < n; i++)
+            err[i] = dst[i] ? c->fill(c->fill_arg, &es[i]->key, dst[i], len[i]) : ENOMEM;
+    for (unsigned i = 0; i < n; i++)
+        if (err[i]) {
+            free(dst[i]);
+            dst[i] = NULL;
+        }
+    pthread_mutex_lock(&c->lock);
+    if (run) {
+        c->st.runs++;
+        c->st.run_chunks += n;
+    }
+    for (unsigned i = n; i-- > 0;)     /* the run's first chunk most recent */
+        finish(c, es[i], dst[i], err[i]);
+    shrink(c);
     pthread_cond_broadcast(&c->done);
 }
 
@@ -323,6 +360,51 @@ static void table_grow(ckcache *c)
     shrink(c);
 }
 
+/* A new LOADING entry for k (not in the table), in the table with no
+ * reference; NULL when out of memory.  By c->lock. */
+static ckcache_entry *claim(ckcache *c, const ckcache_key *k, size_t len)
+{
+    ckcache_entry *e = calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    e->key = *k;
+    e->len = len;
+    e->state = ST_LOADING;
+    e->in_table = 1;
+    size_t b = key_hash(c, k);
+    e->hnext = c->buckets[b];
+    c->buckets[b] = e;
+    if (++c->n_entries > 2 * c->n_buckets)
+        table_grow(c);
+    return e;
+}
+
+static int recently_served(ckcache *c, const ckcache_key *k);
+static int queue_take(ckcache *c, const ckcache_key *k, size_t *len);
+
+/* Claim, for a run fill starting with es[0] (just claimed), the chunks
+ * after it (up to run_len in all) that have prefetch jobs queued and are
+ * neither in the table nor served out lately; their jobs are taken.
+ * @return the run's length, 1 when none joins.  By c->lock. */
+static unsigned run_claim(ckcache *c, ckcache_entry *es[])
+{
+    unsigned n = 1, want = c->run_len ? c->run_len(c->fill_arg, &es[0]->key) : 1;
+    if (want > CKCACHE_RUN_MAX)
+        want = CKCACHE_RUN_MAX;
+    while (n < want) {
+        ckcache_key k = es[0]->key;
+        size_t len;
+        k.chunk += n;
+        if (k.chunk < n || table_find(c, &k) || recently_served(c, &k) || !queue_take(c, &k, &len))
+            break;
+        if (!(es[n] = claim(c, &k, len)))
+            break;                     /* its job is lost: prefetch is best effort */
+        c->st.prefetch_done++;
+        n++;
+    }
+    return n;
+}
+
 /* Find or start loading k; returns a referenced entry that is READY or
  * FAILED, or NULL when out of memory.  Called with c->lock held. */
 static ckcache_entry *acquire(ckcache *c, const ckcache_key *k, size_t len)
@@ -343,22 +425,13 @@ static ckcache_entry *acquire(ckcache *c, const ckcache_key *k, size_t len)
         }
         return e;
     }
-    e = calloc(1, sizeof *e);
-    if (!e)
+    ckcache_entry *es[CKCACHE_RUN_MAX];
+    if (!(es[0] = claim(c, k, len)))
         return NULL;
-    e->key = *k;
-    e->len = len;
-    e->refs = 1;
-    e->state = ST_LOADING;
-    e->in_table = 1;
-    size_t b = key_hash(c, k);
-    e->hnext = c->buckets[b];
-    c->buckets[b] = e;
-    if (++c->n_entries > 2 * c->n_buckets)
-        table_grow(c);
+    es[0]->refs = 1;
     c->st.misses++;
-    load(c, e);
-    return e;
+    load_run(c, es, run_claim(c, es));
+    return es[0];
 }
 
 static void release_locked(ckcache *c, ckcache_entry *e)
@@ -404,20 +477,33 @@ static ckcache_key *served_slot(ckcache *c, const ckcache_key *k)
  * needs it again still gets it, decoded on demand.)  By c->lock. */
 static int recently_served(ckcache *c, const ckcache_key *k) { return key_eq(served_slot(c, k), k); }
 
-/* Drop queued prefetch jobs for k: a chunk served out must not be decoded
- * again by a job queued before its reader got to it.  By c->lock. */
-static void queue_cancel(ckcache *c, const ckcache_key *k)
+/* Drop the queued prefetch jobs for k (*len: the length they give).
+ * @return how many there were.  By c->lock. */
+static unsigned queue_remove(ckcache *c, const ckcache_key *k, size_t *len)
 {
-    unsigned kept = 0;
+    unsigned kept = 0, n = 0;
     for (unsigned i = 0; i < c->q_len; i++) {
         prefetch_job *j = &c->queue[(c->q_head + i) % PREFETCH_QUEUE];
         if (key_eq(&j->key, k)) {
-            c->st.prefetch_cancelled++;
+            *len = j->len;
+            n++;
             continue;
         }
         c->queue[(c->q_head + kept++) % PREFETCH_QUEUE] = *j;
     }
     c->q_len = kept;
+    return n;
+}
+
+/* Take k's queued prefetch jobs for a run fill.  @return 1 if there were. */
+static int queue_take(ckcache *c, const ckcache_key *k, size_t *len) { return queue_remove(c, k, len) > 0; }
+
+/* Drop queued prefetch jobs for k: a chunk served out must not be decoded
+ * again by a job queued before its reader got to it.  By c->lock. */
+static void queue_cancel(ckcache *c, const ckcache_key *k)
+{
+    size_t len;
+    c->st.prefetch_cancelled += queue_remove(c, k, &len);
 }
 
 void ckcache_put_served(ckcache *c, ckcache_entry *e, size_t served)
@@ -433,6 +519,14 @@ void ckcache_put_served(ckcache *c, ckcache_entry *e, size_t served)
         unlist(c, e); /* we hold a reference: release_locked frees it */
     }
     release_locked(c, e);
+    pthread_mutex_unlock(&c->lock);
+}
+
+void ckcache_set_run(ckcache *c, ckcache_run_len_fn runLen, ckcache_fill_run_fn fillRun)
+{
+    pthread_mutex_lock(&c->lock);
+    c->run_len = fillRun ? runLen : NULL;
+    c->fill_run = fillRun;
     pthread_mutex_unlock(&c->lock);
 }
 

@@ -13,8 +13,9 @@
  *     well as its decoded bytes: chunks may be one byte), plus the buffers
  *     kept for reuse, stay under the limit; beyond it there are only the chunks that
  *     callers hold or are decoding (entries evicted while referenced are
- *     freed when their last reference goes), one per prefetch worker and
- *     those of each request in flight;
+ *     freed when their last reference goes), a run (CKCACHE_RUN_MAX at most)
+ *     per prefetch worker and per request in flight, and the chunks each
+ *     request holds;
  *   - a chunk whose fill failed with EIO (damage) is remembered as failed:
  *     later requests get EIO without decoding (and without logging) again.
  *     Other errors are not remembered.
@@ -38,6 +39,23 @@ typedef struct {
  * @return 0, or a positive errno (EIO: the chunk is damaged). */
 typedef int (*ckcache_fill_fn)(void *arg, const ckcache_key *k, void *dst, size_t len);
 
+/* The most chunks one run fill decodes. */
+#define CKCACHE_RUN_MAX 4u
+
+/* Optional (ckcache_set_run): decode chunks k->chunk .. k->chunk + n - 1
+ * (2 <= n <= CKCACHE_RUN_MAX) of k's file and extent in one go, chunk i into
+ * dst[i][0..len[i]), setting err[i] as the fill function would for that
+ * chunk alone (0, or a positive errno): a damaged chunk must leave the
+ * others' bytes and errors alone.  Called without any cache lock held. */
+typedef void (*ckcache_fill_run_fn)(void *arg, const ckcache_key *k, unsigned n, void *const dst[],
+                                    const size_t len[], int err[]);
+
+/* Optional: how many chunks from k (1 .. CKCACHE_RUN_MAX; 1: none with it)
+ * are worth one run fill, for an encoding that decodes several chunks
+ * faster than one by one.  Called with the cache's lock held: it must not
+ * block nor call the cache. */
+typedef unsigned (*ckcache_run_len_fn)(void *arg, const ckcache_key *k);
+
 typedef struct ckcache ckcache;
 typedef struct ckcache_entry ckcache_entry;
 
@@ -49,6 +67,7 @@ typedef struct {
     uint64_t prefetch_cancelled;   /* queued, then served out before a worker got to it */
     uint64_t bytes, entries;       /* now held in the table (bytes: what counts against the limit) */
     uint64_t buckets;              /* the table's size: it doubles past two entries a bucket */
+    uint64_t runs, run_chunks;     /* run fills, and the chunks they decoded */
 } ckcache_stats;
 
 /* Create a cache holding at most limitBytes of decoded chunks (counted by
@@ -57,6 +76,15 @@ typedef struct {
  * @return NULL when out of memory or threads cannot be started. */
 ckcache *ckcache_new(size_t limitBytes, unsigned prefetchThreads, ckcache_fill_fn fill,
                      void *fillArg);
+
+/* Let the cache decode consecutive chunks of one extent together: when it
+ * decodes chunk k (a prefetch worker's job, or a miss of ckcache_get) and
+ * prefetch jobs are queued for the chunks after it (up to runLen(k) in
+ * all, none of them cached or being decoded), it takes those jobs and
+ * fills all the chunks with one call of fillRun.  Every guarantee above
+ * holds for each chunk of a run (decoded once; a damaged one remembered
+ * alone).  Call before any other use of c. */
+void ckcache_set_run(ckcache *c, ckcache_run_len_fn runLen, ckcache_fill_run_fn fillRun);
 
 /* What a cached chunk of len bytes counts against the limit: its decoded
  * bytes and the entry's bookkeeping, as the heap holds them. */

@@ -19,8 +19,17 @@
 
 #define LEN 4096u
 
+#define MAXCH 64u
+
 typedef struct {
     atomic_int calls;
+    atomic_int runs;       /* run fills (fill_run) */
+    atomic_int per_chunk[MAXCH]; /* decodes of each chunk, alone or in a run */
+    unsigned run_len;      /* what run_len answers */
+    uint64_t gate_chunk;   /* this chunk's fill waits until gate_open */
+    pthread_mutex_t gate_lock;
+    pthread_cond_t gate_cond;
+    int gate_open;
     int delay_ms;          /* each fill sleeps this long */
     uint64_t slow_chunk;   /* ... or only this chunk's fill, when delay_ms is 0 */
     uint64_t eio_chunk;    /* chunk number that fails with EIO */
@@ -32,10 +41,32 @@ static uint8_t byte_of(const ckcache_key *k, size_t i)
     return (uint8_t)(k->file * 131u + k->extent * 31u + k->chunk * 7u + i * 3u);
 }
 
+/* Wait at the gate when k is the gated chunk. */
+static void gate(filler *f, const ckcache_key *k)
+{
+    if (k->chunk != f->gate_chunk)
+        return;
+    pthread_mutex_lock(&f->gate_lock);
+    while (!f->gate_open)
+        pthread_cond_wait(&f->gate_cond, &f->gate_lock);
+    pthread_mutex_unlock(&f->gate_lock);
+}
+
+static void gate_release(filler *f)
+{
+    pthread_mutex_lock(&f->gate_lock);
+    f->gate_open = 1;
+    pthread_cond_broadcast(&f->gate_cond);
+    pthread_mutex_unlock(&f->gate_lock);
+}
+
 static int fill(void *arg, const ckcache_key *k, void *dst, size_t len)
 {
     filler *f = arg;
     atomic_fetch_add(&f->calls, 1);
+    if (k->chunk < MAXCH)
+        atomic_fetch_add(&f->per_chunk[k->chunk], 1);
+    gate(f, k);
     if (f->delay_ms)
         usleep((useconds_t)f->delay_ms * 1000u);
     else if (k->chunk == f->slow_chunk)
@@ -51,7 +82,32 @@ static int fill(void *arg, const ckcache_key *k, void *dst, size_t len)
 
 static filler new_filler(void)
 {
-    return (filler){.eio_chunk = UINT64_MAX, .eagain_chunk = UINT64_MAX, .slow_chunk = UINT64_MAX};
+    return (filler){.eio_chunk = UINT64_MAX, .eagain_chunk = UINT64_MAX, .slow_chunk = UINT64_MAX,
+                    .gate_chunk = UINT64_MAX, .gate_lock = PTHREAD_MUTEX_INITIALIZER,
+                    .gate_cond = PTHREAD_COND_INITIALIZER, .run_len = 1};
+}
+
+/* A run fill as the owner's must be: each chunk filled (and failed) as
+ * fill would alone; one call counted in runs. */
+static void fill_run(void *arg, const ckcache_key *k, unsigned n, void *const dst[], const size_t len[],
+                     int err[])
+{
+    filler *f = arg;
+    ck_assert_uint_ge(n, 2);
+    ck_assert_uint_le(n, f->run_len);
+    atomic_fetch_add(&f->runs, 1);
+    for (unsigned i = 0; i < n; i++) {
+        ckcache_key ki = *k;
+        ki.chunk += i;
+        err[i] = fill(arg, &ki, dst[i], len[i]);
+        atomic_fetch_sub(&f->calls, 1); /* calls: fills of one chunk alone */
+    }
+}
+
+static unsigned run_len(void *arg, const ckcache_key *k)
+{
+    (void)k;
+    return ((filler *)arg)->run_len;
 }
 
 static void check_invariants(ckcache *c)
@@ -397,6 +453,178 @@ START_TEST(test_table_grows_with_small_chunks)
 }
 END_TEST
 
+/* Wait (up to 10 s) until the cache's workers have done `done` prefetch jobs. */
+static void wait_prefetched(ckcache *c, uint64_t done)
+{
+    ckcache_stats st;
+    for (int i = 0; i < 1000; i++) {
+        ckcache_get_stats(c, &st);
+        if (st.prefetch_done >= done)
+            return;
+        usleep(10000);
+    }
+    ck_assert_uint_eq(st.prefetch_done, done);
+}
+
+/* A cache of f, its one worker held at the gate by chunk 60 while chunks
+ * from..to-1 are queued behind it. */
+static ckcache *gated_cache(filler *f, size_t chunks, uint64_t from, uint64_t to)
+{
+    f->gate_chunk = 60;
+    ckcache *c = new_cache(f, chunks, 1);
+    ckcache_set_run(c, run_len, fill_run);
+    ckcache_key g = key(60);
+    ckcache_prefetch(c, &g, LEN);
+    for (int i = 0; i < 1000 && atomic_load(&f->per_chunk[60]) == 0; i++)
+        usleep(10000); /* the worker has taken chunk 60: the jobs below stay queued */
+    ck_assert_int_eq(atomic_load(&f->per_chunk[60]), 1);
+    for (uint64_t i = from; i < to; i++) {
+        ckcache_key k = key(i);
+        ckcache_prefetch(c, &k, LEN);
+    }
+    return c;
+}
+
+/* A prefetch worker decodes queued consecutive chunks in runs of run_len:
+ * 8 chunks in 4 pair fills, each chunk once, every byte right, all hits. */
+START_TEST(test_run_prefetch_pairs)
+{
+    filler f = new_filler();
+    f.run_len = 2;
+    ckcache *c = gated_cache(&f, 64, 0, 8);
+    gate_release(&f);
+    wait_prefetched(c, 9);
+    ck_assert_int_eq(atomic_load(&f.runs), 4);
+    ck_assert_int_eq(atomic_load(&f.calls), 1); /* chunk 60, alone */
+    for (uint64_t i = 0; i < 8; i++) {
+        ck_assert_int_eq(atomic_load(&f.per_chunk[i]), 1);
+        ck_assert(get_put(c, i));
+    }
+    ckcache_stats st;
+    ckcache_get_stats(c, &st);
+    ck_assert_uint_eq(st.runs, 4);
+    ck_assert_uint_eq(st.run_chunks, 8);
+    ck_assert_uint_eq(st.hits, 8);
+    check_and_free(c);
+}
+END_TEST
+
+/* A reader's miss takes the queued job of the next chunk into a pair.  A
+ * chunk of a pair that fails leaves the other served: damage (EIO) is
+ * remembered for that chunk alone, a transient error not at all (the
+ * chunk is decoded again on the next request), whichever of the pair it is. */
+START_TEST(test_run_failures)
+{
+    filler f = new_filler();
+    f.run_len = 2;
+    f.eio_chunk = 1;    /* second of the pair (0, 1) */
+    f.eagain_chunk = 2; /* first of the pair (2, 3) */
+    ckcache *c = gated_cache(&f, 64, 0, 6);
+    ckcache_entry *e;
+    ckcache_key k0 = key(0), k1 = key(1), k2 = key(2), k4 = key(4), k5 = key(5);
+    ck_assert(get_put(c, 0));
+    ck_assert_int_eq(atomic_load(&f.runs), 1);
+    ck_assert_int_eq(ckcache_get(c, &k1, LEN, &e), EIO);
+    ck_assert_int_eq(atomic_load(&f.per_chunk[1]), 1); /* remembered from the pair */
+    ck_assert(get_put(c, 0));
+    ck_assert_int_eq(ckcache_get(c, &k2, LEN, &e), EAGAIN);
+    ck_assert_int_eq(atomic_load(&f.runs), 2);
+    ck_assert(get_put(c, 3));                          /* decoded by the pair: a hit */
+    ck_assert_int_eq(atomic_load(&f.per_chunk[3]), 1);
+    ck_assert_int_eq(ckcache_get(c, &k2, LEN, &e), EAGAIN); /* not remembered */
+    ck_assert_int_eq(atomic_load(&f.per_chunk[2]), 2);
+    f.eagain_chunk = 5; /* second of the pair (4, 5): freed, never seen by anyone */
+    ck_assert(get_put(c, 4));
+    ck_assert_int_eq(ckcache_get(c, &k5, LEN, &e), EAGAIN);
+    ck_assert_int_eq(atomic_load(&f.per_chunk[5]), 2);
+    ck_assert_int_eq(atomic_load(&f.runs), 3);
+    ck_assert_int_eq(ckcache_get(c, &k0, LEN, &e), 0);
+    ck_assert(data_ok(e, &k0));
+    ckcache_put(c, e);
+    (void)k4;
+    ckcache_stats st;
+    ckcache_get_stats(c, &st);
+    ck_assert_uint_eq(st.failures, 5); /* 1 (EIO once), 2 twice, 5 twice */
+    gate_release(&f);
+    check_and_free(c);
+}
+END_TEST
+
+/* Runs of 4 in a cache of 2 chunks: the limit holds once the run is in
+ * (the entries the cache keeps), and every chunk's bytes are right. */
+START_TEST(test_run_limit)
+{
+    filler f = new_filler();
+    f.run_len = 4;
+    ckcache *c = gated_cache(&f, 2, 0, 16);
+    ckcache_stats st;
+    for (uint64_t i = 0; i < 16; i++) {
+        ck_assert(get_put(c, i));
+        ckcache_get_stats(c, &st);
+        ck_assert_uint_le(st.bytes, 2 * ckcache_cost(LEN));
+        check_invariants(c);
+    }
+    ck_assert_int_ge(atomic_load(&f.runs), 1);
+    gate_release(&f);
+    check_and_free(c);
+}
+END_TEST
+
+typedef struct {
+    ckcache *c;
+    unsigned id;
+    int bad;
+} racer;
+
+/* Prefetch a stretch of chunks and read them in an order of its own:
+ * overlapping runs claimed by readers and workers at once. */
+static void *race_thread(void *arg)
+{
+    racer *r = arg;
+    for (unsigned round = 0; round < 4; round++) {
+        uint64_t from = (r->id * 3 + round * 5) % (MAXCH - 8);
+        for (uint64_t i = from; i < from + 8; i++) {
+            ckcache_key k = key(i);
+            ckcache_prefetch(r->c, &k, LEN);
+        }
+        for (uint64_t j = 0; j < 8; j++) {
+            uint64_t i = from + (r->id & 1 ? 7 - j : j);
+            ckcache_key k = key(i);
+            ckcache_entry *e;
+            if (ckcache_get(r->c, &k, LEN, &e) != 0 || !data_ok(e, &k))
+                r->bad++;
+            if (e)
+                ckcache_put(r->c, e);
+        }
+    }
+    return NULL;
+}
+
+/* Readers and workers wanting overlapping runs: no chunk is decoded twice
+ * (the cache holds them all), none waits forever, every byte is right. */
+START_TEST(test_run_concurrent)
+{
+    filler f = new_filler();
+    f.run_len = 2;
+    f.delay_ms = 1; /* decodes overlap */
+    ckcache *c = new_cache(&f, 2 * MAXCH, 3);
+    ckcache_set_run(c, run_len, fill_run);
+    pthread_t t[6];
+    racer r[6];
+    for (unsigned i = 0; i < 6; i++) {
+        r[i] = (racer){.c = c, .id = i};
+        ck_assert_int_eq(pthread_create(&t[i], NULL, race_thread, &r[i]), 0);
+    }
+    for (unsigned i = 0; i < 6; i++) {
+        pthread_join(t[i], NULL);
+        ck_assert_int_eq(r[i].bad, 0);
+    }
+    for (unsigned i = 0; i < MAXCH; i++)
+        ck_assert_int_le(atomic_load(&f.per_chunk[i]), 1);
+    check_and_free(c); /* queued jobs left are dropped */
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("chunk_cache");
@@ -412,6 +640,10 @@ int main(void)
     tcase_add_test(tc, test_no_prefetch_after_served_out);
     tcase_add_test(tc, test_one_byte_chunks_bounded);
     tcase_add_test(tc, test_table_grows_with_small_chunks);
+    tcase_add_test(tc, test_run_prefetch_pairs);
+    tcase_add_test(tc, test_run_failures);
+    tcase_add_test(tc, test_run_limit);
+    tcase_add_test(tc, test_run_concurrent);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }
