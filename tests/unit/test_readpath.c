@@ -54,12 +54,15 @@ typedef struct {
     char packed[512];     /* its packed file */
 } model;
 
-/* path: a packed file of orig (a K15 extent of W_BYTES then a raw extent)
- * recorded as d/w.bin. */
+/* The encoding of the weights' extent write_model writes. */
+static uint32_t w_enc = CKC_ENC_K15;
+
+/* path: a packed file of orig (an extent of W_BYTES encoded as w_enc, then
+ * a raw extent) recorded as d/w.bin. */
 static void pack_to(const char *path, const uint8_t *orig, uint64_t size)
 {
     ckp_writer_opts o = {.path = "d/w.bin", .kind = CKP_KIND_BLOB, .mode = 0644, .mtime_ns = 42};
-    const test_extent x[] = {{CKC_ENC_K15, W_BYTES, "w", 0}, {CKC_ENC_RAW, size - W_BYTES, "", 0}};
+    const test_extent x[] = {{w_enc, W_BYTES, "w", 0}, {CKC_ENC_RAW, size - W_BYTES, "", 0}};
     uint8_t sha[32] = {0};
     write_packed(path, &o, orig, x, 2, sha);
 }
@@ -875,6 +878,51 @@ START_TEST(damaged_chunk_is_eio)
 }
 END_TEST
 
+/* An archive extent's chunks are decoded in pairs for the decode-ahead
+ * (the cache's run fill, fill_chunks): sequential reads get the original
+ * bytes, and damage in one chunk is EIO for the reads touching it alone,
+ * every time, whichever chunk of a pair it is (the pairs are formed by the
+ * threads' timing: rounds until some were, 20 at most). */
+START_TEST(archive_pairs_keep_damage_to_its_chunk)
+{
+    model md;
+    ckfs_ctx c;
+    uint64_t size;
+    int err;
+    ckcache_stats s = {0};
+    w_enc = CKC_ENC_ARCHIVE;
+    write_model(&md);
+    w_enc = CKC_ENC_K15;
+    ckp_reader *r;
+    char msg[512];
+    ck_assert_int_eq(ckp_open(md.packed, &r, msg, sizeof msg), CKP_OK);
+    const ckp_extent *x = ckp_get_extent(r, 0);
+    ck_assert_uint_eq(x->encoding, CKC_ENC_ARCHIVE);
+    ckp_span sp;
+    ckp_chunk_span(x, (uint64_t)_i + 1, (uint64_t)_i + 2, &sp);
+    uint64_t at = x->plane_offset[1] + sp.off[1] + 200; /* a word of chunk _i + 1 */
+    uint64_t bad0 = ((uint64_t)_i + 1) * x->chunk_size, bad1 = bad0 + x->chunk_size;
+    ckp_close(r);
+    flip(md.packed, at);
+    for (int round = 0; round < 20 && s.runs == 0; round++) {
+        ctx_open(&c, 2, 4u << 20);
+        ckfs_ofile *of = open_w(&c, &size, &err);
+        ck_assert_int_eq(err, 0);
+        for (int pass = 0; pass < 2; pass++)
+            for (uint64_t off = 0; off < md.size; off += 128 * KiB) {
+                int hit = off < bad1 && off + 128 * KiB > bad0;
+                ck_assert_int_eq(read_check(&c, of, &md, off, 128 * KiB), hit ? EIO : 0);
+            }
+        ckcache_get_stats(c.cache, &s);
+        ckfs_file_close(of);
+        ctx_close(&c);
+    }
+    ck_assert_uint_gt(s.runs, 0);
+    ck_assert_uint_eq(s.run_chunks, 2 * s.runs);
+    free(md.orig);
+}
+END_TEST
+
 /* A packed file that is gone or not a packed file: open fails (EIO for
  * damage, remembered), and loading a directory without a manifest names it. */
 START_TEST(bad_packed_files)
@@ -1488,6 +1536,7 @@ int main(void)
     tcase_add_test(t, one_byte_chunks_keep_the_cache_limit);
     tcase_add_test(t, open_files_freed_with_the_context);
     tcase_add_test(t, damaged_chunk_is_eio);
+    tcase_add_loop_test(t, archive_pairs_keep_damage_to_its_chunk, 0, 3);
     tcase_add_test(t, bad_packed_files);
     tcase_add_loop_test(t, changed_packed_file_is_eio, 0, 2 * (CH_N - CH_KEPT));
     tcase_add_loop_test(t, rewritten_packed_file_is_served, 0, 2 * CH_KEPT);
