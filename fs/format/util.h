@@ -66,7 +66,7 @@ int cku_sync_dirs(const char *dir, int up);
 /* Test hook for kill tests (tests/hardening/interrupted_pack.py).  Writers
  * call it just before each durable step (fsync, rename, unlink, rmdir).
  * With CKPTFS_FAULT=step:N in the environment, the Nth call of the process
- * (counted over all threads) ends it at once with _exit(CKU_FAULT_EXIT), as a
+ * (counted over all threads) ends it at once with status CKU_FAULT_EXIT, as a
  * kill at that moment would; with CKPTFS_FAULT=stop:N it stops the process
  * (SIGSTOP) there instead, for a test to change the files and continue it.
  * Without the variable the cost is one pthread_once. */
