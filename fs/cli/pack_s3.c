@@ -137,6 +137,83 @@ static int sync_stage(s3_send *s, const char *stage)
     return rc;
 }
 
+/* 1 if the first n bytes of the prefix name a pack (its state or manifest
+ * is there), 0 if not, -1 (st, msg) if the server did not say. */
+static int pack_at(s3_send *s, size_t n, cks3_status *st, char *msg, size_t cap)
+{
+    static const char *const names[] = {CKP_STATE_NAME, CKP_MANIFEST_NAME};
+    for (int i = 0; i < 2; i++) {
+        char key[2048];
+        cks3_object o;
+        snprintf(key, sizeof key, "%.*s%s%s", (int)n, s->prefix, n ? "/" : "", names[i]);
+        *st = cks3_head(s->c, s->bucket, key, &o, msg, cap);
+        if (*st == CKS3_OK)
+            return 1;
+        if (*st != CKS3_ERR_NOT_FOUND)
+            return -1;
+    }
+    return 0;
+}
+
+/* The key of l (past skip bytes) that is another pack's state or manifest
+ * further down, NULL if none. */
+static const char *pack_below(const cks3_list_result *l, size_t skip)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        const char *k = l->v[i].key + skip, *slash = strrchr(k, '/');
+        if (slash && (!strcmp(slash + 1, CKP_STATE_NAME) || !strcmp(slash + 1, CKP_MANIFEST_NAME)))
+            return l->v[i].key;
+    }
+    return NULL;
+}
+
+/* A pack goes to a prefix of its own: not inside another pack's prefix, not
+ * above one, and not where objects are that no `ckptfs pack` to it put
+ * (a pack there without its state, e.g. uploaded by hand: replaced only
+ * with --force; other objects: never).  A prefix whose state is there is
+ * prepare_dst's to judge (resume, refuse, --force).  Asks before anything
+ * is written.  @return 0, or -1 after saying why. */
+static int check_prefix(s3_send *s, int force)
+{
+    char msg[1024], err[1536];
+    cks3_status st = CKS3_OK;
+    cks3_list_result l = {0};
+    const char *why = NULL, *below = NULL;
+    size_t n = strlen(s->prefix);
+    int rc = 0;
+    while (!rc && n > 0) { /* every prefix above: PREFIX minus its last parts, then the bucket's root */
+        while (n > 0 && s->prefix[n - 1] != '/')
+            n--;
+        n -= n > 0;
+        if ((rc = pack_at(s, n, &st, msg, sizeof msg)) > 0)
+            fprintf(stderr, "ckptfs pack: %s: inside the pack at s3://%s%s%.*s; pack to a prefix outside it\n",
+                    s->url, s->bucket, n ? "/" : "", (int)n, s->prefix);
+    }
+    char *dir = rc ? NULL : cks3_key(s->prefix, "");
+    if (!rc && (st = dir ? cks3_list(s->c, s->bucket, dir, &l, msg, sizeof msg) : CKS3_ERR_NOMEM) != CKS3_OK)
+        rc = -1;
+    else if (!rc && (below = pack_below(&l, strlen(dir))))
+        why = "holds another pack further down";
+    else if (!rc && l.n && !s->old_state && !s->old_manifest)
+        why = "holds objects and no pack; pack to a new or empty prefix (--force only replaces a pack)";
+    else if (!rc && !s->old_state && s->old_manifest && !force)
+        why = "holds a pack that no `ckptfs pack` to it made (no ckptfs.state: uploaded by hand?); use --force to "
+              "replace it";
+    if (why) {
+        fprintf(stderr, "ckptfs pack: %s: %s%s%s%s\n", s->url, why, below ? " (" : "", below ? below : "",
+                below ? "); pack to another prefix" : "");
+        rc = 1;
+    }
+    if (rc < 0 && st != CKS3_OK) {
+        cks3_pack_explain(s->c, s->url, s->bucket, st, st == CKS3_ERR_NOMEM ? "out of memory" : msg, err,
+                          sizeof err);
+        fprintf(stderr, "ckptfs pack: %s\n", err);
+    }
+    cks3_list_free(&l);
+    free(dir);
+    return rc ? -1 : 0;
+}
+
 int ckpt_pack_s3(const ckpt_pack_opts *o)
 {
     s3_send s = {0};
@@ -147,6 +224,13 @@ int ckpt_pack_s3(const ckpt_pack_opts *o)
         return CKPT_EXIT_USAGE;
     }
     snprintf(s.url, sizeof s.url, "s3://%s%s%s", s.bucket, *s.prefix ? "/" : "", s.prefix);
+    if (!*s.prefix) { /* the root would share the pack's place with everything else in the bucket */
+        fprintf(stderr, "ckptfs pack: %s: no prefix; pack to s3://%s/PREFIX, a prefix of the pack's own\n", s.url,
+                s.bucket);
+        free(s.bucket);
+        free(s.prefix);
+        return CKPT_EXIT_USAGE;
+    }
     const char *base = getenv("CKPTFS_STAGE_DIR");
     char key[1024];
     snprintf(key, sizeof key, "%s/%s", s.bucket, s.prefix);
@@ -181,7 +265,8 @@ int ckpt_pack_s3(const ckpt_pack_opts *o)
         fprintf(stderr, "ckptfs pack: %s: %s\n", parent, strerror(errno));
         goto out;
     }
-    if ((lock_fd = lock_stage(lock, s.url)) < 0 || sync_stage(&s, stage) || s3_resume_list(&s))
+    if ((lock_fd = lock_stage(lock, s.url)) < 0 || sync_stage(&s, stage) || check_prefix(&s, o->force) ||
+        s3_resume_list(&s))
         goto out;
     if (ckpt_verbosity > 0)
         printf("packing %s to %s, staging at most %d packed file%s at a time in %s\n", o->src, s.url,

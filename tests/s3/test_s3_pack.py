@@ -14,7 +14,10 @@ and when sources start to go (sources deleted, no manifest yet), each then
 rerun: after each kill every original file is in the source (unchanged) or
 its object is complete under the prefix, and after the rerun unpack gives
 every original byte, no multipart upload is left; --force over such a
-prefix is refused.
+prefix is refused.  Careless targets, refused before anything is written:
+the bucket's root, no bucket name, a prefix holding a pack without its
+state (uploaded by hand; --force replaces it), objects that are no pack
+(even with --force), a prefix inside another pack's, or above one.
 Usage: test_s3_pack.py CKPTFS
 """
 import json
@@ -48,13 +51,13 @@ def has_manifest(s3, prefix):
 
 
 def objects(s3, prefix):
-    """{key below prefix/: size} of every object under prefix."""
-    out, c, tok = {}, s3.client(), None
+    """{key below prefix/: size} of every object under prefix ("": the bucket)."""
+    out, c, tok, pre = {}, s3.client(), None, prefix + "/" if prefix else ""
     while True:
         kw = {"ContinuationToken": tok} if tok else {}
-        r = c.list_objects_v2(Bucket=s3.bucket, Prefix=prefix + "/", **kw)
+        r = c.list_objects_v2(Bucket=s3.bucket, Prefix=pre, **kw)
         for o in r.get("Contents", []):
-            out[o["Key"][len(prefix) + 1:]] = o["Size"]
+            out[o["Key"][len(pre):]] = o["Size"]
         if not r.get("IsTruncated"):
             return out
         tok = r["NextContinuationToken"]
@@ -128,6 +131,7 @@ def main():
             os.makedirs(stage)
             poll = StagePoller(stage)
             run(s3, tmp, stage)
+            careless(s3, tmp, stage)
             poll.close()
             check_bounds(s3, poll)
             delete_source(s3, tmp, stage)
@@ -235,6 +239,44 @@ def run(s3, tmp, stage):
     r = ck(env, "unpack", url2, out2)
     check(r.returncode == 0 and digest_tree(out2) == want, "unpack of the rerun's pack: every original byte")
 
+
+
+def careless(s3, tmp, stage):
+    """Where a pack must not go: each a clear error naming the URL (exit 2
+    for a URL that is wrong as such, 1 for a prefix taken), and nothing
+    written to the bucket."""
+    src = os.path.join(tmp, "src")
+    env = s3.env(CKPTFS_STAGE_DIR=stage, CKPTFS_S3_PART_MIB="5")
+    other, packed = os.path.join(tmp, "c-other"), os.path.join(tmp, "c-packed")
+    shutil.copytree(src, other)
+    with open(os.path.join(other, "config.json"), "a") as f:
+        f.write(" ")
+    subprocess.run([CKPTFS, "pack", other, packed], check=True, capture_output=True)
+    os.remove(os.path.join(packed, "ckptfs.state"))
+    s3.upload_dir(packed, "c/hand")                              # a pack uploaded by hand: no ckptfs.state
+    s3.client().put_object(Bucket=s3.bucket, Key="c/junk/readme.txt", Body=b"not a pack\n")
+
+    def refused(args, url, code, words, what):
+        before, ups = objects(s3, ""), uploads(s3, "")
+        r = ck(env, "pack", *args, src, url)
+        after = objects(s3, "")
+        check(r.returncode == code and url in r.stderr and all(w in r.stderr for w in words) and before == after
+              and uploads(s3, "") == ups,
+              f"pack to {url} ({what}): exit {r.returncode} (want {code}), says {words}, nothing written "
+              f"({r.stderr.strip()[-300:]})")
+
+    refused([], f"s3://{s3.bucket}", 2, ["no prefix"], "the bucket's root")
+    refused([], "s3://", 2, ["bucket name"], "no bucket")
+    refused([], "s3:///c/x", 2, ["bucket name"], "an empty bucket name")
+    refused([], s3.url("c/hand"), 1, ["--force", "no ckptfs.state"], "a pack made by hand")
+    refused(["--force"], s3.url("c/junk"), 1, ["objects and no pack"], "objects that are no pack, --force")
+    refused([], s3.url("c/hand/sub"), 1, ["inside the pack at " + s3.url("c/hand")], "inside a pack")
+    refused([], s3.url("c"), 1, ["another pack further down", "c/hand/ckptfs.manifest"], "above a pack")
+    r = ck(env, "pack", "--force", src, s3.url("c/hand"))
+    r2 = ck(env, "verify", "--against", src, s3.url("c/hand"))
+    check(r.returncode == 0 and r2.returncode == 0,
+          f"--force over the pack made by hand replaces it: it verifies against the source "
+          f"({r.stderr.strip()[-200:]}{r2.stderr.strip()[-200:]})")
 
 
 def copy_source(pristine, dst):
