@@ -144,6 +144,21 @@ static ckc_status parse_coded(rd *r, ckc_ans_tables *t, int build)
     return r->bad ? CKC_ERR_CORRUPT : CKC_OK;
 }
 
+/* t->low_*: where each weight of a group finds its raw low bits. */
+static void low_layout(ckc_ans_tables *t)
+{
+    unsigned b = t->mode == CKC_ANS_CODED ? 7u - t->mbits : 0u;
+    for (unsigned w = 0; w < 16; w++) {
+        unsigned bit = w * b, at = 16 * (w / 4) + 4 * (w % 4);
+        t->low_ctl[at] = (uint8_t)(bit / 8);
+        t->low_ctl[at + 1] = (uint8_t)(bit / 8 + 1);
+        t->low_ctl[at + 2] = t->low_ctl[at + 3] = 0x80; /* zero */
+        t->low_sh[w] = bit % 8;
+    }
+    t->low_mask = (1u << b) - 1u;
+    t->low_gbytes = 2 * b;
+}
+
 static ckc_status tables_new(const uint8_t *blob, size_t size, uint64_t n_weights, int build,
                              ckc_ans_tables **out)
 {
@@ -196,6 +211,7 @@ static ckc_status tables_new(const uint8_t *blob, size_t size, uint64_t n_weight
         goto fail;
     }
 ok:
+    low_layout(t);
     t->bytes = sizeof *t + t->lines + (t->exp_dec ? (size_t)t->n_classes * EXP_SCALE * 4 : 0) +
                (t->man_dec ? (size_t)t->n_syms * MAN_SCALE * 4 : 0);
     *out = t;
@@ -280,13 +296,14 @@ static int decode_scalar(ckc_ans_stream *s)
     return 0;
 }
 
-/* ORs the raw low bits (b per weight, LSB-first) into out: 8 weights take
- * b whole bytes, read as one little-endian word; the last group bit by bit
- * within the bytes that exist. */
-static void unpack_low(const uint8_t *src, size_t bytes, unsigned b, size_t n, uint16_t *out)
+/* ORs the raw low bits (b per weight, LSB-first) of weights j0..n-1 (j0 a
+ * multiple of 8) into out: 8 weights take b whole bytes, read as one
+ * little-endian word; the last group bit by bit within the bytes that
+ * exist. */
+static void unpack_low(const uint8_t *src, size_t bytes, unsigned b, size_t j0, size_t n, uint16_t *out)
 {
     uint32_t mask = (1u << b) - 1u;
-    size_t j = 0;
+    size_t j = j0;
 
     for (; j + 8 <= n; j += 8) { /* the group's b bytes exist: bytes >= (j + 8) * b / 8 */
         size_t off = j / 8 * b;
@@ -354,18 +371,21 @@ static ckc_status stream_open(const ckc_ans_chunk *c, ckc_ans_stream *s, int *do
     s->n = n;
     s->first = c->first;
     s->out = c->out;
+    s->low = src + CKC_ANS_HDR_BYTES;
     return CKC_OK;
 }
 
 /* The scalar rest of stream s, the final checks, and the raw low bits. */
 static ckc_status stream_finish(const ckc_ans_chunk *c, ckc_ans_stream *s)
 {
+    size_t j0 = s->j; /* the vector loops put the low bits of out[0..j0) in */
     if (decode_scalar(s) < 0 || s->pos != s->n_words)
         return CKC_ERR_CORRUPT;
     for (unsigned l = 0; l < CKC_ANS_LANES; l++)
         if (s->x[l] != CKC_ANS_L)
             return CKC_ERR_CORRUPT;
-    unpack_low(c->src + CKC_ANS_HDR_BYTES, ckc_ans_low_bytes(s->n, s->t->mbits), 7 - s->t->mbits, s->n, s->out);
+    unpack_low(c->src + CKC_ANS_HDR_BYTES, ckc_ans_low_bytes(s->n, s->t->mbits), 7 - s->t->mbits, j0, s->n,
+               s->out);
     return CKC_OK;
 }
 

@@ -32,6 +32,15 @@ struct ckc_ans_tables {
     uint32_t *exp_dec;     /* n_classes * 4096 */
     uint32_t *man_dec;     /* n_syms * 256 */
     size_t bytes;
+    /* The raw low bits (7 - mbits a weight) of a group of 16 weights, for
+     * the vector loops: they take 2 * (7 - mbits) bytes (low_gbytes), and
+     * weight w's, from bit w * (7 - mbits), lie in the 2 bytes from byte
+     * low_ctl[4w] of a 16-byte load, shifted by low_sh[w]: a byte shuffle
+     * (16 bytes broadcast to each 128-bit lane, lanes of 4 bytes: the 2
+     * bytes and two zeros), a shift and low_mask give the 16 values. */
+    uint8_t low_ctl[64];
+    uint32_t low_sh[16];
+    uint32_t low_mask, low_gbytes;
 };
 
 /* Encoder view of one symbol of a table (ryg_rans's reciprocal form),
@@ -83,6 +92,7 @@ typedef struct {
     size_t n_words, pos, j, n;
     uint64_t first;
     uint16_t *out;
+    const uint8_t *low;    /* the chunk's raw low bits; the vector loops OR them into out */
     uint32_t x[CKC_ANS_LANES];
 } ckc_ans_stream;
 
@@ -91,7 +101,8 @@ typedef struct {
 /* Vector decode (ckc_ans_x86.c) of count <= CKC_ANS_MAX_STREAMS chunks,
  * interleaved (their dependency chains overlap): groups of 16 weights while
  * a stream has at least 32 words left, advancing each stream's x, pos and j
- * (j stays a multiple of 16). */
+ * (j stays a multiple of 16); out[0..j) gets whole weights (high bits and
+ * raw low bits). */
 void ckc_ans_decode_avx512(ckc_ans_stream *s, size_t count);
 void ckc_ans_decode_avx2(ckc_ans_stream *s, size_t count);
 int ckc_ans_avx512_supported(void);

@@ -9,6 +9,10 @@
  *                  lanes (vpexpandd; AVX2: a permutation made with pdep)
  *   mantissa       gather man_dec[a << 8 | (x & 255)], the same step with
  *                  scale 2^8; the entry's top half is the weight's high bits
+ *   low bits       OR'd in from the chunk's raw low bits (a byte shuffle and
+ *                  a shift a lane, tables.low_*): work off the dependency
+ *                  chain, where it costs next to nothing, instead of a pass
+ *                  over the chunk afterwards
  * Each step reads at most 32 words, so a group runs only while 32 remain;
  * ckc_ans_dec.c's scalar loop finishes the chunk with checked reads.  The
  * arithmetic is the scalar loop's, lane for lane, so the results are
@@ -97,10 +101,21 @@ T512 static INL __m512i renorm512(__m512i x, const uint8_t *words, size_t *ps)
     return _mm512_mask_mov_epi32(x, m, _mm512_or_si512(_mm512_slli_epi32(x, 16), w));
 }
 
+/* The raw low bits of the group whose bits start at low (t->low_*), one a
+ * 32-bit lane.  The 16-byte load stays within the chunk: the words follow
+ * the low bits, and a group runs only while 32 of them remain. */
+T512 static INL __m512i low512(const ckc_ans_tables *t, const uint8_t *low)
+{
+    __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)low));
+    v = _mm512_shuffle_epi8(v, _mm512_loadu_si512(t->low_ctl));
+    return _mm512_and_si512(_mm512_srlv_epi32(v, _mm512_loadu_si512(t->low_sh)),
+                            _mm512_set1_epi32((int)t->low_mask));
+}
+
 /* One group of 16 weights of one stream: states X, next word *ps, classes
- * from g; the 16 high parts to out. */
+ * from g, raw low bits from low; the 16 weights to out. */
 T512 static INL __m512i group512(const ckc_ans_tables *t, __m512i X, const uint8_t *words, size_t *ps,
-                                  gpos g, uint16_t *out)
+                                  gpos g, const uint8_t *low, uint16_t *out)
 {
     const __m512i m12 = _mm512_set1_epi32(0xFFF), m8 = _mm512_set1_epi32(0xFF);
     __m512i kb = _mm512_slli_epi32(classes512(t, g), CKC_ANS_EXP_BITS);
@@ -120,7 +135,8 @@ T512 static INL __m512i group512(const ckc_ans_tables *t, __m512i X, const uint8
     } else {
         e2 = _mm512_i32gather_epi32(a, t->man_dec, 4);
     }
-    _mm256_storeu_si256((__m256i *)out, _mm512_cvtepi32_epi16(_mm512_srli_epi32(e2, 16)));
+    e2 = _mm512_or_si512(_mm512_srli_epi32(e2, 16), low512(t, low));
+    _mm256_storeu_si256((__m256i *)out, _mm512_cvtepi32_epi16(e2));
     return X;
 }
 
@@ -153,9 +169,12 @@ static INL void cur_done(cursor *c)
     c->s->j = c->j;
 }
 
+/* Where the raw low bits of c's next group start. */
+static INL const uint8_t *cur_low(const cursor *c) { return c->s->low + c->j / 16 * c->s->t->low_gbytes; }
+
 T512 static INL void step512(cursor *c, __m512i *X)
 {
-    *X = group512(c->s->t, *X, c->s->words, &c->ps, c->g, c->s->out + c->j);
+    *X = group512(c->s->t, *X, c->s->words, &c->ps, c->g, cur_low(c), c->s->out + c->j);
     c->j += 16;
     gpos_next(c->s->t, &c->g);
 }
@@ -273,10 +292,18 @@ T256 static INL __m256i classes256(const ckc_ans_tables *t, gpos g, __m256i *hi)
     return _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)k)), CKC_ANS_EXP_BITS);
 }
 
+/* low512 in two halves: weights 0-7 of the group, or 8-15 (half 1). */
+T256 static INL __m256i low256(const ckc_ans_tables *t, __m256i v, unsigned half)
+{
+    v = _mm256_shuffle_epi8(v, _mm256_loadu_si256((const __m256i *)(t->low_ctl + 32 * half)));
+    return _mm256_and_si256(_mm256_srlv_epi32(v, _mm256_loadu_si256((const __m256i *)(t->low_sh + 8 * half))),
+                            _mm256_set1_epi32((int)t->low_mask));
+}
+
 /* One group of one stream: states X[0] (lanes 0-7) and X[1] (8-15); the
  * words of each renormalisation go to lanes 0-7 first, then 8-15. */
 T256 static INL void group256(const ckc_ans_tables *t, __m256i X[2], const uint8_t *words, size_t *ps, gpos g,
-                              uint16_t *out)
+                              const uint8_t *low, uint16_t *out)
 {
     __m256i k1, k0 = classes256(t, g, &k1), a0, a1, e0, e1, v;
     X[0] = renorm256(exp_step256(t, X[0], k0, &a0), words, ps);
@@ -287,14 +314,17 @@ T256 static INL void group256(const ckc_ans_tables *t, __m256i X[2], const uint8
     X[1] = man_step256(t, X[1], a1, &e1);
     if (t->mbits)
         X[1] = renorm256(X[1], words, ps);
-    v = _mm256_packus_epi32(_mm256_srli_epi32(e0, 16), _mm256_srli_epi32(e1, 16));
+    v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)low));
+    e0 = _mm256_or_si256(_mm256_srli_epi32(e0, 16), low256(t, v, 0));
+    e1 = _mm256_or_si256(_mm256_srli_epi32(e1, 16), low256(t, v, 1));
+    v = _mm256_packus_epi32(e0, e1);
     v = _mm256_permute4x64_epi64(v, 0xD8);
     _mm256_storeu_si256((__m256i *)out, v);
 }
 
 T256 static INL void step256(cursor *c, __m256i X[2])
 {
-    group256(c->s->t, X, c->s->words, &c->ps, c->g, c->s->out + c->j);
+    group256(c->s->t, X, c->s->words, &c->ps, c->g, cur_low(c), c->s->out + c->j);
     c->j += 16;
     gpos_next(c->s->t, &c->g);
 }
