@@ -2,7 +2,8 @@
 # mount_watchdog: tests/lib/watchdog.py, which every ctest that mounts runs
 # under, on a test that hangs for real: it mounts, stops its daemon
 # (SIGSTOP) and reads a file of the mount, which then waits for an answer
-# forever.  Given 4 s, the watchdog must print the reader's Python stack
+# forever.  Given 4 s (15 s on a second try when the reader was not yet
+# waiting in the kernel: a loaded machine), the watchdog must print the reader's Python stack
 # (py-spy; the faulthandler fallback, which gets no word from the reader:
 # a signal waits for the FUSE request to end, but does from its parent), the kernel stacks of the
 # threads, the connection's `waiting` count and the daemon's log, then leave
@@ -34,15 +35,22 @@ HUNG
 for how in py-spy faulthandler; do
     [ $how = py-spy ] && ! command -v py-spy >/dev/null && { echo "no py-spy: only the fallback"; continue; }
     nopy=""; [ $how = faulthandler ] && nopy=1
-    rc=0
-    PY=$PY PACKED=$T/dst CKPTFS_WATCHDOG_NO_PYSPY=$nopy "$PY" "$WD" --name hung --timeout 4 --ctest-timeout 60 \
-        -- sh "$T/hung.sh" >"$T/out.$how" 2>&1 || rc=$?
-    cat "$T/out.$how"
+    # The hang must be in place when the watchdog fires: at load 12 the
+    # reader, a second Python, was still starting after 4 s (state R, no
+    # FUSE wait in the dump).  Then once more, given 15 s.
+    for wait_s in 4 15; do
+        rc=0
+        PY=$PY PACKED=$T/dst CKPTFS_WATCHDOG_NO_PYSPY=$nopy "$PY" "$WD" --name hung --timeout $wait_s \
+            --ctest-timeout 60 -- sh "$T/hung.sh" >"$T/out.$how" 2>&1 || rc=$?
+        cat "$T/out.$how"
+        grep -q "^   .*request_wait_answer\|^   .*fuse_simple_request" "$T/out.$how" && break
+        echo "($how: the reader was not yet in its FUSE request after $wait_s s)"
+    done
     [ $rc = 1 ] || fail "$how: watchdog exit status $rc, not 1"
     if [ $how = py-spy ]; then
         grep -q "stuck_reading" "$T/out.$how" || fail "py-spy: no stack of the reader"
     fi
-    for want in "hung still running after 4 s" "stuck_waiting" "waiting 1" "serving $T/dst" \
+    for want in "hung still running after $wait_s s" "stuck_waiting" "waiting 1" "serving $T/dst" \
         "connection aborted, detached" "hung FAILED: timed out"; do
         grep -qF "$want" "$T/out.$how" || fail "$how: no '$want' in the watchdog's output"
     done
