@@ -141,6 +141,7 @@ static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         fuse_reply_err(req, err);
         return;
     }
+    ckfs_file_owner(of, fuse_req_ctx(req)->pid);
     fi->fh = (uint64_t)(uintptr_t)of;
     fi->keep_cache = 1;
     fi->noflush = 1;

@@ -120,10 +120,17 @@ void ckw_prefetch(ckw_set *w, uint32_t file, const ckp_reader *r, int dfd, uint3
     if ((end = ckp_bounded_run(r, e, c, end)) == c)
         return;
     pthread_mutex_lock(&w->lock);
-    ckw_window *s = find(w, file, e, c, &end);
+    /* past the windows holding c, c+1, ...: the rest of [c, end) gets a
+     * window of its own (a slicer's 1 MiB request whose first chunk the
+     * window before held became a window per chunk: 8 range GETs) */
+    ckw_window *s;
+    while ((s = find(w, file, e, c, NULL)) != NULL && s->c0 + s->n < end) {
+        s->tick = ++w->tick;
+        c = s->c0 + s->n;
+    }
     if (s) {
         s->tick = ++w->tick;
-    } else if (!w->stopping && (s = take_slot(w)) != NULL) {
+    } else if ((void)find(w, file, e, c, &end), !w->stopping && (s = take_slot(w)) != NULL) {
         s->file = file, s->e = e, s->c0 = c, s->n = (unsigned)(end - c);
         s->state = W_QUEUED, s->refs = 0, s->used = 0, s->tick = ++w->tick;
         s->r = r, s->dfd = dfd;

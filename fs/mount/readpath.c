@@ -464,9 +464,27 @@ static void hint_range(const ckp_reader *r, uint64_t from, uint64_t to)
  * in goes no further than that extent: loaders take tensors in name order,
  * which is not the file's (windows read ahead for the next tensor in the
  * file were a third of all, and went unused, under safetensors'
- * load_file). */
+ * load_file).
+ *
+ * s3:// (hint_max set): a run that began at or before wstart (it read
+ * whole tensors of CKFS_STREAM_MIN bytes or more before this one, see
+ * ckfs_stream_start) streams the file and gets the network windows at the
+ * full distance (hint_max) at once; the local ramp (half the run) had a
+ * whole-file reader wait on each of ~180 windows of 0.8 MB of a 537 MB
+ * model, the link idle half the time at 500 Mbit/s (s3_bench,
+ * docs/object-storage.md).  Any other run keeps the ramp and never goes
+ * past the tensor the read ends in: a slicer's run may begin in the
+ * header or in the tensor before (the kernel reads up to half its
+ * read-around before a fault), or run into the next one past its slice,
+ * and is no stream (until 3 December any run that began before its tensor
+ * or read the file's last tensor got the full distance: one slicer taking
+ * an eighth of every tensor fetched the whole model).  A run from offset 0
+ * is a stream at once when a->streamer is set (its process streamed its
+ * previous file to the end: ckfs_file_owner).  Such a run's window is its
+ * decode-ahead (depth) past its furthest read, at the file's start (a
+ * stream not yet known) half the run. */
 void ckfs_ahead_next(ckfs_ahead *a, uint64_t depth, uint64_t off, uint64_t end, uint64_t fsize,
-                     uint64_t xstart, uint64_t xend, ckfs_ahead_plan *p)
+                     uint64_t xstart, uint64_t xend, uint64_t wstart, ckfs_ahead_plan *p)
 {
     *p = (ckfs_ahead_plan){0};
     if (off + SEQ_SLACK >= a->next_off && off <= a->next_off + SEQ_SLACK) {
@@ -485,17 +503,17 @@ void ckfs_ahead_next(ckfs_ahead *a, uint64_t depth, uint64_t off, uint64_t end, 
     uint64_t run = a->next_off - a->run_start;
     uint64_t ahead = run / 4 < depth ? run / 4 : depth;
     uint64_t hmax = a->hint_max ? a->hint_max : HINT_MAX;
+    int stream = a->hint_max && ((wstart <= xstart && a->run_start <= wstart) || (a->streamer && !a->run_start));
+    if (stream && end >= fsize)
+        a->streamed = 1;
     /* a run that began in this tensor stops at its end: a loader taking
-     * tensors by name jumps elsewhere next (layers.1 -> layers.10) */
+     * tensors by name jumps elsewhere next (layers.1 -> layers.10); for
+     * s3:// any run but a stream does */
     int in_tensor = a->run_start >= xstart && xend < fsize;
-    uint64_t stop = in_tensor ? xend : fsize;
-    /* s3:// (hint_max set): a run that began before this tensor streams the
-     * file and gets the network windows at the full distance at once.  The
-     * local ramp (half the run) had a whole-file reader wait on each of ~180
-     * windows of 0.8 MB of a 537 MB model, the link idle half the time at
-     * 500 Mbit/s (s3_bench, docs/object-storage.md); slicers, whose runs
-     * begin in a tensor, keep the ramp. */
-    uint64_t hint = a->hint_max && !in_tensor ? hmax : run / 2 < hmax ? run / 2 : hmax;
+    uint64_t stop = in_tensor || (a->hint_max && !stream) ? xend : fsize;
+    uint64_t hint = stream ? hmax : run / 2 < hmax ? run / 2 : hmax;
+    if (a->hint_max && !stream && a->run_start)
+        hint = 0;
     p->from = a->ahead_to > end ? a->ahead_to : end;
     p->to = end + ahead < stop ? end + ahead : stop;
     if (p->to > p->from)
@@ -513,28 +531,53 @@ void ckfs_ahead_next(ckfs_ahead *a, uint64_t depth, uint64_t off, uint64_t end, 
         p->hto = p->hfrom;
 }
 
-/* Sequential readers: decode-ahead and disk hints (ckfs_ahead_next). */
-static void read_ahead(ckfs_ctx *c, ckfs_ofile *of, const ckp_reader *r, uint64_t off, uint64_t end,
-                       uint64_t fsize)
+uint64_t ckfs_stream_start(const ckp_reader *r, uint32_t e)
+{
+    uint64_t whole = 0;
+    for (uint32_t k = e, steps = 0; k-- > 0 && steps < CKFS_STREAM_EXTENTS; steps++) {
+        const ckp_extent *x = ckp_get_extent(r, k);
+        if (x->name[0]) /* a tensor, not the header or what is between them */
+            whole += x->orig_size;
+        if (whole >= CKFS_STREAM_MIN)
+            return x->orig_offset;
+    }
+    return UINT64_MAX;
+}
+
+/* Sequential readers: decode-ahead and disk hints (ckfs_ahead_next).
+ * s3://: the request's own chunks and those queued for decode-ahead are
+ * asked for in one window (one range GET per plane), before the prefetch
+ * workers take them: each decode of a chunk no window holds fetches a
+ * window of that chunk alone (a slicer's 1 MiB requests became 8 GETs of
+ * 128 KiB each, ~4,000 for a 537 MB model).  @return 1 if it asked for
+ * the request's own window. */
+static int read_ahead(ckfs_ctx *c, ckfs_ofile *of, const ckp_reader *r, uint64_t off, uint64_t end,
+                      uint64_t fsize)
 {
     ckfs_ahead_plan p;
     if (!c->o.prefetch || !c->o.prefetch_threads)
-        return;
+        return 0;
     uint32_t e;
-    uint64_t ch, xstart = 0, xend = fsize;
+    uint64_t ch, xstart = 0, xend = fsize, wstart = UINT64_MAX;
     if (ckp_locate(r, end - 1, &e, &ch) == CKP_OK) {
         const ckp_extent *x = ckp_get_extent(r, e);
         xstart = x->orig_offset;
         xend = x->orig_offset + x->orig_size;
+        if (c->s3)
+            wstart = ckfs_stream_start(r, e);
     }
     pthread_mutex_lock(&of->lock);
-    ckfs_ahead_next(&of->ahead, c->o.prefetch, off, end, fsize, xstart, xend, &p);
+    ckfs_ahead_next(&of->ahead, c->o.prefetch, off, end, fsize, xstart, xend, wstart, &p);
     pthread_mutex_unlock(&of->lock);
+    int own = c->s3 && c->windows;
+    if (own)
+        ckfs_window_range(c, of->file, r, off, p.to > end ? p.to : end, 1);
     if (p.hto > p.hfrom && c->windows) /* drop_packed's O_DIRECT or s3://'s network windows */
         ckfs_window_range(c, of->file, r, p.hfrom, p.hto, 0);
     else if (p.hto > p.hfrom)
         hint_range(r, p.hfrom, p.hto);
     queue_chunks(c, r, of->file, p.from, p.to);
+    return own;
 }
 
 /* ---- open files ----------------------------------------------------------- */
@@ -565,11 +608,20 @@ int ckfs_file_open(ckfs_ctx *c, uint32_t file, ckfs_ofile **out)
     return 0;
 }
 
+void ckfs_file_owner(ckfs_ofile *of, pid_t pid)
+{
+    of->pid = pid;
+    if (of->c->s3 && pid)
+        of->ahead.streamer = ckfs_s3_streamer(of->c, pid, 0);
+}
+
 void ckfs_file_close(ckfs_ofile *of)
 {
     if (!of)
         return;
     ckfs_ctx *c = of->c;
+    if (c->s3 && of->pid && of->ahead.streamed)
+        ckfs_s3_streamer(c, of->pid, 1);
     pthread_mutex_lock(&c->ofiles_lock);
     if (of->prev)
         of->prev->next = of->next;
@@ -680,8 +732,8 @@ int ckfs_read(ckfs_ctx *c, ckfs_ofile *of, uint64_t fsize, uint64_t off, size_t 
     atomic_fetch_add_explicit(&c->read_bytes, end - off, memory_order_relaxed);
     if (size >= (512u << 10))
         atomic_fetch_add_explicit(&c->big_reads, 1, memory_order_relaxed);
-    read_ahead(c, of, r, off, end, fsize);
-    if (c->windows) /* this request's own packed bytes in a few large reads (a window per plane) */
+    int windowed = read_ahead(c, of, r, off, end, fsize);
+    if (c->windows && !windowed) /* this request's own packed bytes in a few large reads (a window per plane) */
         ckfs_window_range(c, of->file, r, off, end, 1);
     /* A request spanning several chunks: workers decode the later ones
      * while this thread decodes the first (each is decoded once either way). */

@@ -106,6 +106,9 @@ typedef struct {
     uint64_t hint_to;              /* disk readahead hinted up to here */
     uint64_t hint_max;             /* hint at most this far past a read; 0: 16 MiB
                                     * (an s3:// mount's network windows go further) */
+    unsigned streamer;             /* s3://: its process streamed another file to its
+                                    * end: a run from offset 0 is a stream at once */
+    unsigned streamed;             /* a stream reached the end of the file */
 } ckfs_ahead;
 
 /* What one read asks for ahead of it: decode the chunks holding original
@@ -118,15 +121,27 @@ typedef struct {
 /* Update a (zeroed at open) for a read of [off, end) in a file of fsize
  * bytes whose byte end-1 lies in the extent [xstart, xend), and say what to
  * do ahead of it, decoding at most depth bytes past it (the prefetch
- * option).  Pure: the caller holds the lock of a's open file. */
+ * option).  wstart: with a->hint_max set (s3://), a run that began at or
+ * before it (and before xstart) is a stream (ckfs_stream_start; UINT64_MAX:
+ * none).  Pure: the caller holds the lock of a's open file. */
 void ckfs_ahead_next(ckfs_ahead *a, uint64_t depth, uint64_t off, uint64_t end, uint64_t fsize,
-                     uint64_t xstart, uint64_t xend, ckfs_ahead_plan *p);
+                     uint64_t xstart, uint64_t xend, uint64_t wstart, ckfs_ahead_plan *p);
+
+/* A run that began at or before the offset returned streams the file when
+ * it reads extent e of r: it read whole tensors (named extents) of at least
+ * CKFS_STREAM_MIN bytes in all before e.  Looks back at most
+ * CKFS_STREAM_EXTENTS extents.  @return that offset, or UINT64_MAX (none:
+ * e is the first tensor, or those before it are too few or too small). */
+#define CKFS_STREAM_MIN (8ull << 20)
+#define CKFS_STREAM_EXTENTS 64u
+uint64_t ckfs_stream_start(const ckp_reader *r, uint32_t e);
 
 /* An open file. */
 typedef struct ckfs_ofile {
     ckfs_ctx *c;
     struct ckfs_ofile *prev, *next; /* in c->ofiles, by c->ofiles_lock */
     uint32_t file;                 /* index in the manifest */
+    pid_t pid;                     /* the process that opened it (ckfs_file_owner), or 0 */
     pthread_mutex_t lock;
     ckfs_ahead ahead;              /* by lock */
 } ckfs_ofile;
@@ -176,6 +191,11 @@ void ckfs_cache_stop(ckfs_ctx *c);
  * changed since it was bound that failed re-validation: ckfs_mfile). */
 int ckfs_file_open(ckfs_ctx *c, uint32_t file, ckfs_ofile **out);
 void ckfs_file_close(ckfs_ofile *of);
+/* The process that opened of (FUSE's request context), before its first
+ * read.  s3://: a process that streamed a file to its end gets the network
+ * windows of its next file at the full distance from its first reads
+ * (a whole-file reader going from shard to shard). */
+void ckfs_file_owner(ckfs_ofile *of, pid_t pid);
 
 /* Gather the bytes [off, off+size) of an open file of size fsize (clipped to
  * it) into p, decoding the chunks not in the cache, and queue decode-ahead

@@ -33,6 +33,8 @@ struct ckfs_s3 {
     pthread_mutex_t log_lock;
     uint64_t last_log_ms;           /* by log_lock */
     unsigned suppressed;            /* by log_lock */
+    pid_t streamers[CKFS_S3_STREAMERS]; /* by log_lock: ckfs_s3_streamer, a ring */
+    unsigned n_streamers;           /* by log_lock: noted so far */
 };
 
 int ckfs_is_s3(const char *packed) { return cks3_is_url(packed); }
@@ -230,6 +232,20 @@ struct ckw_set *ckfs_s3_windows(ckfs_ctx *c)
 {
     unsigned n = c->o.s3_windows;
     return ckw_new_sized(n + n / 2 + 2, n, CKFS_S3_WINDOW_BYTES);
+}
+
+int ckfs_s3_streamer(ckfs_ctx *c, pid_t pid, int note)
+{
+    struct ckfs_s3 *s = c->s3;
+    int found = 0;
+    pthread_mutex_lock(&s->log_lock);
+    unsigned n = s->n_streamers < CKFS_S3_STREAMERS ? s->n_streamers : CKFS_S3_STREAMERS;
+    for (unsigned i = 0; i < n && !found; i++)
+        found = s->streamers[i] == pid;
+    if (note && !found)
+        s->streamers[s->n_streamers++ % CKFS_S3_STREAMERS] = pid;
+    pthread_mutex_unlock(&s->log_lock);
+    return found;
 }
 
 uint64_t ckfs_s3_ahead(const ckfs_ctx *c) { return (uint64_t)(c->o.s3_windows / 2 + 1) * CKFS_S3_WINDOW_BYTES; }

@@ -46,6 +46,12 @@ int ckfs_s3_check(ckfs_ctx *c, uint32_t i, const ckp_reader *r);
  * flight.  NULL when they cannot be made. */
 struct ckw_set *ckfs_s3_windows(ckfs_ctx *c);
 
+/* Processes that streamed a file to its end (readpath.c ckfs_file_owner):
+ * note pid as one (note = 1), or @return 1 if it is one (note = 0).  The
+ * last CKFS_S3_STREAMERS noted are kept. */
+#define CKFS_S3_STREAMERS 64
+int ckfs_s3_streamer(ckfs_ctx *c, pid_t pid, int note);
+
 /* How far ahead of a sequential reader its windows are fetched. */
 uint64_t ckfs_s3_ahead(const ckfs_ctx *c);
 

@@ -269,7 +269,7 @@ static void ahead(ckfs_ahead *a, uint64_t window, uint64_t off, uint64_t end, ui
 {
     uint64_t xs, xe;
     tensor_of(end, fsize, &xs, &xe);
-    ckfs_ahead_next(a, window, off, end, fsize, xs, xe, p);
+    ckfs_ahead_next(a, window, off, end, fsize, xs, xe, UINT64_MAX, p);
 }
 
 /* Bytes of [from, to) outside [lo, hi). */

@@ -1,0 +1,154 @@
+"""test_s3_slicers.py — what `ckptfs mount s3://` fetches for readers that
+slice (issue 25: "a slicer fetches only the chunks its slices touch"),
+against a real S3 server (SeaweedFS), by the daemon's counters:
+
+1. one process taking an eighth of every tensor's rows with safetensors'
+   get_slice (through a mapping, as tensor-parallel loaders do): the right
+   tensors, and packed bytes fetched within the bound the mount keeps
+   (docs/object-storage.md, How it works): those of the chunks the kernel's
+   reads touched (the daemon's read_bytes), plus at most the decode-ahead
+   (prefetch, 1 MiB) and a chunk at each end per run of reads (up to 4 runs
+   per slice: the kernel's readahead jumps about);
+2. the same with read_ahead_kb=128, where the kernel reads little around a
+   slice: under 0.3x the packed size for an eighth of every tensor (the
+   code before 3 December fetched the rest of a file for a slice of its
+   first or last tensor: 0.44x);
+3. four such processes at once, two eighths each: every slice right, the
+   model fetched once (packed bytes fetched <= 1.02x the packed size);
+4. one process streaming every file whole: the model fetched once, in
+   windows of several MiB (at most 3 range GETs per MiB of original bytes).
+Usage: test_s3_slicers.py CKPTFS          (root and /dev/fuse; else skipped: 77)
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from s3fixture import SeaweedS3  # noqa: E402
+from s3check import FAILS, MB, Mount, check, sha, tree  # noqa: E402
+
+CKPTFS = os.path.abspath(sys.argv[1])
+FILES, TENSORS, ROWS, COLS = 2, 2, 2048, 4096       # 16 MiB BF16 tensors, 2 per file
+CHUNK = 128 << 10                                   # original bytes per BF16 chunk (format §5)
+PREFETCH = 1 * MB                                   # the mount's default decode-ahead
+
+# one reader process: the eighths K (comma-separated) of every tensor of every
+# file, compared with the original's; prints "ok N" (slices compared) or "bad NAME"
+SLICER = r"""
+import os, sys, torch
+from safetensors import safe_open
+src, mnt, ks = sys.argv[1], sys.argv[2], [int(k) for k in sys.argv[3].split(",")]
+n = 0
+for name in sorted(x for x in os.listdir(src) if x.endswith(".safetensors")):
+    with safe_open(os.path.join(mnt, name), "pt") as y, safe_open(os.path.join(src, name), "pt") as x:
+        for t in y.keys():
+            rows = y.get_slice(t).get_shape()[0]
+            for k in ks:
+                lo, hi = rows * k // 8, rows * (k + 1) // 8
+                if not torch.equal(y.get_slice(t)[lo:hi], x.get_slice(t)[lo:hi]):
+                    print("bad", name, t, k)
+                    sys.exit(1)
+                n += 1
+print("ok", n)
+"""
+
+
+def make_model(src):
+    import torch
+    from safetensors.torch import save_file
+    torch.manual_seed(25)
+    for f in range(FILES):
+        save_file({f"layers.{f * TENSORS + t}.weight": (torch.randn(ROWS, COLS) * 0.02).to(torch.bfloat16)
+                   for t in range(TENSORS)}, os.path.join(src, f"model-{f}.safetensors"))
+
+
+def slicers(src, mnt, groups):
+    """One process per group of eighths, all at once; True if each got its slices right."""
+    ps = [subprocess.Popen([sys.executable, "-c", SLICER, src, mnt, g], stdout=subprocess.PIPE, text=True)
+          for g in groups]
+    outs = [p.communicate(timeout=300)[0] for p in ps]
+    return all(p.returncode == 0 and o.split() == ["ok", str(FILES * TENSORS * len(g.split(",")))]
+               for p, o, g in zip(ps, outs, groups)), outs
+
+
+def main():
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        print("SKIP: needs root and /dev/fuse")
+        return 77
+    tmp = tempfile.mkdtemp(prefix="ckptfs-s3sl-")
+    mounts = []
+    try:
+        with SeaweedS3() as s3:
+            run(s3, tmp, mounts)
+    finally:
+        for m in mounts:
+            m.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{len(FAILS)} failed" if FAILS else "all passed")
+    return 1 if FAILS else 0
+
+
+def run(s3, tmp, mounts):
+    src, packed = os.path.join(tmp, "src"), os.path.join(tmp, "packed")
+    os.makedirs(src)
+    make_model(src)
+    subprocess.run([CKPTFS, "pack", src, packed], check=True, capture_output=True)
+    s3.upload_dir(packed, "m")
+    orig = sum(os.path.getsize(p) for p in tree(src).values())
+    psize = sum(os.path.getsize(p) for k, p in tree(packed).items() if k.endswith(".ckpt"))
+    ratio = psize / orig
+
+    def mount(name, opts=""):
+        m = Mount(s3.url("m"), os.path.join(tmp, name), s3.env(), opts)
+        mounts.append(m)
+        return m
+
+    # 1. one slicer alone, an eighth (the fourth: mid-tensor) of every tensor
+    with mount("one") as m:
+        ok, outs = slicers(src, m.mnt, ["3"])
+        check(ok, f"one slicer: every eighth equals the original's ({outs[0].strip()})")
+        st = m.stats()
+        runs = FILES * TENSORS * 4 + FILES   # runs of reads: up to 4 per slice (the kernel's reads jump), the headers
+        bound = ratio * 1.1 * (st["read_bytes"] + runs * (PREFETCH + 2 * CHUNK))
+        got = st["s3_packed_bytes_fetched"]
+        print(f"one slicer: kernel asked {st['read_bytes']} bytes of {orig}; fetched {got} packed bytes "
+              f"({got / psize:.3f}x packed), {st['s3_range_gets']} range GETs; bound {bound:.0f}")
+        check(got <= bound, f"one slicer: packed bytes fetched {got} <= those of the bytes read + "
+              f"prefetch past each run ({bound:.0f})")
+
+    # 2. the same with the kernel's readahead at 128 KiB (read_ahead_kb=128):
+    #    the kernel's reads around a slice are few
+    with mount("one128", "read_ahead_kb=128") as m:
+        ok, outs = slicers(src, m.mnt, ["3"])
+        check(ok, f"one slicer, read_ahead_kb=128: every eighth equals the original's ({outs[0].strip()})")
+        st = m.stats()
+        got = st["s3_packed_bytes_fetched"]
+        print(f"one slicer, read_ahead_kb=128: kernel asked {st['read_bytes']} bytes; fetched {got / psize:.3f}x packed")
+        check(got < psize * 0.3, f"one slicer of an eighth, read_ahead_kb=128: packed bytes fetched {got} < 0.3 x "
+              f"packed {psize}")
+
+    # 3. four slicers at once, two eighths each (k and k + 4): the model fetched once
+    with mount("four") as m:
+        ok, outs = slicers(src, m.mnt, [f"{k},{k + 4}" for k in range(4)])
+        check(ok, "4 slicers at once: every eighth equals the original's")
+        st = m.stats()
+        got = st["s3_packed_bytes_fetched"]
+        print(f"4 slicers: fetched {got / psize:.3f}x packed, {st['s3_range_gets']} range GETs")
+        check(got <= 1.02 * psize, f"4 slicers: packed bytes fetched {got} <= 1.02 x packed {psize}")
+
+    # 4. one streaming reader, file after file
+    with mount("stream") as m:
+        same = all(sha(os.path.join(m.mnt, k)) == sha(p) for k, p in sorted(tree(src).items()))
+        check(same, "a streaming reader: every file's SHA-256 right")
+        st = m.stats()
+        got, gets = st["s3_packed_bytes_fetched"], st["s3_range_gets"]
+        print(f"stream: fetched {got / psize:.3f}x packed, {gets} range GETs")
+        check(got <= 1.02 * psize, f"stream: packed bytes fetched {got} <= 1.02 x packed {psize}")
+        check(gets <= 3 * orig / MB, f"stream: {gets} range GETs <= 3 per MiB of original bytes ({3 * orig // MB})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
