@@ -32,7 +32,8 @@ Patterns (the model is read once in total, by N processes at once):
 Every reader hashes what it read (xxh3-128), checked against hashes of the
 original files made here from their bytes (shards whole; for slices, the
 byte range of each eighth found from the safetensors header): a fast wrong
-answer fails the run.  Bytes from the server per case: the host end of the
+answer fails the run.  The table (markdown) goes to OUT.md, with its figures
+in OUT.md.json, or to stdout without OUT.md.  Bytes from the server per case: the host end of the
 veth's rx_bytes (wire bytes: HTTP and TCP/IP headers included), and for
 ckptfs its own counter of packed bytes fetched (target <= 1.02x packed).
 
@@ -482,7 +483,7 @@ def main():
     if os.path.isdir(ckptfs):
         ckptfs = os.path.join(ckptfs, "fs", "cli", "ckptfs")
     ckptfs = os.path.realpath(ckptfs)
-    out_md = sys.argv[2] if len(sys.argv) > 2 else None
+    out_md = sys.argv[2] if len(sys.argv) > 2 else None   # else the table goes to stdout
     if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
         print("s3_bench: needs root and /dev/fuse", file=sys.stderr)
         return 2
@@ -532,14 +533,26 @@ def main():
             f"({packed / orig:.3f}x); seconds for the whole model read once by N processes, cold; "
             f"ratios > 1: ckptfs faster; wire bytes: veth rx of the node, HTTP and TCP/IP included\n")
     text = head + "\n" + fmt_table(rows, orig, packed) + "\n"
-    print(text)
-    if out_md:
-        with open(out_md, "w") as f:
-            f.write(text)
-        with open(out_md + ".json", "w") as f:
-            json.dump({"orig": orig, "packed": packed, "load": [load0, load1],
-                       "rows": {"|".join(map(str, k)): v for k, v in rows.items()}}, f, indent=1)
+    if not out_md:
+        sys.stdout.write(text)
+        return 0
+    # OUT.md (and its .json) written whole under another name, then renamed,
+    # and the table not printed as well: stdout redirected (or tee'd) to the
+    # same path writes into the old file, never into the table (the lead found
+    # the last two rows twice in an OUT.md)
+    write_whole(out_md, text)
+    write_whole(out_md + ".json", json.dumps({"orig": orig, "packed": packed, "load": [load0, load1],
+                                              "rows": {"|".join(map(str, k)): v for k, v in rows.items()}},
+                                             indent=1))
+    log(f"table in {out_md} (and {out_md}.json)")
     return 0
+
+
+def write_whole(path, text):
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 def cleanup():
