@@ -47,13 +47,14 @@ def _version_ok(weed):
 
 
 def netns_prefix(ns):
-    """The command prefix that runs a command in network namespace ns (made
-    by `ip netns add`) and nothing else: `ip netns exec` also gives it a new
+    """The command prefix that runs a command in network namespace ns (a
+    name made by `ip netns add`, or the path of a namespace bound to a file)
+    and nothing else: `ip netns exec` also gives it a new
     mount namespace, a copy of every mount of the moment, and a FUSE mount
     copied there outlives its unmount here: its daemon (another test's
     ckptfs mount) went on serving, and did not exit, until the copy's
     process (this server, for minutes) ended."""
-    return ["nsenter", "--net=/run/netns/" + ns, "--"]
+    return ["nsenter", "--net=" + (ns if "/" in ns else "/run/netns/" + ns), "--"]
 
 
 def free_ports(n):
