@@ -10,7 +10,10 @@
 # (FUSE's page cache empty; the packed files in the page cache, read once
 # before), then every *.safetensors shard read sequentially (dd bs=1M, one
 # reader), wall time; the best of $REPS (default 3) runs.  Prints MB/s of
-# original bytes and archive/K15.  Needs root, /dev/fuse, fusermount3.
+# original bytes and archive/K15.  With BASE=another ckptfs executable (an
+# older build, say), the archive pack is also read through its mount in the
+# same run: a before/after of a change to the read path.  Needs root,
+# /dev/fuse, fusermount3.
 set -euo pipefail
 CK=$(readlink -f "$1")
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -34,10 +37,11 @@ shards=$(cd "$SRC" && ls ./*.safetensors)
 bytes=$(cd "$SRC" && cat $shards | wc -c)
 
 # seconds of the best of REPS first reads of every shard through a fresh mount
+# (of ckptfs $3, default CK)
 first_read() {
-    local pack=$1 opts=$2 best=
+    local pack=$1 opts=$2 ck=${3:-$CK} best=
     for _ in $(seq "$REPS"); do
-        "$CK" mount -o "$opts" "$pack" "$MNT"
+        "$ck" mount -o "$opts" "$pack" "$MNT"
         local t0 t1
         t0=$(date +%s.%N)
         for s in $shards; do dd if="$MNT/$s" of=/dev/null bs=1M status=none; done
@@ -49,11 +53,21 @@ first_read() {
 }
 
 echo "source: $SRC ($((bytes / 1000000)) MB of shards); load $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs"
-echo "| prefetch_threads | K15 MB/s | archive MB/s | archive / K15 |"
-echo "|---:|---:|---:|---:|"
-for n in 1 2 4 8; do
+BASE=${BASE:+$(readlink -f "$BASE")}
+if [ -n "$BASE" ]; then
+    echo "| prefetch_threads | K15 MB/s | archive MB/s | archive / K15 | archive, BASE, MB/s | BASE / K15 |"
+    echo "|---:|---:|---:|---:|---:|---:|"
+else
+    echo "| prefetch_threads | K15 MB/s | archive MB/s | archive / K15 |"
+    echo "|---:|---:|---:|---:|"
+fi
+for n in ${THREADS:-1 2 4 8}; do
     tk=$(first_read "$W/p-k15" "prefetch_threads=$n")
     ta=$(first_read "$W/p-archive" "prefetch_threads=$n")
-    python3 -c "b=$bytes; k=$tk; a=$ta; print(f'| $n | {b/k/1e6:.0f} | {b/a/1e6:.0f} | {k/a:.2f} |')"
+    tb=0
+    [ -z "$BASE" ] || tb=$(first_read "$W/p-archive" "prefetch_threads=$n" "$BASE")
+    python3 -c "b=$bytes; k=$tk; a=$ta; t=$tb
+row = f'| $n | {b/k/1e6:.0f} | {b/a/1e6:.0f} | {k/a:.2f} |'
+print(row + (f' {b/t/1e6:.0f} | {k/t:.2f} |' if t else ''))"
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
