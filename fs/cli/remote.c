@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <time.h>
 
 #include "remote.h"
@@ -16,9 +17,17 @@
 
 #define MANIFEST_MAX (1ull << 30)   /* format §7: a manifest is at most 1 GiB */
 #define FAIL_FAST_MS 30000          /* after a read gave up on the server: the others fail at once this long */
+#define WINDOW_MIB 8u               /* read whole: windows of this size (CKPTFS_S3_WINDOW_MIB, 0: none), */
+#define WINDOWS 12u                 /* this many kept per member open, */
+#define AHEAD 2u                    /* this many fetched ahead of a reader's */
 
 static cks3_opts g_opts; /* -o, before the pack is loaded */
 static int g_opts_given;
+static int g_whole;      /* ckpt_remote_read_whole */
+static struct {
+    pthread_mutex_t mu;  /* protects what */
+    char what[1024];
+} G = {PTHREAD_MUTEX_INITIALIZER, ""};
 
 static struct {
     cks3_client *c;
@@ -47,6 +56,33 @@ static void on_read_error(void *arg, const char *msg)
 {
     (void)arg;
     note("%s%s", msg, "");
+    pthread_mutex_lock(&G.mu);
+    snprintf(G.what, sizeof G.what, "%s", msg);
+    pthread_mutex_unlock(&G.mu);
+}
+
+const char *ckpt_remote_read_failure(char *buf, size_t cap)
+{
+    if (T.set) {
+        snprintf(buf, cap, "%s", T.what);
+        return buf;
+    }
+    pthread_mutex_lock(&G.mu);
+    snprintf(buf, cap, "%s%s%s", *G.what ? "" : "not tried: ", "the server failed just before",
+             *G.what ? ": " : " (see above)");
+    size_t n = strlen(buf);
+    snprintf(buf + n, cap - n, "%s", G.what);
+    pthread_mutex_unlock(&G.mu);
+    return buf;
+}
+
+void ckpt_remote_read_whole(void) { g_whole = 1; }
+
+static size_t window_size(void)
+{
+    const char *e = getenv("CKPTFS_S3_WINDOW_MIB");
+    unsigned long v = e && *e ? strtoul(e, NULL, 10) : WINDOW_MIB; /* 0: none, chunk by chunk */
+    return (size_t)(v > 64 ? WINDOW_MIB : v) << 20;
 }
 
 static uint64_t now_ms(void)
@@ -154,12 +190,13 @@ ckp_status ckpt_remote_open(const char *rel, ckp_reader **out, char *err, size_t
         snprintf(msg, sizeof msg, "not tried: the server failed just before (see above)");
     else
         hs = cks3_head(R.c, R.bucket, key, &o, msg, sizeof msg);
-    free(key);
     if (hs == CKS3_ERR_NOT_FOUND) {
         snprintf(err, cap, "%s: not there (the packed directory lacks this packed file)", where);
+        free(key);
         return CKP_ERR_IO;
     }
     if (hs != CKS3_OK) {
+        free(key);
         if (cks3_status_transient(hs))
             atomic_store(&R.sc.down_until_ms, now_ms() + FAIL_FAST_MS);
         int named = !strncmp(msg, "s3://", 5); /* the client's messages name the object */
@@ -167,7 +204,15 @@ ckp_status ckpt_remote_open(const char *rel, ckp_reader **out, char *err, size_t
         note("%s%s", err, "");
         return hs == CKS3_ERR_NOMEM ? CKP_ERR_NOMEM : CKP_ERR_IO;
     }
-    ckp_status st = cks3_pack_open_file(&R.sc, R.prefix, rel, out, err, cap);
+    /* the source of what the HEAD found (bound to its ETag), in windows
+     * for a reader of the whole */
+    ckp_source *src = cks3_source_new(&R.sc, key, &o);
+    free(key);
+    if (src && g_whole && window_size())
+        src = cks3_pack_windows(src, window_size(), WINDOWS, AHEAD);
+    if (!src)
+        snprintf(err, cap, "%s: out of memory", where);
+    ckp_status st = src ? ckp_open_source(src, where, out, err, cap) : CKP_ERR_NOMEM;
     if (st == CKP_ERR_IO && T.set) { /* a GET of its header or TOC: say what failed */
         size_t n = strlen(err);
         snprintf(err + n, cap - n, " (%s)", T.what);

@@ -41,6 +41,17 @@ ckp_status ckpt_remote_open(const char *rel, ckp_reader **out, char *err, size_t
  * says which object and what failed (no secret).  0: the object is missing,
  * or nothing failed that way since ckpt_remote_open last began. */
 int ckpt_remote_unreadable(const char **what);
+/* What to say of a member's read that failed with CKP_ERR_IO: this
+ * thread's failure (ckpt_remote_unreadable), else the last one on any
+ * thread (a fetch ahead runs on its own), else that the server failed just
+ * before; in buf, returned. */
+const char *ckpt_remote_read_failure(char *buf, size_t cap);
+/* The members opened from now on are read whole, each of a tensor's planes
+ * in order (verify, unpack): fetched in windows of 8 MiB
+ * (CKPTFS_S3_WINDOW_MIB), 2 ahead of each
+ * reader's, several GETs in flight; at most 96 MiB per member open (see
+ * cks3_pack_windows).  Not for stat, which reads headers only. */
+void ckpt_remote_read_whole(void);
 /* Bytes of the manifest object (0 if unknown) and of every packed file's
  * object listed (for the summaries). */
 uint64_t ckpt_remote_manifest_size(void);

@@ -96,12 +96,12 @@ static int unpack_file(const char *dst, const char *out, const ckm_file *f, ckp_
             ckp_status st = ckp_read_chunks(r, e, c, k, b + used, s, &bad);
             if (st != CKP_OK) {
                 char where[512];
-                const char *what;
+                char what[1200];
                 ckpt_describe_chunk(r, e, bad, where, sizeof where);
                 if (st == CKP_ERR_IO && ckpt_is_remote(dst)) /* the bytes never came: not damage */
                     fprintf(stderr, "ckptfs unpack: %s/%s%s: %s: cannot be read (%s)\n", dst,
                             cku_escape(f->path, esc, sizeof esc), CKP_SUFFIX, where,
-                            ckpt_remote_unreadable(&what) ? what : "the server failed just before: see above");
+                            ckpt_remote_read_failure(what, sizeof what));
                 else
                     fprintf(stderr, "ckptfs unpack: %s%s: %s: %s; refusing to unpack damaged data\n",
                             cku_escape(f->path, esc, sizeof esc), CKP_SUFFIX, where, ckp_status_name(st));
@@ -305,6 +305,7 @@ static int unpack_locked(const char *dst, const char *out_arg, int jobs)
 {
     char err[768], out[PATH_MAX], stage[PATH_MAX + 32], tree[PATH_MAX + 48];
     ckm_manifest *m;
+    ckpt_remote_read_whole(); /* s3://: in windows */
     ckp_status st = ckpt_load_manifest(dst, &m, err, sizeof err);
     if (st != CKP_OK && ckpt_swapped("unpack", dst, out_arg, "ckptfs unpack PACKED OUT"))
         return CKPT_EXIT_USAGE;

@@ -96,9 +96,8 @@ static int verify_file(const char *dst, const char *src_path, const ckm_file *f,
             if (st == CKP_ERR_IO && ckpt_is_remote(dst)) {
                 /* the bytes never came: not damage, and the rest of the file
                  * would not come either (the server failed after its retries) */
-                const char *what;
-                if (!ckpt_remote_unreadable(&what))
-                    what = "not tried: the server failed just before (see above)";
+                char what[1200];
+                ckpt_remote_read_failure(what, sizeof what);
                 ckpt_describe_chunk(r, e, c, where, sizeof where);
                 fprintf(stderr, "ckptfs verify: %s/%s%s: %s: cannot be read, not checked (not damage: %s)\n", dst,
                         cku_escape(f->path, esc, sizeof esc), CKP_SUFFIX, where, what);
@@ -255,6 +254,7 @@ static int verify_locked(const char *dst, const char *against, int jobs)
 {
     char err[768];
     ckm_manifest *m;
+    ckpt_remote_read_whole(); /* s3://: in windows */
     ckp_status st = ckpt_load_manifest(dst, &m, err, sizeof err);
     if (st != CKP_OK && ckpt_swapped("verify", dst, against, "ckptfs verify --against SRC PACKED"))
         return CKPT_EXIT_USAGE;

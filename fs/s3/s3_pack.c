@@ -145,27 +145,34 @@ ckp_status cks3_pack_open_file(cks3_source_ctx *sc, const char *prefix, const ch
 
 /* ---- read-ahead in blocks (cks3_pack_readahead) ------------------------- */
 
+struct ra_src;
+
 typedef struct {
     uint64_t idx;      /* which block of the object */
     int state;         /* 0 empty, 1 being fetched, 2 holds it */
+    int touched;       /* read from since it was fetched */
     uint64_t used;     /* last use (ra.tick), for LRU */
     uint8_t *data;
+    struct ra_src *owner;
 } ra_block;
 
-typedef struct {
+typedef struct ra_src {
     ckp_source base;   /* first: a ckp_source * is one of these */
     ckp_source *in;
     size_t bsize;
-    unsigned n;
-    pthread_mutex_t mu; /* protects blocks and tick */
+    unsigned n, ahead;
+    pthread_mutex_t mu; /* protects blocks, tick and inflight */
     pthread_cond_t cv;  /* a fetch ended */
     ra_block *b;
     uint64_t tick;
+    unsigned inflight;  /* fetches ahead running (their threads) */
 } ra_src;
 
 /* The block of r holding idx, ready or being fetched; else a free or least
- * recently used ready one (NULL if every block is being fetched).  Under r->mu. */
-static ra_block *ra_find(ra_src *r, uint64_t idx, int *found)
+ * recently used ready one (NULL if every block is being fetched); with
+ * used_only, a ready one only if it was read from (a block fetched ahead
+ * and not read yet is not dropped for another fetch ahead).  Under r->mu. */
+static ra_block *ra_find(ra_src *r, uint64_t idx, int used_only, int *found)
 {
     ra_block *victim = NULL;
     *found = 0;
@@ -175,10 +182,59 @@ static ra_block *ra_find(ra_src *r, uint64_t idx, int *found)
             *found = 1;
             return b;
         }
-        if (b->state != 1 && (!victim || !b->state || (victim->state && b->used < victim->used)))
+        if (b->state == 1 || (used_only && b->state == 2 && !b->touched))
+            continue;
+        if (!victim || !b->state || (victim->state && b->used < victim->used))
             victim = b;
     }
     return victim;
+}
+
+/* A fetch ahead, on a thread of its own: block b (state 1, data allocated). */
+static void *ra_fetch_ahead(void *arg)
+{
+    ra_block *b = arg;
+    ra_src *r = b->owner;
+    uint64_t at = b->idx * r->bsize;
+    size_t n = r->in->size - at < r->bsize ? (size_t)(r->in->size - at) : r->bsize;
+    int rc = r->in->pread(r->in, b->data, n, at); /* a failure: the reader fetches it again, and says why */
+    pthread_mutex_lock(&r->mu);
+    b->state = rc ? 0 : 2;
+    b->touched = 0;
+    b->used = ++r->tick;
+    r->inflight--;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+/* Start fetching the r->ahead blocks after idx that are neither there nor
+ * being fetched, each on a thread (a reader of the whole object: every
+ * block is read).  Under r->mu. */
+static void ra_ahead(ra_src *r, uint64_t idx)
+{
+    for (uint64_t j = idx + 1; j <= idx + r->ahead && j * r->bsize < r->in->size; j++) {
+        int found;
+        ra_block *b = ra_find(r, j, 1, &found);
+        if (found)
+            continue;
+        if (!b || (!b->data && !(b->data = malloc(r->bsize))))
+            return;
+        pthread_attr_t a;
+        pthread_t t;
+        b->idx = j;
+        b->state = 1;
+        b->owner = r;
+        r->inflight++;
+        int ok = !pthread_attr_init(&a) && !pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED) &&
+                 !pthread_create(&t, &a, ra_fetch_ahead, b);
+        pthread_attr_destroy(&a);
+        if (!ok) {
+            b->state = 0;
+            r->inflight--;
+            return;
+        }
+    }
 }
 
 /* Copy [off, off+len) of one block of r into dst, fetching the block if it
@@ -189,10 +245,13 @@ static int ra_copy(ra_src *r, uint8_t *dst, size_t len, uint64_t off)
     int found, rc = 0;
     pthread_mutex_lock(&r->mu);
     for (;;) {
-        ra_block *b = ra_find(r, idx, &found);
+        ra_block *b = ra_find(r, idx, 0, &found);
         if (found && b->state == 2) {
             memcpy(dst, b->data + (off - idx * r->bsize), len);
             b->used = ++r->tick;
+            if (!b->touched && r->ahead) /* a reader came to this block: the next ones are wanted */
+                ra_ahead(r, idx);
+            b->touched = 1;
             break;
         }
         if (found || !b) { /* being fetched, or every block is: wait */
@@ -207,10 +266,13 @@ static int ra_copy(ra_src *r, uint8_t *dst, size_t len, uint64_t off)
         size_t n = r->in->size - at < r->bsize ? (size_t)(r->in->size - at) : r->bsize;
         b->idx = idx;
         b->state = 1;
+        if (r->ahead)
+            ra_ahead(r, idx);
         pthread_mutex_unlock(&r->mu);
         rc = r->in->pread(r->in, b->data, n, at);
         pthread_mutex_lock(&r->mu);
         b->state = rc ? 0 : 2;
+        b->touched = 0;
         b->used = ++r->tick;
         pthread_cond_broadcast(&r->cv);
         if (rc)
@@ -240,6 +302,10 @@ static int ra_pread(ckp_source *base, void *dst, size_t len, uint64_t off)
 static void ra_close(ckp_source *base)
 {
     ra_src *r = (ra_src *)base;
+    pthread_mutex_lock(&r->mu);
+    while (r->inflight) /* the fetches ahead use r->in and the blocks */
+        pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
     r->in->close(r->in);
     for (unsigned i = 0; i < r->n; i++)
         free(r->b[i].data);
@@ -250,6 +316,11 @@ static void ra_close(ckp_source *base)
 }
 
 ckp_source *cks3_pack_readahead(ckp_source *inner, size_t block, unsigned blocks)
+{
+    return cks3_pack_windows(inner, block, blocks, 0);
+}
+
+ckp_source *cks3_pack_windows(ckp_source *inner, size_t block, unsigned blocks, unsigned ahead)
 {
     ra_src *r = inner && block && blocks ? calloc(1, sizeof *r) : NULL;
     if (r && !(r->b = calloc(blocks, sizeof *r->b))) {
@@ -267,6 +338,7 @@ ckp_source *cks3_pack_readahead(ckp_source *inner, size_t block, unsigned blocks
     r->in = inner;
     r->bsize = block;
     r->n = blocks;
+    r->ahead = ahead;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     return &r->base;

@@ -43,6 +43,14 @@ ckp_status cks3_pack_open_file(cks3_source_ctx *sc, const char *prefix, const ch
  * (freed with it, or at once when out of memory: NULL).  Memory: at most
  * blocks x block bytes, allocated as used. */
 ckp_source *cks3_pack_readahead(ckp_source *inner, size_t block, unsigned blocks);
+/* cks3_pack_readahead, and more: once a reader comes to a block, the
+ * `ahead` blocks after it are fetched at once, each on a thread of its own
+ * (several GETs in flight), into blocks no reader waits for and that are
+ * not fetched ahead and unread.  For a reader of the whole object in order
+ * of each of its streams (verify, unpack: a chunk reads a run of each of a
+ * tensor's planes): ~3 streams x (1 + ahead) blocks should fit in `blocks`.
+ * Memory: at most blocks x block bytes; closing waits for the fetches. */
+ckp_source *cks3_pack_windows(ckp_source *inner, size_t block, unsigned blocks, unsigned ahead);
 /* The source s reads through: inner for a cks3_pack_readahead source, else s. */
 const ckp_source *cks3_pack_inner(const ckp_source *s);
 
