@@ -100,9 +100,14 @@ typedef struct {
     size_t cap;
     cks3_entry cur;
     int truncated;
-    char *token;
+    char *token, *seen[2];         /* the next page's token; the last two asked with */
     int nomem;
 } list_state;
+
+/* A listing stops here, whatever the server says (IsTruncated forever, a
+ * token it gave before): 10,000 pages of S3's 1,000 keys. */
+#define LIST_MAX_PAGES 10000u
+#define LIST_MAX_KEYS 10000000u
 
 static int list_field(void *arg, const char *parent, const char *name, const char *text)
 {
@@ -142,6 +147,7 @@ cks3_status cks3_list(cks3_client *c, const char *bucket, const char *prefix, ck
     memset(out, 0, sizeof *out);
     list_state s = {.out = out};
     cks3_status st = CKS3_OK;
+    unsigned pages = 0;
     char *eprefix = cks3_uri_encode(prefix ? prefix : "", 0);
     if (!eprefix)
         return nomem(err, cap);
@@ -167,12 +173,25 @@ cks3_status cks3_list(cks3_client *c, const char *bucket, const char *prefix, ck
                 st = protocol(&r, "LIST", "not a ListBucketResult", err, cap);
             else if (s.truncated && !s.token)
                 st = protocol(&r, "LIST", "truncated without a continuation token", err, cap);
+            else if (s.truncated && ((s.seen[0] && !strcmp(s.token, s.seen[0])) ||
+                                     (s.seen[1] && !strcmp(s.token, s.seen[1]))))
+                st = protocol(&r, "LIST", "the listing never ends (a continuation token given again)", err, cap);
+            else if (s.truncated && (++pages >= LIST_MAX_PAGES || out->n >= LIST_MAX_KEYS))
+                st = protocol(&r, "LIST", "the listing never ends (over 10,000 pages or 10,000,000 keys; "
+                              "continuation token)", err, cap);
         }
         free(query);
         cks3_req_free(&r);
+        if (st == CKS3_OK && s.truncated) { /* the token just used becomes the newest seen */
+            free(s.seen[1]);
+            s.seen[1] = s.seen[0];
+            s.seen[0] = s.token ? strdup(s.token) : NULL;
+        }
     } while (st == CKS3_OK && s.truncated);
     free(s.cur.key);
     free(s.token);
+    free(s.seen[0]);
+    free(s.seen[1]);
     free(eprefix);
     if (st != CKS3_OK)
         cks3_list_free(out);
