@@ -212,17 +212,27 @@ static int buf_add(cks3_buf *b, const char *p, size_t n)
     return 0;
 }
 
+/* text into out, printable ASCII alone (the server's words go into our
+ * messages: no newline to fake a line, no escape or bidi control). */
+static void printable(char *out, size_t cap, const char *text)
+{
+    size_t i = 0;
+    for (; *text && i + 1 < cap; text++)
+        out[i++] = *text >= ' ' && *text < 127 ? *text : '?';
+    out[i] = 0;
+}
+
 static size_t on_body(char *p, size_t size, size_t nmemb, void *arg)
 {
     xfer *x = arg;
     cks3_req *r = x->r;
     size_t n = size * nmemb;
-    long code = 0;
-    curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
     atomic_fetch_add_explicit(&x->c->bytes_in, n, memory_order_relaxed);
-    if (r->dst && code / 100 == 2) {
-        if (r->got + n > r->len)
-            return 0; /* more than asked: CURLE_WRITE_ERROR */
+    if (r->dst && r->status / 100 == 2) {
+        if (r->got + n > r->len) {
+            r->bad = "the response is longer than asked for";
+            return 0; /* CURLE_WRITE_ERROR */
+        }
         memcpy((char *)r->dst + r->got, p, n);
         r->got += n;
         return n;
@@ -230,32 +240,91 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *arg)
     return buf_add(&r->resp, p, n) ? 0 : n;
 }
 
+/* A header's value: past "name:" and blanks. */
+static const char *hvalue(const char *line, size_t name_len)
+{
+    const char *v = line + name_len;
+    while (*v == ' ' || *v == '\t')
+        v++;
+    return v;
+}
+
+/* The headers of a response are all in (its blank line): refuse, before
+ * any byte of its body, a 2xx that does not answer what was asked (a
+ * server that lies, or a proxy in the way).  @return why, or NULL. */
+static const char *headers_refused(const cks3_req *r)
+{
+    if (r->status / 100 != 2)
+        return NULL;
+    if (r->dst) { /* a ranged GET: exactly [off, off+len), or less where the object ends */
+        unsigned long long x = 0, y = 0, total = 0;
+        uint64_t last = r->off + r->len - 1;
+        if (r->status == 200) /* the whole object: only the range from 0, and no more */
+            return r->off != 0                                      ? "the response is not the range asked for"
+                   : r->has_length && r->content_length > r->len ? "the response is longer than the range asked for"
+                                                                    : NULL;
+        if (r->status != 206)
+            return "the response is not the range asked for";
+        int n = sscanf(r->content_range, "bytes %llu-%llu/%llu", &x, &y, &total);
+        if (n < 2 || x != r->off || y < x || (y != last && !(n == 3 && y < last && y + 1 == total)))
+            return "the response's Content-Range is not the range asked for";
+        if (r->has_length && r->content_length != y - x + 1)
+            return "the response's Content-Length is not its Content-Range's length";
+    }
+    return NULL;
+}
+
+/* A body declared larger than r takes: refused before it comes (as
+ * buf_add would once it came). */
+static int body_too_large(cks3_req *r)
+{
+    size_t max = r->max_body ? r->max_body : DEFAULT_MAX_BODY;
+    if (r->dst || !r->has_length || r->content_length <= max || !strcmp(r->method, "HEAD"))
+        return 0;
+    r->resp.over = 1;
+    return 1;
+}
+
 static size_t on_header(char *p, size_t size, size_t nmemb, void *arg)
 {
     cks3_req *r = ((xfer *)arg)->r;
     size_t n = size * nmemb, k;
     char line[512];
+    if (n > CKS3_MAX_HEADERS - r->header_bytes || r->header_bytes > CKS3_MAX_HEADERS) {
+        r->bad = "the response's headers are too large";
+        return 0;
+    }
+    r->header_bytes += n;
     k = n < sizeof line - 1 ? n : sizeof line - 1;
     memcpy(line, p, k);
     line[k] = 0;
     while (k && (line[k - 1] == '\r' || line[k - 1] == '\n'))
         line[--k] = 0;
     if (!strncasecmp(line, "HTTP/", 5)) { /* a new response (after a 100 Continue, say) */
-        r->etag[0] = r->content_range[0] = 0;
+        const char *sp = strchr(line, ' ');
+        r->status = sp ? strtol(sp + 1, NULL, 10) : 0;
+        r->etag[0] = r->content_range[0] = r->location[0] = 0;
         r->has_length = 0;
+        r->header_bytes = n;
+    } else if (!k) {
+        r->bad = headers_refused(r);
+        return r->bad || body_too_large(r) ? 0 : n;
     } else if (!strncasecmp(line, "etag:", 5)) {
-        const char *v = line + 5;
-        while (*v == ' ' || *v == '\t')
-            v++;
-        snprintf(r->etag, sizeof r->etag, "%s", v);
+        snprintf(r->etag, sizeof r->etag, "%s", hvalue(line, 5));
     } else if (!strncasecmp(line, "content-range:", 14)) {
-        const char *v = line + 14;
-        while (*v == ' ' || *v == '\t')
-            v++;
-        snprintf(r->content_range, sizeof r->content_range, "%s", v);
+        snprintf(r->content_range, sizeof r->content_range, "%s", hvalue(line, 14));
     } else if (!strncasecmp(line, "content-length:", 15)) {
-        r->content_length = strtoull(line + 15, NULL, 10);
+        const char *v = hvalue(line, 15);
+        char *end;
+        r->content_length = strtoull(v, &end, 10);
         r->has_length = 1;
+        if (*v < '0' || *v > '9' || *end) {
+            r->bad = "the response's Content-Length is not a number";
+            return 0;
+        }
+    } else if (!strncasecmp(line, "location:", 9)) {
+        /* for the message only: never followed; printable ASCII alone */
+        printable(r->location, sizeof r->location, hvalue(line, 9));
     }
     return n;
 }
@@ -345,7 +414,13 @@ static CURLcode attempt(cks3_client *c, cks3_req *r, CURL *h, const char *url, u
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &x);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &x);
+    /* a server's redirect is an error, never followed (it would take the
+     * signed request, and curl the credentials, to another host); no
+     * scheme but http and https, whatever a URL or a Location says */
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(h, CURLOPT_MAXREDIRS, 0L);
     if (!strcmp(r->method, "HEAD")) {
         curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
     } else if (r->body) {
@@ -398,9 +473,9 @@ static int error_field(void *arg, const char *parent, const char *name, const ch
     if (parent || !text)
         return 0;
     if (!strcmp(name, "Code"))
-        snprintf(e->code, sizeof e->code, "%s", text);
+        printable(e->code, sizeof e->code, text);
     else if (!strcmp(name, "Message"))
-        snprintf(e->message, sizeof e->message, "%s", text);
+        printable(e->message, sizeof e->message, text);
     return 0;
 }
 
@@ -424,10 +499,14 @@ static cks3_status http_error(cks3_client *c, cks3_req *r, const char *what, cha
         st = CKS3_ERR_NOT_FOUND;
     else if (r->http / 100 == 5 || r->http == 429)
         st = CKS3_ERR_SERVER;
+    else if (r->http / 100 == 3 && r->location[0])
+        st = CKS3_ERR_HTTP, hint = " (a redirect, not followed: the endpoint must answer itself; is it the right "
+                                   "endpoint and region?)";
     else
         st = CKS3_ERR_HTTP;
-    snprintf(err, cap, "s3://%s%s%s: %s: HTTP %ld%s%s%s%s%s%s%s", r->bucket, r->key ? "/" : "", r->key ? r->key : "",
-             what, r->http, e.code[0] ? " " : "", e.code, e.message[0] ? ": " : "", e.message, hint,
+    snprintf(err, cap, "s3://%s%s%s: %s: HTTP %ld%s%s%s%s%s%s%s%s%s", r->bucket, r->key ? "/" : "",
+             r->key ? r->key : "", what, r->http, e.code[0] ? " " : "", e.code, e.message[0] ? ": " : "", e.message,
+             r->location[0] && r->http / 100 == 3 ? " to " : "", r->http / 100 == 3 ? r->location : "", hint,
              st == CKS3_ERR_AUTH ? "; credentials from " : "", st == CKS3_ERR_AUTH ? c->set.source : "");
     return st;
 }
@@ -469,8 +548,11 @@ cks3_status cks3_perform(cks3_client *c, cks3_req *r, const char *what, char *er
         r->resp.n = 0;
         r->resp.over = 0;
         r->resp.max = r->max_body;
-        r->etag[0] = r->content_range[0] = 0;
+        r->etag[0] = r->content_range[0] = r->location[0] = 0;
         r->has_length = 0;
+        r->status = 0;
+        r->header_bytes = 0;
+        r->bad = NULL;
         uint64_t now = now_ms();
         CURLcode rc = attempt(c, r, h, url, deadline > now + 1 ? deadline - now : 1);
         int again;
@@ -480,10 +562,15 @@ cks3_status cks3_perform(cks3_client *c, cks3_req *r, const char *what, char *er
         } else if (rc == CURLE_OK) {
             st = http_error(c, r, what, err, cap);
             again = http_transient(r->http);
+        } else if (r->bad) { /* a response refused by on_header / on_body: the server lies */
+            st = CKS3_ERR_PROTOCOL;
+            snprintf(err, cap, "s3://%s/%s: %s: HTTP %ld: %s (endpoint %s)", r->bucket, r->key ? r->key : "", what,
+                     r->status, r->bad, c->set.endpoint);
+            again = 0;
         } else if (rc == CURLE_WRITE_ERROR || rc == CURLE_OUT_OF_MEMORY) {
-            st = rc == CURLE_OUT_OF_MEMORY || (!r->resp.over && !r->dst) ? CKS3_ERR_NOMEM : CKS3_ERR_RANGE;
+            st = rc == CURLE_OUT_OF_MEMORY || !r->resp.over ? CKS3_ERR_NOMEM : CKS3_ERR_RANGE;
             snprintf(err, cap, "s3://%s/%s: %s: %s", r->bucket, r->key ? r->key : "", what,
-                     st == CKS3_ERR_NOMEM ? "out of memory" : "the response is longer than asked for");
+                     st == CKS3_ERR_NOMEM ? "out of memory" : "the response is longer than such a response may be");
             again = 0;
         } else {
             again = curl_transient(rc);

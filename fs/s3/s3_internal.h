@@ -68,7 +68,14 @@ typedef struct {
     char content_range[128];
     uint64_t content_length;
     int has_length;
+    /* what on_header saw of the response under way (s3_http.c) */
+    long status;                   /* its status line's code */
+    size_t header_bytes;           /* its headers' bytes so far (at most CKS3_MAX_HEADERS) */
+    char location[256];            /* a redirect's Location, printable ASCII only, cut */
+    const char *bad;               /* why the response was refused before its body (a lie) */
 } cks3_req;
+
+#define CKS3_MAX_HEADERS (64u << 10) /* response headers larger than this are refused */
 
 /* Send r (retrying per s3.h), fill its response.  @return CKS3_OK for a
  * 2xx, else the status of the failure with a message in err naming the

@@ -2,7 +2,15 @@
  * s3_xml.c — S3's XML responses read with libexpat (s3_internal.h): the
  * two levels below the root that every S3 result uses (fields of the
  * result, records such as <Contents> and their fields).
+ *
+ * The server is not trusted: a document type declaration (S3 never sends
+ * one; it is where entities are declared: the "billion laughs" and external
+ * entities) stops the parse, as does nesting deeper than MAX_DEPTH; expat
+ * never loads anything external (no handler for it is set), and its own
+ * amplification limits stay on.  The body's size is bounded by the caller
+ * (cks3_req.max_body), each text kept to MAX_TEXT.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +21,7 @@
 
 #define MAX_NAME 64
 #define MAX_TEXT (64u << 10)       /* longest text kept (a key is at most 1 KiB) */
+#define MAX_DEPTH 32               /* S3's results are 3 deep */
 
 typedef struct {
     XML_Parser p;
@@ -27,6 +36,7 @@ typedef struct {
     cks3_xml_cb cb;
     void *arg;
     int rc;
+    int refused;                   /* a DOCTYPE, an entity declaration, too deep */
 } walker;
 
 /* "ns:Name" and "uri Name" (namespaces) both give "Name". */
@@ -38,10 +48,32 @@ static const char *local_name(const char *n)
     return c ? c + 1 : s;
 }
 
+/* A <!DOCTYPE ...>: refused (stops the parse: XML_Parse fails). */
+static void XMLCALL on_doctype(void *ud, const XML_Char *name, const XML_Char *sysid, const XML_Char *pubid,
+                               int internal)
+{
+    walker *w = ud;
+    (void)name, (void)sysid, (void)pubid, (void)internal;
+    w->refused = 1;
+    XML_StopParser(w->p, XML_FALSE);
+}
+
+static void XMLCALL on_entity(void *ud, const XML_Char *name, int param, const XML_Char *value, int len,
+                              const XML_Char *base, const XML_Char *sysid, const XML_Char *pubid,
+                              const XML_Char *notation)
+{
+    (void)name, (void)param, (void)value, (void)len, (void)base, (void)sysid, (void)pubid, (void)notation;
+    on_doctype(ud, NULL, NULL, NULL, 0);
+}
+
 static void XMLCALL on_start(void *ud, const XML_Char *name, const XML_Char **atts)
 {
     walker *w = ud;
     (void)atts;
+    if (w->depth >= MAX_DEPTH) {
+        on_doctype(ud, NULL, NULL, NULL, 0);
+        return;
+    }
     if (w->depth >= 1 && w->depth <= 3)
         w->children[w->depth] = 1;
     w->depth++;
@@ -72,6 +104,8 @@ static void XMLCALL on_end(void *ud, const XML_Char *name)
 {
     walker *w = ud;
     (void)name;
+    if (w->refused)
+        return;
     int d = w->depth--;
     if (w->rc || d < 2 || d > 3)
         return;
@@ -108,8 +142,11 @@ int cks3_xml_walk(const char *xml, size_t len, char *root, size_t rootCap, cks3_
     XML_SetUserData(w.p, &w);
     XML_SetElementHandler(w.p, on_start, on_end);
     XML_SetCharacterDataHandler(w.p, on_text);
-    int ok = XML_Parse(w.p, xml, (int)len, XML_TRUE) == XML_STATUS_OK;
-    int rc = w.rc ? w.rc : ok ? 0 : -1;
+    XML_SetStartDoctypeDeclHandler(w.p, on_doctype);
+    XML_SetEntityDeclHandler(w.p, on_entity);
+    XML_SetParamEntityParsing(w.p, XML_PARAM_ENTITY_PARSING_NEVER);
+    int ok = len <= (size_t)INT_MAX && XML_Parse(w.p, xml, (int)len, XML_TRUE) == XML_STATUS_OK && !w.refused;
+    int rc = w.refused ? -1 : w.rc ? w.rc : ok ? 0 : -1;
     XML_ParserFree(w.p);
     free(w.text);
     return rc;
