@@ -155,6 +155,11 @@ struct ckp_source {
     int (*pread)(ckp_source *s, void *dst, size_t len, uint64_t off);
     /* Free the source (ckp_close, or a failed ckp_open_source, calls it). */
     void (*close)(ckp_source *s);
+    /* Optional (NULL: none): bytes [off, off+len) it gave failed a check
+     * (a chunk's hash): whatever it kept of them (a disk cache) must not be
+     * given again; the next pread of them asks the origin.  ckp_read_chunk
+     * calls it and reads the chunk once more; thread-safe. */
+    void (*distrust)(ckp_source *s, uint64_t off, uint64_t len);
     uint64_t size;                 /* bytes of the packed file */
 };
 

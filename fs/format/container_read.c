@@ -954,11 +954,38 @@ static ckp_status read_chunk(const ckp_reader *r, uint32_t e, uint64_t c, const 
     return st;
 }
 
+/* Tell r's source that the plane bytes chunk c of extent e read failed
+ * its hash (ckp_source.distrust). */
+static void distrust_chunk(const ckp_reader *r, uint32_t e, uint64_t c)
+{
+    uint64_t lo[3], hi[3];
+    chunk_need(&r->x[e], c, c + 1, lo, hi);
+    for (int p = 0; p < 3; p++)
+        if (hi[p] > lo[p])
+            r->src->distrust(r->src, r->x[e].plane_offset[p] + lo[p], hi[p] - lo[p]);
+}
+
+/* st: how chunk c of extent e read.  A chunk that failed its hash, read
+ * from a source that may have kept its bytes (an s3:// mount's disk
+ * cache): once more from the origin; bytes that fail again are not kept
+ * either.  @return the chunk's status now. */
+static ckp_status reread_chunk(const ckp_reader *r, uint32_t e, uint64_t c, void *dst, ckp_scratch *s,
+                               ckp_status st)
+{
+    if (st != CKP_ERR_CHUNK || !r->src || !r->src->distrust || chunk_input_over(&r->x[e], c))
+        return st;
+    distrust_chunk(r, e, c);
+    st = read_chunk(r, e, c, NULL, dst, s);
+    if (st == CKP_ERR_CHUNK)
+        distrust_chunk(r, e, c);
+    return st;
+}
+
 ckp_status ckp_read_chunk(const ckp_reader *r, uint32_t e, uint64_t c, void *dst, ckp_scratch *s)
 {
     if (e >= r->info.n_extents || c >= r->x[e].n_chunks || !s)
         return CKP_ERR_ARG;
-    return read_chunk(r, e, c, NULL, dst, s);
+    return reread_chunk(r, e, c, dst, s, read_chunk(r, e, c, NULL, dst, s));
 }
 
 #define ANS_BATCH CKP_RUN_MAX /* ARCHIVE chunks decoded interleaved */
@@ -1031,6 +1058,8 @@ ckp_status ckp_read_chunks_to(const ckp_reader *r, uint32_t e, uint64_t c, uint6
     }
     for (; i < n; i++)
         st[i] = read_chunk(r, e, c + i, NULL, dst[i], s);
+    for (i = 0; i < n; i++)
+        st[i] = reread_chunk(r, e, c + i, dst[i], s, st[i]);
     for (i = 0; i < n; i++)
         if (st[i] != CKP_OK)
             return st[i];

@@ -280,6 +280,13 @@ static ckp_status decode_chunk(ckfs_ctx *c, const ckcache_key *k, const ckp_read
         read_chunks_guarded(r, k, 1, &dst, &st, s, bus);
     if (*win)
         ckw_put(c->windows, *win, k->chunk, st == CKP_OK);
+    if (*win && st == CKP_ERR_CHUNK && ckp_get_source(r)) {
+        /* a network window's bytes failed the chunk's hash: read the chunk
+         * once more without it (ckp_read_chunks_to asks the source again,
+         * past its disk cache if need be) */
+        *win = NULL;
+        read_chunks_guarded(r, k, 1, &dst, &st, s, bus);
+    }
     return st;
 }
 

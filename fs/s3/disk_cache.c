@@ -405,6 +405,15 @@ static void store(ckdc_obj *o, const void *data, size_t len, uint64_t off)
     pthread_mutex_unlock(&o->lock);
 }
 
+/* Delete entry s of o (a file that is gone already is fine). */
+static void delete_entry(ckdc_obj *o, span s)
+{
+    char name[128];
+    entry_name(name, sizeof name, o->dir, s.off, s.len);
+    if (unlinkat(o->dc->fd, name, 0) == 0) /* never trusted again */
+        atomic_fetch_add(&o->dc->bad, 1);
+}
+
 /* ---- the interface ------------------------------------------------------ */
 
 int ckdc_read(ckdc_obj *o, void *dst, size_t len, uint64_t off, ckdc_fetch_fn fetch, void *arg)
@@ -427,10 +436,8 @@ int ckdc_read(ckdc_obj *o, void *dst, size_t len, uint64_t off, ckdc_fetch_fn fe
                 pos += n;
                 continue;
             }
-            char name[128];
-            entry_name(name, sizeof name, o->dir, s.off, s.len);
-            if (rc > 0 && unlinkat(dc->fd, name, 0) == 0) /* never trusted again */
-                atomic_fetch_add(&dc->bad, 1);
+            if (rc > 0)
+                delete_entry(o, s);
             pthread_mutex_lock(&o->lock);
             drop_span(o, s);
             pthread_mutex_unlock(&o->lock);
@@ -445,6 +452,22 @@ int ckdc_read(ckdc_obj *o, void *dst, size_t len, uint64_t off, ckdc_fetch_fn fe
         pos += gap;
     }
     return 0;
+}
+
+void ckdc_drop(ckdc_obj *o, uint64_t off, uint64_t len)
+{
+    pthread_mutex_lock(&o->lock);
+    load_index(o);
+    for (size_t i = 0; i < o->n;) {
+        span s = o->e[i];
+        if (s.off < off + len && off < s.off + s.len) {
+            delete_entry(o, s);
+            drop_span(o, s); /* o->e[i] is the next one now */
+        } else {
+            i++;
+        }
+    }
+    pthread_mutex_unlock(&o->lock);
 }
 
 ckdc_obj *ckdc_obj_new(ckdc *dc, const char *bucket, const char *key, const char *etag, uint64_t size)

@@ -71,4 +71,10 @@ void ckdc_obj_free(ckdc_obj *o);
 typedef int (*ckdc_fetch_fn)(void *arg, void *dst, size_t len, uint64_t off);
 int ckdc_read(ckdc_obj *o, void *dst, size_t len, uint64_t off, ckdc_fetch_fn fetch, void *arg);
 
+/* Bytes [off, off+len) failed a check above the cache (a chunk's hash):
+ * every entry holding any of them is deleted (counted as bad), so that the
+ * next ckdc_read fetches them, and damaged bytes the server sent are not
+ * kept either. */
+void ckdc_drop(ckdc_obj *o, uint64_t off, uint64_t len);
+
 #endif

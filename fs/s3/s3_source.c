@@ -67,6 +67,15 @@ static int src_pread(ckp_source *base, void *dst, size_t len, uint64_t off)
     return s->disk ? ckdc_read(s->disk, dst, len, off, fetch, s) : fetch(s, dst, len, off);
 }
 
+/* Bytes it gave failed a chunk's hash: the disk cache's entries holding
+ * them go (the next read fetches them); without a cache, nothing kept. */
+static void src_distrust(ckp_source *base, uint64_t off, uint64_t len)
+{
+    s3_src *s = (s3_src *)base;
+    if (s->disk)
+        ckdc_drop(s->disk, off, len);
+}
+
 static void src_close(ckp_source *base)
 {
     s3_src *s = (s3_src *)base;
@@ -84,6 +93,7 @@ ckp_source *cks3_source_new(cks3_source_ctx *ctx, const char *key, const cks3_ob
     }
     s->base.pread = src_pread;
     s->base.close = src_close;
+    s->base.distrust = src_distrust;
     s->base.size = o->size;
     s->ctx = ctx;
     memcpy(s->etag, o->etag, sizeof s->etag);
