@@ -1,12 +1,14 @@
 """What the S3 tests share besides the server (s3fixture.py): the pass/fail
-record (check, FAILS), file digests, and Mount, one `ckptfs mount -f` of an
-s3:// URL.  The tests run as `test_s3_X.py BINARY`: Mount runs
+record (check, FAILS), file digests, Mount, one `ckptfs mount -f` of an
+s3:// URL, and mount_test, the main() of a test that mounts.  The tests run as `test_s3_X.py BINARY`: Mount runs
 sys.argv[1] unless given another binary."""
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 FAILS = []
@@ -83,3 +85,31 @@ class Mount:
 
     def __exit__(self, *a):
         self.close()
+
+
+def mount_test(prefix, run, cleanup=None):
+    """main() of a test that mounts: 77 (skipped) without root or /dev/fuse;
+    else run(s3, tmp, mounts) with a SeaweedFS server of its own, a private
+    temporary directory and a list for its Mounts, which are stopped, and the
+    directory removed, on every way out (cleanup() too, if given).  Returns
+    what run returns if not None, else 1 if a check failed, 0 if none did."""
+    from s3fixture import SeaweedS3
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        print("SKIP: needs root and /dev/fuse")
+        return 77
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    os.chmod(tmp, 0o700)
+    mounts = []
+    try:
+        with SeaweedS3() as s3:
+            rc = run(s3, tmp, mounts)
+    finally:
+        for m in mounts:
+            m.close()
+        if cleanup:
+            cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
+    if rc is not None:
+        return rc
+    print(f"{len(FAILS)} failed: " + "; ".join(FAILS) if FAILS else "all passed")
+    return 1 if FAILS else 0

@@ -14,7 +14,6 @@ Usage: test_s3_disk_cache.py CKPTFS      (root and /dev/fuse; else skipped: 77)
 """
 import errno
 import glob
-import hashlib
 import json
 import os
 import shutil
@@ -22,7 +21,6 @@ import signal
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -30,8 +28,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from s3fixture import SeaweedS3  # noqa: E402
-from s3check import FAILS, MB, Mount, check, sha, tree  # noqa: E402
+from s3check import MB, Mount, check, mount_test, sha, tree  # noqa: E402
 
 CKPTFS = os.path.abspath(sys.argv[1])
 
@@ -63,20 +60,7 @@ def du(path):
 
 
 def main():
-    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
-        print("SKIP: needs root and /dev/fuse")
-        return 77
-    tmp = tempfile.mkdtemp(prefix="ckptfs-s3dc-")
-    mounts = []
-    try:
-        with SeaweedS3() as s3:
-            run(s3, tmp, mounts)
-    finally:
-        for m in mounts:
-            m.close()
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{len(FAILS)} failed" if FAILS else "all passed")
-    return 1 if FAILS else 0
+    return mount_test("ckptfs-s3dc-", run)
 
 
 def run(s3, tmp, mounts):

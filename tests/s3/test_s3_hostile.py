@@ -28,7 +28,6 @@ import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -38,8 +37,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import s3proxy as sp  # noqa: E402
-from s3fixture import SECRET_KEY, SeaweedS3  # noqa: E402
-from s3check import FAILS, MB, Mount, check, sha, tree  # noqa: E402
+from s3fixture import SECRET_KEY  # noqa: E402
+from s3check import Mount, check, mount_test, sha, tree  # noqa: E402
 
 CKPTFS = os.path.abspath(sys.argv[1])
 TIMEOUT = 2          # -o s3_timeout= of every command and mount here
@@ -162,22 +161,8 @@ XXE = '<!DOCTYPE r [<!ENTITY xxe SYSTEM "file:///etc/passwd">]>'
 
 
 def main():
-    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
-        print("SKIP: needs root and /dev/fuse")
-        return 77
-    tmp = tempfile.mkdtemp(prefix="ckptfs-s3h-")
-    os.chmod(tmp, 0o700)
-    mounts, listener = [], Listener()
-    try:
-        with SeaweedS3() as s3:
-            run(s3, tmp, mounts, listener)
-    finally:
-        for m in mounts:
-            m.close()
-        listener.close()
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{len(FAILS)} failed: " + "; ".join(FAILS) if FAILS else "all passed")
-    return 1 if FAILS else 0
+    listener = Listener()
+    return mount_test("ckptfs-s3h-", lambda s3, tmp, mounts: run(s3, tmp, mounts, listener), listener.close)
 
 
 def run(s3, tmp, mounts, listener):

@@ -12,23 +12,18 @@ right bytes); wrong credentials, a missing bucket, a prefix without a pack
 Usage: test_s3_mount.py CKPTFS          (root and /dev/fuse; else skipped: 77)
 """
 import errno
-import hashlib
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
-from s3fixture import SECRET_KEY, SeaweedS3  # noqa: E402
+from s3fixture import SECRET_KEY  # noqa: E402
 from s3proxy import FaultProxy  # noqa: E402
-from s3check import FAILS, MB, Mount, check, sha, tree  # noqa: E402
+from s3check import FAILS, MB, Mount, check, mount_test, sha, tree  # noqa: E402
 
 CKPTFS = os.path.abspath(sys.argv[1])
 
@@ -75,18 +70,7 @@ def packed_size(packed):
 
 
 def main():
-    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
-        print("SKIP: needs root and /dev/fuse")
-        return 77
-    tmp = tempfile.mkdtemp(prefix="ckptfs-s3m-")
-    mounts = []
-    try:
-        with SeaweedS3() as s3:
-            return run(s3, tmp, mounts)
-    finally:
-        for m in mounts:
-            m.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+    return mount_test("ckptfs-s3m-", run)
 
 
 def run(s3, tmp, mounts):

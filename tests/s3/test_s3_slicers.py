@@ -20,15 +20,12 @@ against a real S3 server (SeaweedFS), by the daemon's counters:
 Usage: test_s3_slicers.py CKPTFS          (root and /dev/fuse; else skipped: 77)
 """
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from s3fixture import SeaweedS3  # noqa: E402
-from s3check import FAILS, MB, Mount, check, sha, tree  # noqa: E402
+from s3check import MB, Mount, check, mount_test, sha, tree  # noqa: E402
 
 CKPTFS = os.path.abspath(sys.argv[1])
 FILES, TENSORS, ROWS, COLS = 2, 2, 2048, 4096       # 16 MiB BF16 tensors, 2 per file
@@ -75,20 +72,7 @@ def slicers(src, mnt, groups):
 
 
 def main():
-    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
-        print("SKIP: needs root and /dev/fuse")
-        return 77
-    tmp = tempfile.mkdtemp(prefix="ckptfs-s3sl-")
-    mounts = []
-    try:
-        with SeaweedS3() as s3:
-            run(s3, tmp, mounts)
-    finally:
-        for m in mounts:
-            m.close()
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{len(FAILS)} failed" if FAILS else "all passed")
-    return 1 if FAILS else 0
+    return mount_test("ckptfs-s3sl-", run)
 
 
 def run(s3, tmp, mounts):
