@@ -13,10 +13,16 @@
 # original bytes and archive/K15.  With BASE=another ckptfs executable (an
 # older build, say), the archive pack is also read through its mount in the
 # same run: a before/after of a change to the read path.  Needs root,
-# /dev/fuse, fusermount3.
+# /dev/fuse, fusermount3.  Each daemon runs in the foreground and is waited
+# for after its unmount (tests/bench/lib.sh), so no run overlaps the last
+# one's teardown; whatever happens, the mount point is unmounted.
 set -euo pipefail
-CK=$(readlink -f "$1")
 HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tests/bench/lib.sh
+. "$HERE/lib.sh"
+bench_args "$1"
+CK=$CKPTFS
+bench_start archive_mount
 W=${BENCH_DIR:-/var/tmp/ckptfs-bench-archive}
 REPS=${REPS:-3}
 mkdir -p "$W"
@@ -25,10 +31,6 @@ if [ -z "$SRC" ]; then
     python3 "$HERE/../corpus/make_corpus.py" "$W/corpus" >/dev/null
     SRC=$W/corpus/minilm-l6
 fi
-MNT=$W/mnt
-mkdir -p "$MNT"
-cleanup() { fusermount3 -u "$MNT" 2>/dev/null || true; }
-trap cleanup EXIT
 for f in k15 archive; do
     [ -e "$W/p-$f/ckptfs.manifest" ] || { rm -rf "$W/p-$f"; "$CK" pack --format "$f" --progress=none "$SRC" "$W/p-$f" >/dev/null; }
     cat "$W/p-$f"/*.ckpt >/dev/null
@@ -41,12 +43,13 @@ bytes=$(cd "$SRC" && cat $shards | wc -c)
 first_read() {
     local pack=$1 opts=$2 ck=${3:-$CK} best=
     for _ in $(seq "$REPS"); do
-        "$ck" mount -o "$opts" "$pack" "$MNT"
+        start_daemon "$T/mount.log" "$ck" mount -f -o "$opts" "$pack" "$MNT" >/dev/null
+        wait_mount fuse.ckptfs "$T/mount.log"
         local t0 t1
         t0=$(date +%s.%N)
         for s in $shards; do dd if="$MNT/$s" of=/dev/null bs=1M status=none; done
         t1=$(date +%s.%N)
-        fusermount3 -u "$MNT"
+        unmount
         best=$(python3 -c "import sys; a=float('$t1')-float('$t0'); b='$best'; print(min(a, float(b)) if b else a)")
     done
     echo "$best"
