@@ -95,8 +95,13 @@ static uint8_t *decode_to_temp(int dfd, const ckp_reader *r, const ckm_file *f, 
     int fd = openat(dfd, ORIG_TMP, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     uint8_t *p = NULL;
     *fd_out = fd;
-    if (fd < 0 || ftruncate(fd, (off_t)f->size)) {
-        fprintf(stderr, "ckptfs repack: %s: %s\n", ORIG_TMP, strerror(errno));
+    /* Blocks are allocated before the bytes are written through the map: a
+     * map of a sparse file raises SIGBUS when the disk fills. */
+    int e = fd < 0 ? errno : ftruncate(fd, (off_t)f->size) ? errno
+                   : f->size ? posix_fallocate(fd, 0, (off_t)f->size) : 0;
+    if (e) {
+        fprintf(stderr, "ckptfs repack: %s: %s: %s; nothing changed for it\n", CKU_ESC(what), ORIG_TMP,
+                strerror(e));
         return NULL;
     }
     if (f->size) {
