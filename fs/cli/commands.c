@@ -124,13 +124,14 @@ void ckpt_describe_chunk(const ckp_reader *r, uint32_t e, uint64_t c, char *out,
              (unsigned long long)c, (unsigned long long)a, (unsigned long long)(a + ckp_chunk_len(x, c) - 1));
 }
 
-/* Bytes of the packed files of m and its manifest (for the summaries). */
+/* Bytes of the packed files of m and its manifest (for the summaries; of
+ * s3://, of the members opened so far: call it once every one was). */
 uint64_t ckpt_packed_size(const char *dst, const ckm_manifest *m)
 {
     char path[PATH_MAX];
     struct stat st;
     if (ckpt_is_remote(dst))
-        return ckpt_remote_packed_size(m);
+        return ckpt_remote_packed_size();
     snprintf(path, sizeof path, "%s/%s", dst, CKP_MANIFEST_NAME);
     uint64_t n = lstat(path, &st) ? 0 : (uint64_t)st.st_size;
     for (size_t i = 0; i < m->n_files; i++) {

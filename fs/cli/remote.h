@@ -52,9 +52,11 @@ const char *ckpt_remote_read_failure(char *buf, size_t cap);
  * reader's, several GETs in flight; at most 96 MiB per member open (see
  * cks3_pack_windows).  Not for stat, which reads headers only. */
 void ckpt_remote_read_whole(void);
-/* Bytes of the manifest object (0 if unknown) and of every packed file's
- * object listed (for the summaries). */
+/* Bytes of the manifest object (0 if unknown); and those plus the sizes of
+ * the objects of every member opened since (each by the HEAD it was opened
+ * with: no listing, nothing more to fail), for the summaries of a command
+ * that opens every member once (unpack). */
 uint64_t ckpt_remote_manifest_size(void);
-uint64_t ckpt_remote_packed_size(const ckm_manifest *m);
+uint64_t ckpt_remote_packed_size(void);
 
 #endif

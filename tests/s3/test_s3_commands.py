@@ -27,7 +27,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from s3fixture import ACCESS_KEY, SECRET_KEY, SeaweedS3, free_ports  # noqa: E402
-from s3proxy import FaultProxy  # noqa: E402
+from s3proxy import FaultProxy, xml  # noqa: E402
 from s3check import FAILS, MB, check  # noqa: E402
 
 CKPTFS = os.path.abspath(sys.argv[1])
@@ -138,6 +138,17 @@ def run(s3, tmp):
     want = json.loads(a.stdout).get("packed_bytes") if a.returncode == 0 else None
     check(want is not None and j.get("packed_bytes") == want,
           f"unpack --json of s3:// counts every object's bytes and the manifest's ({j.get('packed_bytes')} == {want})")
+    # ... with every listing refused (403): counted all the same, from the
+    # objects' HEADs (a listing that failed once gave 0 bytes, silently)
+    denied = xml(b"<Error><Code>AccessDenied</Code><Message>no listing</Message></Error>", 403)
+    with FaultProxy(s3.port, every=1 << 40, burst=0, lie=lambda q: denied if q.is_list() else None) as px:
+        pe = s3.env(AWS_ENDPOINT_URL=px.endpoint)
+        r = ck(pe, "unpack", "--json", url, os.path.join(tmp, "out-nl"))
+        v = ck(pe, "verify", url)
+    j = json.loads(r.stdout or "{}") if r.returncode == 0 else {}
+    check(r.returncode == 0 and j.get("packed_bytes") == want and v.returncode == 0,
+          f"unpack --json and verify of s3:// with every listing refused: exit 0, {j.get('packed_bytes')} packed "
+          f"bytes == {want} ({r.returncode}, {v.returncode}: {r.stderr.strip()[-200:]} {v.stderr.strip()[-200:]})")
 
     # one byte of one object's chunk data changed (a copy under another prefix)
     bad = os.path.join(tmp, "bad")
