@@ -88,6 +88,11 @@ typedef struct {
     uint64_t packed;     /* bytes of the packed files */
 } mf_build;
 
+/* 1 if a .ckpt that opened with status s is a packed file (even damaged,
+ * or of a newer version): one of ckptfs's, which --force may replace; not
+ * a file of someone else's that happens to be named so (pack_state.c). */
+int ckpt_packed_status_ours(ckp_status s);
+
 static inline int has_suffix(const char *s, const char *suf)
 {
     size_t a = strlen(s), b = strlen(suf);

@@ -11,7 +11,8 @@
  * file is resumed if its parts are this run's bytes (pack_s3_resume.c) and
  * the others under the prefix are aborted, and a packed object already there is kept if its
  * header and table of contents (ranged GETs) say it is the packed copy of
- * the source as it is now.  --delete-source deletes a source only after its
+ * the source as it is now.  Once the manifest is up, packed files it does
+ * not list (an earlier pack's) are deleted (pack_s3_prune.c).  --delete-source deletes a source only after its
  * object is complete, read back from the server and decoded equal to it.
  */
 #define _GNU_SOURCE
@@ -276,13 +277,16 @@ int ckpt_pack_s3(const ckpt_pack_opts *o)
                 "go on\n", s.url);
         goto out;
     }
-    if (s3_resume_abort_rest(&s))
+    if (s3_resume_abort_rest(&s) || s3_prune(&s, stage))
         goto out;
     if (ckpt_verbosity > 0 && !ckpt_json)
         printf("uploaded to %s: %zu packed file%s sent (%llu bytes, of which %llu in %zu part%s of interrupted "
                "uploads kept, not sent again), %zu already there, then the manifest\n", s.url, s.sent, cku_s(s.sent),
                (unsigned long long)s.sent_bytes, (unsigned long long)s.bytes_reused, s.parts_reused,
                cku_s(s.parts_reused), s.n_held - s.sent);
+    if (ckpt_verbosity > 0 && !ckpt_json && (s.pruned || s.foreign))
+        printf("%zu packed file%s of the pack there before deleted (not in the new manifest); %zu other object%s "
+               "under the prefix kept (not ckptfs's)\n", s.pruned, cku_s(s.pruned), s.foreign, cku_s(s.foreign));
     nftw(stage, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     rc = CKPT_EXIT_OK;
 out:

@@ -40,6 +40,7 @@ typedef struct {
     unsigned char *claimed;   /* [pending.n]: taken by a file's upload (resumed or aborted); under lock */
     size_t parts_reused;      /* parts of interrupted uploads kept, not sent again; under lock */
     uint64_t bytes_reused;    /* their bytes */
+    size_t pruned, foreign;   /* objects not in the new manifest: deleted, kept (pack_s3_prune.c) */
 } s3_send;
 
 /* Set the hooks of s->rm and what they need (s->c, bucket, prefix, url,
@@ -65,6 +66,11 @@ int s3_resume_pick(s3_send *s, const char *key, const ckp_info *in, int fd, uint
  * source, or whose object was found complete).  @return 0, or -1 after
  * saying why. */
 int s3_resume_abort_rest(s3_send *s);
+/* pack_s3_prune.c.  Once the manifest is up: delete the packed files
+ * under the prefix that the manifest (the one staged in stage) does not
+ * list; keep, and count, every object that is not a packed file.
+ * @return 0, or -1 after saying why. */
+int s3_prune(s3_send *s, const char *stage);
 /* Read up to len bytes at off of fd (fewer only at the end); -1 on error. */
 ssize_t s3_read_at(int fd, uint8_t *p, size_t len, uint64_t off);
 

@@ -243,6 +243,11 @@ static int is_packed_file(int dfd, const char *name, const struct stat *st)
     ckp_status s = S_ISREG(st->st_mode) ? ckp_open_in(dfd, ".", name, &r, err, sizeof err) : CKP_ERR_FORMAT;
     if (s == CKP_OK)
         ckp_close(r);
+    return ckpt_packed_status_ours(s);
+}
+
+int ckpt_packed_status_ours(ckp_status s)
+{
     return s == CKP_OK || s == CKP_ERR_VERSION || s == CKP_ERR_CORRUPT || s == CKP_ERR_CHUNK;
 }
 

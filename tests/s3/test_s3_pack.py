@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from urllib.parse import urlsplit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -189,11 +190,31 @@ def run(s3, tmp, stage):
         f.write(" ")
     r = ck(env, "pack", other, url)
     check(r.returncode == 1, f"pack of another source to the prefix: refused without --force ({r.stderr[-200:]})")
-    r = ck(env, "pack", "--force", other, url)
+    # objects beside the pack that are not ckptfs's: kept by --force
+    foreign = {"NOTES.txt": b"notes\n", "sub/lightning.ckpt": b"not a packed file\n"}
+    for k, v in foreign.items():
+        s3.client().put_object(Bucket=s3.bucket, Key="p/one/" + k, Body=v)
+    seen = []
+    gate = lambda m, p, h: seen.append((m, urlsplit(p).path.split("/p/one/", 1)[-1])) and False
+    with FaultProxy(s3.port, every=1 << 40, burst=0, gate=gate) as px:
+        r = ck(dict(env, AWS_ENDPOINT_URL=px.endpoint), "pack", "--force", other, url)
     out1 = os.path.join(tmp, "out1")
     r2 = ck(env, "unpack", url, out1)
     check(r.returncode == 0 and r2.returncode == 0 and digest_tree(out1) == digest_tree(other),
           f"--force from another source: the pack holds exactly its files ({r.stderr[-200:]}{r2.stderr[-200:]})")
+    # ... and the bucket too: the gone file's object deleted (billed forever
+    # else), after the new manifest is up, the foreign objects kept
+    want_keys = {os.path.relpath(os.path.join(d, f), other) + ".ckpt" for d, _x, fs in os.walk(other) for f in fs}
+    want_keys |= {"ckptfs.manifest", "ckptfs.state", *foreign}
+    have = objects(s3, "p/one")
+    dels = [i for i, (m, k) in enumerate(seen) if m == "DELETE" and k.endswith(".ckpt")]
+    put_m = [i for i, (m, k) in enumerate(seen) if m == "PUT" and k == "ckptfs.manifest"]
+    check(set(have) == want_keys and dels and put_m and min(dels) > max(put_m),
+          f"--force from another source: the objects under the prefix are the new pack's and the foreign ones "
+          f"(extra {sorted(set(have) - want_keys)}, missing {sorted(want_keys - set(have))}); the old packed "
+          f"file deleted after the manifest's PUT ({dels} > {put_m})")
+    for k in foreign:
+        s3.client().delete_object(Bucket=s3.bucket, Key="p/one/" + k)
     r = ck(env, "pack", "--force", src, url)
     check(r.returncode == 0, f"and back to the first source with --force ({r.stderr[-200:]})")
 
