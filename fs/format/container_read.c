@@ -400,7 +400,7 @@ static ckp_status parse_toc(ckp_reader *r, const uint8_t *t, uint64_t toc_off, u
         return rerr(err, cap, f, CKP_ERR_CORRUPT, "recorded path is not a safe relative path: it %s",
                     ckp_file_path_problem(r->strings));
     char *names_end = r->strings + path_len + 1;
-    uint64_t pos = 0, chunks = 0, max_chunks = (toc_off - CKP_HEADER_SIZE) / CKP_INDEX_ENTRY;
+    uint64_t pos = 0, chunks = 0, max_chunks = (toc_off - CKP_HEADER_SIZE) / CKP_INDEX_ENTRY, tables = 0;
     for (uint32_t i = 0; i < n; i++) {
         ckp_status s = parse_extent(r, t + CKP_TOC_HEADER_SIZE + (size_t)i * CKP_EXTENT_SIZE, i, pos,
                                     toc_off, strtab, strtab_size, &names_end, err, cap);
@@ -412,6 +412,11 @@ static ckp_status parse_toc(ckp_reader *r, const uint8_t *t, uint64_t toc_off, u
         chunks += r->x[i].n_chunks; /* each <= max_chunks: no overflow */
         if (chunks > max_chunks)
             return rerr(err, cap, f, CKP_ERR_CORRUPT, "chunk indexes take more room than the file holds");
+        /* So are ARCHIVE tables (R29): shared ones would multiply it. */
+        if (r->x[i].encoding == CKC_ENC_ARCHIVE)
+            tables += r->x[i].plane_size[0]; /* each <= 64 MiB, n <= 2^24: no overflow */
+        if (tables > toc_off - CKP_HEADER_SIZE)
+            return rerr(err, cap, f, CKP_ERR_CORRUPT, "archive tables take more room than the file holds");
     }
     if (pos != r->info.original_size)
         return rerr(err, cap, f, CKP_ERR_CORRUPT, "extents cover %llu of %llu bytes",

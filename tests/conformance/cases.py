@@ -465,6 +465,13 @@ def cases():
         File("w.bin", [Extent(ARCHIVE, W[:64], chunk_size=CS, ans=Ans(m=0))], damage=bump_last(0)))
     rej("archive-trailing-table-byte", "R29 nothing after the tables", "invalid archive tables",
         File("w.bin", AW, edit=grow_plane(0, 1)))
+    # tables shared by several extents (§3 allows it) count once per extent (R29)
+    AS = Ans(m=0, k=16, axis=1, c=1)  # a class per weight: tables of ~n/2 bytes
+    case("archive-shared-tables", "§3 payloads may overlap; R29 tables fit in the file", A,
+         [File("w.bin", [Extent(ARCHIVE, W, chunk_size=CS, ans=AS), Extent(ARCHIVE, W, chunk_size=CS, share=0)])])
+    rej("archive-tables-amplified", "R29 all ARCHIVE tables together fit in the file", "archive tables",
+        File("w.bin", [Extent(ARCHIVE, W, chunk_size=CS, ans=AS)] +
+             [Extent(ARCHIVE, W, chunk_size=CS, share=0) for _ in range(5)]))
     rej("archive-codebook", "R29 ARCHIVE codebook zero", "archive extent", File("w.bin", AW, edit=cb_entry(0, 1)))
     rej("archive-word", "R48/R43 a damaged word", "damaged chunk",
         File("w.bin", AW, damage=flip_plane(0, 1, 200)), damaged=(0, CS))

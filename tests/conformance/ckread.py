@@ -137,7 +137,7 @@ class Packed:
         self.path, self.original_size, self.sha256 = path, orig, sha
         self.kind, self.mode, self.mtime_ns = kind, mode & 0o7777, mtime
         self.extents = []
-        pos = names = chunks = 0
+        pos = names = chunks = tables = 0
         for i in range(n):
             x = self._extent(toc, 96 + 192 * i, pos, orig, toc_off, strtab_size)
             names += x.name_len
@@ -146,6 +146,9 @@ class Packed:
             chunks += x.n_chunks
             if chunks > (toc_off - 64) // 16:
                 corrupt("R28", "chunk indexes hold more entries than the file has room for")
+            tables += x.planes[0][1] if x.enc == ARCHIVE else 0
+            if tables > toc_off - 64:
+                corrupt("R29", "ARCHIVE tables take more bytes than the file has room for")
             self.extents.append(x)
             pos += x.orig_size
         if pos != orig:
