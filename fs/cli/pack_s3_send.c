@@ -135,8 +135,11 @@ static const cks3_part *part_there(const cks3_part_list *have, int number)
  * as key by multipart upload (an empty file: one PUT), a part of s->part
  * bytes in memory at a time.  An interrupted upload of the same file is
  * resumed (pack_s3_resume.c): a part already there is kept if its ETag is
- * the MD5 of this part's bytes, else sent again.  A failed upload is
- * aborted (nothing left billed).  @return 0, or -1 with the reason in err. */
+ * the MD5 of this part's bytes, else sent again.  A failed upload (the
+ * server down past the retries) is kept, as a kill keeps it: the rerun
+ * resumes it, or aborts it if its parts are not this file's (nothing is
+ * left billed by a pack that completes).  @return 0, or -1 with the reason
+ * in err. */
 static int upload(s3_send *s, const char *key, const ckp_info *in, int fd, uint64_t size, char *err, size_t cap)
 {
     if (size == 0)
@@ -173,9 +176,9 @@ static int upload(s3_send *s, const char *key, const ckp_info *in, int fd, uint6
     }
     if (!rc && cks3_mpu_complete(s->c, s->bucket, key, id, parts, np, NULL, err, cap) != CKS3_OK)
         rc = -1;
-    if (rc && id) { /* nothing left billed; a rerun sends this file again */
-        char e2[256];
-        cks3_mpu_abort(s->c, s->bucket, key, id, e2, sizeof e2);
+    if (rc && id) { /* kept, as a kill keeps it: the rerun resumes it or aborts it */
+        size_t n = strlen(err);
+        snprintf(err + n, cap - n, " (the parts of its upload already stored are kept: the same command resumes it)");
     }
     if (!rc) {
         pthread_mutex_lock(&s->lock);

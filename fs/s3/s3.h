@@ -241,7 +241,8 @@ cks3_status cks3_mpu_abort(cks3_client *c, const char *bucket, const char *key, 
 cks3_status cks3_mpu_list_uploads(cks3_client *c, const char *bucket, const char *prefix, cks3_upload_list *out,
                                   char *err, size_t errCapacity);
 void cks3_upload_list_free(cks3_upload_list *l);
-/* Parts uploaded so far, all pages, ascending.  Free with cks3_part_list_free. */
+/* Parts uploaded so far, all pages, ascending (CKPTFS_S3_LIST_PARTS_MAX=N,
+ * 1-1000, for tests: N parts a page).  Free with cks3_part_list_free. */
 cks3_status cks3_mpu_list_parts(cks3_client *c, const char *bucket, const char *key, const char *uploadId,
                                 cks3_part_list *out, char *err, size_t errCapacity);
 void cks3_part_list_free(cks3_part_list *l);

@@ -10,7 +10,10 @@ bytes: skipped and aborted).  The source changed between the kill and the
 rerun (rewritten; or rewritten with its size and mtime put back): no part of
 the interrupted upload is reused, every part is sent, the result is the new
 source's.  The upload is held at part 3 by the proxy (not timed): the kill
-comes once ListParts shows 2 parts.
+comes once ListParts shows 2 parts.  The resumed rerun lists parts one a
+page (CKPTFS_S3_LIST_PARTS_MAX=1: ListParts' paging).  An upload that
+failed (UploadPart refused past the retries, not a kill) is kept, and the
+rerun resumes it.
 Usage: test_s3_resume.py CKPTFS
 """
 import json
@@ -57,16 +60,24 @@ class Counter:
     """A proxy gate: counts UploadPart requests of the big file and their
     bytes; while
     `hold` is set, holds every UploadPart from part 3 on until released (the
-    connection then closed unanswered)."""
+    connection then closed unanswered); with `fail`, closes each of them at
+    once (a server that fails uploads: the pack retries each for its bound,
+    30 s, then fails)."""
 
-    def __init__(self, hold=False):
-        self.parts = self.bytes = 0
+    def __init__(self, hold=False, fail=False):
+        self.parts = self.bytes = self.list_parts = 0
         self.hold, self.release = hold, threading.Event()
+        if fail:
+            self.release.set()
+        self.hold |= fail
         self.lock = threading.Lock()
 
     def __call__(self, method, path, headers):  # (the config's one part not counted)
         u = urlsplit(path)
         q = parse_qs(u.query)
+        if method == "GET" and "uploadId" in q and u.path.endswith("/" + BIG + ".ckpt"):
+            with self.lock:
+                self.list_parts += 1
         if method != "PUT" or "partNumber" not in q or not u.path.endswith("/" + BIG + ".ckpt"):
             return False
         if self.hold and int(q["partNumber"][0]) >= 3:
@@ -112,10 +123,10 @@ def kill_mid_upload(s3, env, src, prefix):
     return ok
 
 
-def rerun(s3, env, src, prefix):
+def rerun(s3, env, src, prefix, gate=None):
     """Rerun the pack through a counting proxy: (exit status, UploadParts,
     their bytes, stdout+stderr)."""
-    gate = Counter()
+    gate = gate or Counter()
     with FaultProxy(s3.port, every=1 << 40, burst=0, gate=gate) as px:
         r = ck(dict(env, AWS_ENDPOINT_URL=px.endpoint), "pack", src, s3.url(prefix))
     return r.returncode, gate.parts, gate.bytes, r.stdout + r.stderr
@@ -169,9 +180,13 @@ def resumed(s3, env, tmp):
         time.sleep(0.2)
     c.upload_part(Bucket=s3.bucket, Key=key, UploadId=m["UploadId"], PartNumber=1, Body=os.urandom(PART))
     check(len(uploads(s3, key)) == 2, "two unfinished uploads of the file before the rerun, the newer other bytes")
-    rc, n, nbytes, out = rerun(s3, env, src, "r/a")
+    # ListParts a part a page (max-parts=1): the 2 parts kept come from 2
+    # pages or more, S3's part-number-marker followed
+    gate = Counter()
+    rc, n, nbytes, out = rerun(s3, dict(env, CKPTFS_S3_LIST_PARTS_MAX="1"), src, "r/a", gate)
     np_, size = object_parts(s3, "r/a")
     check(rc == 0, f"the rerun after the kill: exit 0 ({out.strip()[-300:]})")
+    check(gate.list_parts >= 2, f"the kept parts listed a part a page: {gate.list_parts} ListParts requests (>= 2)")
     check(np_ >= 4 and n <= np_ - 2 and nbytes <= size - 2 * PART,
           f"the rerun resumed: {n} UploadPart requests ({nbytes} bytes) for a file of {np_} parts ({size} bytes)")
     outcome(s3, env, src, "r/a", tmp, "resumed")
@@ -197,6 +212,30 @@ def changed(s3, env, tmp, keep_mtime):
     outcome(s3, env, src, prefix, tmp, f"source {what}")
 
 
+def failed(s3, env, tmp):
+    """The upload fails (not killed): every UploadPart from part 3 on
+    refused past the retry bound.  The pack exits non-zero saying so and to
+    run it again; the upload's parts are kept (the code before aborted it,
+    the server answering the abort); the rerun resumes it."""
+    prefix, src = "r/f", os.path.join(tmp, "src-f")
+    write_big(src, 4)
+    key = f"{prefix}/{BIG}.ckpt"
+    with FaultProxy(s3.port, every=1 << 40, burst=0, gate=Counter(fail=True)) as px:
+        r = ck(dict(env, AWS_ENDPOINT_URL=px.endpoint), "pack", src, s3.url(prefix))
+    err = r.stderr.strip()
+    check(r.returncode == 1 and key in err and "run the same command again" in err and "kept" in err,
+          f"a failed upload: exit 1, names the object, says its parts are kept and to run it again ({r.returncode}: "
+          f"{err[-400:]})")
+    n = parts_there(s3, key)
+    check(n >= 2, f"the failed upload is kept with its parts ({n} parts there, >= 2)")
+    rc, sent, nbytes, out = rerun(s3, env, src, prefix)
+    np_, size = object_parts(s3, prefix)
+    check(rc == 0 and np_ >= 4 and sent <= np_ - 2 and nbytes <= size - 2 * PART,
+          f"the rerun after the failure resumed: {sent} UploadPart requests ({nbytes} bytes) for a file of {np_} "
+          f"parts ({size} bytes); exit {rc} ({out.strip()[-200:]})")
+    outcome(s3, env, src, prefix, tmp, "failed, then resumed")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="ckptfs-s3r-")
     try:
@@ -206,6 +245,7 @@ def main():
             resumed(s3, env, tmp)
             changed(s3, env, tmp, keep_mtime=False)
             changed(s3, env, tmp, keep_mtime=True)
+            failed(s3, env, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("FAILED: " + "; ".join(FAILS) if FAILS else "all passed")
