@@ -17,9 +17,10 @@
  *   1. the old packed file is replaced only by a rename, after the new one
  *      is durable and decodes to the recorded SHA-256: at every instant each
  *      name holds a complete packed file of the same original bytes;
- *   2. temporaries end in TMP_SUFFIX, which pack and repack remove when they
- *      start (pack_dst.c, remove_temps); a rerun skips the files already
- *      converted;
+ *   2. the decoded original is an unnamed file where the file system allows
+ *      (nothing left by a crash); other temporaries end in TMP_SUFFIX, which
+ *      pack and repack remove when they start (pack_dst.c, remove_temps); a
+ *      rerun skips the files already converted;
  *   3. PACKED is locked (flock, exclusive) for the run, as pack locks it:
  *      unpack, verify, stat and pack refuse to run on it meanwhile.  The
  *      mount takes no lock: a mount of PACKED sees each replaced file change
@@ -43,7 +44,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define ORIG_TMP ".ckptfs-repack-original" TMP_SUFFIX /* the decoded original of the file at work */
+/* The decoded original of the file at work: an unnamed file (O_TMPFILE) of
+ * PACKED, or where its file system has none, ORIG_TMP: "." + "" + TMP_SUFFIX,
+ * the temporary of an empty name, which no packed file has (a file `x` is
+ * written as `.x.ckpt.tmp`: a name such as `.ckptfs-repack-original.ckpt.tmp`
+ * was the temporary of a file `ckptfs-repack-original` too). */
+#define ORIG_TMP "." TMP_SUFFIX
 #define STEP (8u << 20)
 
 /* 1 if some BF16 extent of r is not in encoding enc. */
@@ -89,10 +95,22 @@ static int decode_checked(const ckp_reader *r, uint8_t *p, uint64_t size, const 
     return 0;
 }
 
-/* The original bytes of r in the temporary ORIG_TMP of dfd, mapped. */
-static uint8_t *decode_to_temp(int dfd, const ckp_reader *r, const ckm_file *f, const char *what, int *fd_out)
+/* A temporary file of dfd for the original bytes; *named: whether it is
+ * ORIG_TMP (to remove after) rather than unnamed. */
+static int open_orig_tmp(int dfd, int *named)
 {
-    int fd = openat(dfd, ORIG_TMP, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int fd = openat(dfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    *named = fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL);
+    if (*named)
+        fd = openat(dfd, ORIG_TMP, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    return fd;
+}
+
+/* The original bytes of r in a temporary file of dfd, mapped. */
+static uint8_t *decode_to_temp(int dfd, const ckp_reader *r, const ckm_file *f, const char *what, int *fd_out,
+                               int *named)
+{
+    int fd = open_orig_tmp(dfd, named);
     uint8_t *p = NULL;
     *fd_out = fd;
     /* Blocks are allocated before the bytes are written through the map: a
@@ -100,14 +118,15 @@ static uint8_t *decode_to_temp(int dfd, const ckp_reader *r, const ckm_file *f, 
     int e = fd < 0 ? errno : ftruncate(fd, (off_t)f->size) ? errno
                    : f->size ? posix_fallocate(fd, 0, (off_t)f->size) : 0;
     if (e) {
-        fprintf(stderr, "ckptfs repack: %s: %s: %s; nothing changed for it\n", CKU_ESC(what), ORIG_TMP,
-                strerror(e));
+        fprintf(stderr, "ckptfs repack: %s: a temporary file for its original bytes: %s; nothing changed for "
+                "it\n", CKU_ESC(what), strerror(e));
         return NULL;
     }
     if (f->size) {
         p = mmap(NULL, (size_t)f->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (p == MAP_FAILED) {
-            fprintf(stderr, "ckptfs repack: %s: %s\n", ORIG_TMP, strerror(errno));
+            fprintf(stderr, "ckptfs repack: %s: a temporary file for its original bytes: %s\n", CKU_ESC(what),
+                    strerror(errno));
             return NULL;
         }
     } else {
@@ -164,7 +183,7 @@ static int repack_file(int dfd, const char *dst, const ckm_file *f, uint32_t enc
     ckp_reader *r = ckpt_open_member("repack", dst, f), *nr = NULL;
     struct stat old_st, new_st;
     uint8_t *p = NULL, *back = NULL;
-    int ofd = -1, rc = -1;
+    int ofd = -1, named = 0, rc = -1;
 
     if (!r)
         return -1;
@@ -175,7 +194,7 @@ static int repack_file(int dfd, const char *dst, const ckm_file *f, uint32_t enc
         return 0;
     }
     tmp_rel(tmp, sizeof tmp, f->path);
-    if (fstatat(dfd, rel, &old_st, AT_SYMLINK_NOFOLLOW) || !(p = decode_to_temp(dfd, r, f, what, &ofd)))
+    if (fstatat(dfd, rel, &old_st, AT_SYMLINK_NOFOLLOW) || !(p = decode_to_temp(dfd, r, f, what, &ofd, &named)))
         goto out;
     if (encode_to(dfd, tmp, f, ckp_get_info(r), p, enc, jobs, what))
         goto out;
@@ -216,7 +235,8 @@ out:
     if (ofd >= 0) {
         close(ofd);
         cku_fault_point();
-        unlinkat(dfd, ORIG_TMP, 0);
+        if (named)
+            unlinkat(dfd, ORIG_TMP, 0);
     }
     free(back);
     ckp_close(nr);

@@ -14,7 +14,8 @@
   - of a directory that is not a pack, of a regular file, of a missing path:
     exit 1, a message naming it, nothing written;
   - of a pack with one damaged packed file: exit 1 naming that file, the
-    damaged file untouched, and every other file still whole.
+    damaged file untouched, and every other file still whole;
+  - of a pack holding a file named `ckptfs-repack-original`: converted.
 Skips (77) without root (tmpfs, mount).  Environment: CKPTFS, PYTHON."""
 import errno
 import os
@@ -182,13 +183,28 @@ def damaged():
     check("damaged: the others whole", intact(CK, d, SRC, OUT) is None, intact(CK, d, SRC, OUT))
 
 
+def reserved_looking_name():
+    """A model file named as repack's temporary once was (its own temporary
+    `.ckptfs-repack-original.ckpt.tmp` was the same file: SIGBUS)."""
+    src, d = os.path.join(T, "odd-src"), os.path.join(T, "odd")
+    os.makedirs(src)
+    shard = sorted(f for f in files_under(SRC) if f.endswith(".safetensors"))[0]
+    shutil.copy(os.path.join(SRC, shard), os.path.join(src, "ckptfs-repack-original"))
+    rc, _, err = run("pack", "--format", "archive", src, d)
+    check("odd name: packed", rc == 0, err[-300:])
+    rc, _, err = run("repack", "--format", "k15", d)
+    check("odd name: repack exit 0", rc == 0, "exit %d: %s" % (rc, err[-300:]))
+    check("odd name: all k15", pack_encodings(d) == {"k15"}, pack_encodings(d))
+    check("odd name: whole", intact(CK, d, src, OUT) is None, intact(CK, d, src, OUT))
+
+
 def main():
     subprocess.run([PY, os.path.join(HERE, "..", "cli", "gen_model.py"), SRC], check=True,
                    stdout=subprocess.DEVNULL)
     rc, _, err = run("pack", "--format", "archive", SRC, ARCH)
     if rc:
         raise RuntimeError("pack: " + err)
-    for f in (full_disk, while_mounted, two_at_once, same_format, not_a_pack, damaged):
+    for f in (full_disk, while_mounted, two_at_once, same_format, not_a_pack, damaged, reserved_looking_name):
         f()
 
 
