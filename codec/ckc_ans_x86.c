@@ -112,20 +112,30 @@ T512 static INL __m512i low512(const ckc_ans_tables *t, const uint8_t *low)
                             _mm512_set1_epi32((int)t->low_mask));
 }
 
-/* One group of 16 weights of one stream: states X, next word *ps, classes
- * from g, raw low bits from low; the 16 weights to out. */
-T512 static INL __m512i group512(const ckc_ans_tables *t, __m512i X, const uint8_t *words, size_t *ps,
-                                  gpos g, const uint8_t *low, uint16_t *out)
+/* One group of 16 weights of one stream, in two halves that the loops
+ * below interleave across streams (one stream's sign+exponent step, then
+ * the next's, then the mantissa steps: each gather has the other streams'
+ * work to overlap it).  exp512: states X, next word *ps, classes from g;
+ * *a gets each lane's mantissa table row. */
+T512 static INL __m512i exp512(const ckc_ans_tables *t, __m512i X, const uint8_t *words, size_t *ps, gpos g,
+                                __m512i *a)
 {
     const __m512i m12 = _mm512_set1_epi32(0xFFF), m8 = _mm512_set1_epi32(0xFF);
     __m512i kb = _mm512_slli_epi32(classes512(t, g), CKC_ANS_EXP_BITS);
     __m512i q = _mm512_srli_epi32(X, CKC_ANS_EXP_BITS);
     __m512i e = _mm512_i32gather_epi32(_mm512_add_epi32(kb, _mm512_and_si512(X, m12)), t->exp_dec, 4);
-    __m512i a, e2;
     X = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_srli_epi32(e, 20), q),
                          _mm512_add_epi32(q, _mm512_and_si512(_mm512_srli_epi32(e, 8), m12)));
-    X = renorm512(X, words, ps);
-    a = _mm512_slli_epi32(_mm512_and_si512(e, m8), CKC_ANS_MAN_BITS);
+    *a = _mm512_slli_epi32(_mm512_and_si512(e, m8), CKC_ANS_MAN_BITS);
+    return renorm512(X, words, ps);
+}
+
+/* The mantissa half: row a, raw low bits from low; the 16 weights to out. */
+T512 static INL __m512i man512(const ckc_ans_tables *t, __m512i X, __m512i a, const uint8_t *words, size_t *ps,
+                                const uint8_t *low, uint16_t *out)
+{
+    const __m512i m8 = _mm512_set1_epi32(0xFF);
+    __m512i q, e2;
     if (t->mbits) {
         q = _mm512_srli_epi32(X, CKC_ANS_MAN_BITS);
         e2 = _mm512_i32gather_epi32(_mm512_add_epi32(a, _mm512_and_si512(X, m8)), t->man_dec, 4);
@@ -172,9 +182,14 @@ static INL void cur_done(cursor *c)
 /* Where the raw low bits of c's next group start. */
 static INL const uint8_t *cur_low(const cursor *c) { return c->s->low + c->j / 16 * c->s->t->low_gbytes; }
 
-T512 static INL void step512(cursor *c, __m512i *X)
+T512 static INL void exp_half(cursor *c, __m512i *X, __m512i *a)
 {
-    *X = group512(c->s->t, *X, c->s->words, &c->ps, c->g, cur_low(c), c->s->out + c->j);
+    *X = exp512(c->s->t, *X, c->s->words, &c->ps, c->g, a);
+}
+
+T512 static INL void man_half(cursor *c, __m512i *X, __m512i a)
+{
+    *X = man512(c->s->t, *X, a, c->s->words, &c->ps, cur_low(c), c->s->out + c->j);
     c->j += 16;
     gpos_next(c->s->t, &c->g);
 }
@@ -183,9 +198,11 @@ T512 static INL void step512(cursor *c, __m512i *X)
 T512 static void run512_1(ckc_ans_stream *s)
 {
     cursor a = cur_at(s);
-    __m512i Xa = _mm512_loadu_si512(s[0].x);
-    while (cur_can(&a))
-        step512(&a, &Xa);
+    __m512i Xa = _mm512_loadu_si512(s[0].x), Aa;
+    while (cur_can(&a)) {
+        exp_half(&a, &Xa, &Aa);
+        man_half(&a, &Xa, Aa);
+    }
     _mm512_storeu_si512(s[0].x, Xa);
     cur_done(&a);
 }
@@ -193,10 +210,12 @@ T512 static void run512_1(ckc_ans_stream *s)
 T512 static void run512_2(ckc_ans_stream *s)
 {
     cursor a = cur_at(s), b = cur_at(s + 1);
-    __m512i Xa = _mm512_loadu_si512(s[0].x), Xb = _mm512_loadu_si512(s[1].x);
+    __m512i Xa = _mm512_loadu_si512(s[0].x), Xb = _mm512_loadu_si512(s[1].x), Aa, Ab;
     while (cur_can(&a) && cur_can(&b)) {
-        step512(&a, &Xa);
-        step512(&b, &Xb);
+        exp_half(&a, &Xa, &Aa);
+        exp_half(&b, &Xb, &Ab);
+        man_half(&a, &Xa, Aa);
+        man_half(&b, &Xb, Ab);
     }
     _mm512_storeu_si512(s[0].x, Xa);
     _mm512_storeu_si512(s[1].x, Xb);
@@ -208,12 +227,16 @@ T512 static void run512_4(ckc_ans_stream *s)
 {
     cursor a = cur_at(s), b = cur_at(s + 1), c = cur_at(s + 2), d = cur_at(s + 3);
     __m512i Xa = _mm512_loadu_si512(s[0].x), Xb = _mm512_loadu_si512(s[1].x), Xc = _mm512_loadu_si512(s[2].x),
-            Xd = _mm512_loadu_si512(s[3].x);
+            Xd = _mm512_loadu_si512(s[3].x), Aa, Ab, Ac, Ad;
     while (cur_can(&a) && cur_can(&b) && cur_can(&c) && cur_can(&d)) {
-        step512(&a, &Xa);
-        step512(&b, &Xb);
-        step512(&c, &Xc);
-        step512(&d, &Xd);
+        exp_half(&a, &Xa, &Aa);
+        exp_half(&b, &Xb, &Ab);
+        exp_half(&c, &Xc, &Ac);
+        exp_half(&d, &Xd, &Ad);
+        man_half(&a, &Xa, Aa);
+        man_half(&b, &Xb, Ab);
+        man_half(&c, &Xc, Ac);
+        man_half(&d, &Xd, Ad);
     }
     _mm512_storeu_si512(s[0].x, Xa);
     _mm512_storeu_si512(s[1].x, Xb);
@@ -300,18 +323,25 @@ T256 static INL __m256i low256(const ckc_ans_tables *t, __m256i v, unsigned half
                             _mm256_set1_epi32((int)t->low_mask));
 }
 
-/* One group of one stream: states X[0] (lanes 0-7) and X[1] (8-15); the
- * words of each renormalisation go to lanes 0-7 first, then 8-15. */
-T256 static INL void group256(const ckc_ans_tables *t, __m256i X[2], const uint8_t *words, size_t *ps, gpos g,
-                              const uint8_t *low, uint16_t *out)
+/* One group of one stream in two halves, as exp512/man512: states X[0]
+ * (lanes 0-7) and X[1] (8-15); the words of each renormalisation go to
+ * lanes 0-7 first, then 8-15. */
+T256 static INL void exp256(const ckc_ans_tables *t, __m256i X[2], const uint8_t *words, size_t *ps, gpos g,
+                            __m256i a[2])
 {
-    __m256i k1, k0 = classes256(t, g, &k1), a0, a1, e0, e1, v;
-    X[0] = renorm256(exp_step256(t, X[0], k0, &a0), words, ps);
-    X[1] = renorm256(exp_step256(t, X[1], k1, &a1), words, ps);
-    X[0] = man_step256(t, X[0], a0, &e0);
+    __m256i k1, k0 = classes256(t, g, &k1);
+    X[0] = renorm256(exp_step256(t, X[0], k0, &a[0]), words, ps);
+    X[1] = renorm256(exp_step256(t, X[1], k1, &a[1]), words, ps);
+}
+
+T256 static INL void man256(const ckc_ans_tables *t, __m256i X[2], const __m256i a[2], const uint8_t *words,
+                            size_t *ps, const uint8_t *low, uint16_t *out)
+{
+    __m256i e0, e1, v;
+    X[0] = man_step256(t, X[0], a[0], &e0);
     if (t->mbits)
         X[0] = renorm256(X[0], words, ps);
-    X[1] = man_step256(t, X[1], a1, &e1);
+    X[1] = man_step256(t, X[1], a[1], &e1);
     if (t->mbits)
         X[1] = renorm256(X[1], words, ps);
     v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)low));
@@ -322,44 +352,94 @@ T256 static INL void group256(const ckc_ans_tables *t, __m256i X[2], const uint8
     _mm256_storeu_si256((__m256i *)out, v);
 }
 
-T256 static INL void step256(cursor *c, __m256i X[2])
+T256 static INL void exp_half256(cursor *c, __m256i X[2], __m256i a[2])
 {
-    group256(c->s->t, X, c->s->words, &c->ps, c->g, cur_low(c), c->s->out + c->j);
+    exp256(c->s->t, X, c->s->words, &c->ps, c->g, a);
+}
+
+T256 static INL void man_half256(cursor *c, __m256i X[2], const __m256i a[2])
+{
+    man256(c->s->t, X, a, c->s->words, &c->ps, cur_low(c), c->s->out + c->j);
     c->j += 16;
     gpos_next(c->s->t, &c->g);
+}
+
+T256 static INL void load256(const ckc_ans_stream *s, __m256i X[2])
+{
+    X[0] = _mm256_loadu_si256((const __m256i *)s->x);
+    X[1] = _mm256_loadu_si256((const __m256i *)(s->x + 8));
+}
+
+T256 static INL void store256(ckc_ans_stream *s, const __m256i X[2])
+{
+    _mm256_storeu_si256((__m256i *)s->x, X[0]);
+    _mm256_storeu_si256((__m256i *)(s->x + 8), X[1]);
 }
 
 T256 static void run256_1(ckc_ans_stream *s)
 {
     cursor a = cur_at(s);
-    __m256i Xa[2] = {_mm256_loadu_si256((const __m256i *)s[0].x), _mm256_loadu_si256((const __m256i *)(s[0].x + 8))};
-    while (cur_can(&a))
-        step256(&a, Xa);
-    _mm256_storeu_si256((__m256i *)s[0].x, Xa[0]);
-    _mm256_storeu_si256((__m256i *)(s[0].x + 8), Xa[1]);
+    __m256i Xa[2], Aa[2];
+    load256(s, Xa);
+    while (cur_can(&a)) {
+        exp_half256(&a, Xa, Aa);
+        man_half256(&a, Xa, Aa);
+    }
+    store256(s, Xa);
     cur_done(&a);
 }
 
 T256 static void run256_2(ckc_ans_stream *s)
 {
     cursor a = cur_at(s), b = cur_at(s + 1);
-    __m256i Xa[2] = {_mm256_loadu_si256((const __m256i *)s[0].x), _mm256_loadu_si256((const __m256i *)(s[0].x + 8))};
-    __m256i Xb[2] = {_mm256_loadu_si256((const __m256i *)s[1].x), _mm256_loadu_si256((const __m256i *)(s[1].x + 8))};
+    __m256i Xa[2], Xb[2], Aa[2], Ab[2];
+    load256(s, Xa);
+    load256(s + 1, Xb);
     while (cur_can(&a) && cur_can(&b)) {
-        step256(&a, Xa);
-        step256(&b, Xb);
+        exp_half256(&a, Xa, Aa);
+        exp_half256(&b, Xb, Ab);
+        man_half256(&a, Xa, Aa);
+        man_half256(&b, Xb, Ab);
     }
-    _mm256_storeu_si256((__m256i *)s[0].x, Xa[0]);
-    _mm256_storeu_si256((__m256i *)(s[0].x + 8), Xa[1]);
-    _mm256_storeu_si256((__m256i *)s[1].x, Xb[0]);
-    _mm256_storeu_si256((__m256i *)(s[1].x + 8), Xb[1]);
+    store256(s, Xa);
+    store256(s + 1, Xb);
     cur_done(&a);
     cur_done(&b);
+}
+
+T256 static void run256_4(ckc_ans_stream *s)
+{
+    cursor a = cur_at(s), b = cur_at(s + 1), c = cur_at(s + 2), d = cur_at(s + 3);
+    __m256i Xa[2], Xb[2], Xc[2], Xd[2], Aa[2], Ab[2], Ac[2], Ad[2];
+    load256(s, Xa);
+    load256(s + 1, Xb);
+    load256(s + 2, Xc);
+    load256(s + 3, Xd);
+    while (cur_can(&a) && cur_can(&b) && cur_can(&c) && cur_can(&d)) {
+        exp_half256(&a, Xa, Aa);
+        exp_half256(&b, Xb, Ab);
+        exp_half256(&c, Xc, Ac);
+        exp_half256(&d, Xd, Ad);
+        man_half256(&a, Xa, Aa);
+        man_half256(&b, Xb, Ab);
+        man_half256(&c, Xc, Ac);
+        man_half256(&d, Xd, Ad);
+    }
+    store256(s, Xa);
+    store256(s + 1, Xb);
+    store256(s + 2, Xc);
+    store256(s + 3, Xd);
+    cur_done(&a);
+    cur_done(&b);
+    cur_done(&c);
+    cur_done(&d);
 }
 
 T256 void ckc_ans_decode_avx2(ckc_ans_stream *s, size_t count)
 {
     size_t i = 0;
+    for (; i + 4 <= count; i += 4)
+        run256_4(s + i);
     for (; i + 2 <= count; i += 2)
         run256_2(s + i);
     for (i = 0; i < count; i++)
