@@ -388,18 +388,18 @@ static void fill_chunks(void *arg, const ckcache_key *k, unsigned n, void *const
     }
 }
 
-/* How many chunks from k the cache fills in one fill_chunks: two of an
- * ARCHIVE extent, which one core decodes 1.3-1.7x as fast interleaved as
- * one by one (docs/archive.md), read from the mapping or with pread (not
- * through windows); K15's and the rest one at a time, spread over the
- * workers.  Under the cache's lock: reads only. */
+/* How many chunks from k the cache fills in one fill_chunks: up to four of
+ * an ARCHIVE extent, which one core decodes faster interleaved than one by
+ * one (docs/archive.md), read from the mapping or with pread (not through
+ * windows); K15's and the rest one at a time, spread over the workers.
+ * Under the cache's lock: reads only. */
 static unsigned run_len(void *arg, const ckcache_key *k)
 {
     ckfs_ctx *c = arg;
     const ckp_reader *r = atomic_load_explicit(&c->files[k->file].r, memory_order_acquire);
     if (c->windows || c->s3 || !r)
         return 1;
-    return ckp_get_extent(r, k->extent)->encoding == CKC_ENC_ARCHIVE ? 2 : 1;
+    return ckp_get_extent(r, k->extent)->encoding == CKC_ENC_ARCHIVE ? CKCACHE_RUN_MAX : 1;
 }
 
 typedef struct {
