@@ -63,9 +63,11 @@ static int needs_repack(const ckp_reader *r, uint32_t enc)
     return 0;
 }
 
-/* Decode all of r into p (size bytes); 0 if its SHA-256 is want, else -1
- * after saying why. */
-static int decode_checked(const ckp_reader *r, uint8_t *p, uint64_t size, const uint8_t want[32], const char *what)
+/* Decode all of r (size bytes) into p, or, when same is not NULL, STEP
+ * bytes at a time into p (STEP bytes) to compare with same; 0 if the bytes'
+ * SHA-256 is want (and they are same's), else -1 after saying why. */
+static int decode_checked(const ckp_reader *r, uint8_t *p, const uint8_t *same, uint64_t size,
+                          const uint8_t want[32], const char *what)
 {
     ckp_scratch *s = ckp_scratch_new();
     cku_sha256 *h = cku_sha256_new();
@@ -73,11 +75,12 @@ static int decode_checked(const ckp_reader *r, uint8_t *p, uint64_t size, const 
     ckp_status st = s && h ? CKP_OK : CKP_ERR_NOMEM;
     for (uint64_t off = 0; st == CKP_OK && off < size; off += STEP) {
         size_t n = size - off < STEP ? (size_t)(size - off) : STEP, done = 0;
-        st = ckp_pread(r, p + off, n, off, &done, s);
-        if (st == CKP_OK && done != n)
+        uint8_t *to = same ? p : p + off;
+        st = ckp_pread(r, to, n, off, &done, s);
+        if (st == CKP_OK && (done != n || (same && memcmp(to, same + off, n))))
             st = CKP_ERR_CORRUPT;
         if (st == CKP_OK)
-            cku_sha256_update(h, p + off, n);
+            cku_sha256_update(h, to, n);
     }
     ckp_scratch_free(s);
     if (!h)
@@ -132,7 +135,7 @@ static uint8_t *decode_to_temp(int dfd, const ckp_reader *r, const ckm_file *f, 
     } else {
         p = (uint8_t *)"";
     }
-    if (decode_checked(r, p, f->size, f->sha256, what)) {
+    if (decode_checked(r, p, NULL, f->size, f->sha256, what)) {
         if (f->size)
             munmap(p, (size_t)f->size);
         return NULL;
@@ -204,12 +207,11 @@ static int repack_file(int dfd, const char *dst, const ckm_file *f, uint32_t enc
         fprintf(stderr, "ckptfs repack: %s\n", err);
         goto out;
     }
-    back = f->size ? malloc((size_t)f->size) : NULL;
-    if (f->size && !back) {
+    if (!(back = malloc(STEP))) { /* the new file is compared with the original a step at a time */
         ckpt_fail("repack", CKP_ERR_NOMEM, "out of memory");
         goto out;
     }
-    if (decode_checked(nr, back, f->size, f->sha256, tmp) || (f->size && memcmp(back, p, (size_t)f->size))) {
+    if (decode_checked(nr, back, p, f->size, f->sha256, tmp)) {
         fprintf(stderr, "ckptfs repack: %s: the new packed file does not read back; the old one is kept\n",
                 CKU_ESC(what));
         goto out;
