@@ -32,6 +32,41 @@
 enum { VERIFY_OK = 0, VERIFY_DAMAGED = 1, VERIFY_DIFFERS = 2, VERIFY_UNSUPPORTED = 3, VERIFY_UNREADABLE = 4,
        VERIFY_NOT_READ = 5 };
 
+/* Decode the next chunks of extent e from c0 into the pipe's buffer (*b,
+ * *used bytes taken; submitted first when they would not fit): up to
+ * CKP_RUN_MAX of an ARCHIVE extent in one ckp_read_chunks_to (decoded
+ * interleaved, each checked on its own: a damaged chunk is still named
+ * alone), else one.  Statuses in st.  @return how many were read (the
+ * caller's loop takes *used past each). */
+static uint64_t run_fill(const ckp_reader *r, uint32_t e, uint64_t c0, cku_sha256_pipe *sha, size_t cap,
+                         uint8_t **b, uint64_t *used, ckp_status st[], ckp_scratch *s)
+{
+    const ckp_extent *x = ckp_get_extent(r, e);
+    uint64_t k = x->encoding == CKC_ENC_ARCHIVE ? CKP_RUN_MAX : 1, total = 0;
+    void *to[CKP_RUN_MAX];
+    if (k > x->n_chunks - c0)
+        k = x->n_chunks - c0;
+    while (k > 1 && (total = (uint64_t)x->chunk_size * (k - 1) + ckp_chunk_len(x, c0 + k - 1)) > cap)
+        k--;
+    if (k == 1)
+        total = ckp_chunk_len(x, c0);
+    if (*used + total > cap) {
+        cku_sha256_pipe_submit(sha, *used);
+        *b = cku_sha256_pipe_buffer(sha);
+        *used = 0;
+    }
+    if (k == 1) {
+        st[0] = ckp_read_chunk(r, e, c0, *b + *used, s);
+        return 1;
+    }
+    for (uint64_t i = 0; i < k; i++) {
+        to[i] = *b + *used + i * x->chunk_size;
+        st[i] = CKP_ERR_ARG;
+    }
+    ckp_read_chunks_to(r, e, c0, k, to, st, s);
+    return k;
+}
+
 /* Check every chunk of one packed file; with a source file (src_path), every
  * byte too.  Returns VERIFY_DAMAGED if the packed file fails a check (that
  * wins), VERIFY_DIFFERS if only the source is missing or differs,
@@ -84,46 +119,46 @@ static int verify_file(const char *dst, const char *src_path, const ckm_file *f,
     uint64_t used = 0;
     for (uint32_t e = 0; e < in->n_extents && !not_read; e++) {
         const ckp_extent *x = ckp_get_extent(r, e);
-        for (uint64_t c = 0; c < x->n_chunks && !not_read; c++) {
-            uint64_t len = ckp_chunk_len(x, c), at = x->orig_offset + c * x->chunk_size;
-            char where[512];
-            if (used + len > cap) {
-                cku_sha256_pipe_submit(sha, used);
-                b = cku_sha256_pipe_buffer(sha);
-                used = 0;
+        for (uint64_t c0 = 0, k; c0 < x->n_chunks && !not_read; c0 += k) {
+            ckp_status sts[CKP_RUN_MAX];
+            k = run_fill(r, e, c0, sha, cap, &b, &used, sts, s);
+            for (uint64_t c = c0; c < c0 + k && !not_read; c++) {
+                uint64_t len = ckp_chunk_len(x, c), at = x->orig_offset + c * x->chunk_size;
+                char where[512];
+                ckp_status st = sts[c - c0];
+                const uint8_t *got = b + used; /* each chunk of a run has its place, damaged or not */
+                used += len;
+                if (st == CKP_ERR_IO && ckpt_is_remote(dst)) {
+                    /* the bytes never came: not damage, and the rest of the file
+                     * would not come either (the server failed after its retries) */
+                    char what[1200];
+                    ckpt_remote_read_failure(what, sizeof what);
+                    ckpt_describe_chunk(r, e, c, where, sizeof where);
+                    fprintf(stderr, "ckptfs verify: %s/%s%s: %s: cannot be read, not checked (not damage: %s)\n", dst,
+                            cku_escape(f->path, esc, sizeof esc), CKP_SUFFIX, where, what);
+                    not_read = 1;
+                    continue;
+                }
+                if (st != CKP_OK) {
+                    ckpt_describe_chunk(r, e, c, where, sizeof where);
+                    fprintf(stderr, "ckptfs verify: %s%s: %s: %s\n", cku_escape(f->path, esc, sizeof esc), CKP_SUFFIX,
+                            where, ckp_status_name(st));
+                    bad = 1;
+                    chunks_ok = 0; /* the hash is of no use now: keep going to name every damaged chunk */
+                    continue;
+                }
+                if (sfd >= 0 && !differs && !unreadable && cku_pread_full(sfd, src_buf, len, at)) {
+                    fprintf(stderr, "ckptfs verify: %s: %s (the source cannot be read: not compared)\n",
+                            cku_escape(src_path, esc, sizeof esc), strerror(errno));
+                    unreadable = 1;
+                } else if (sfd >= 0 && !differs && !unreadable && memcmp(got, src_buf, len)) {
+                    ckpt_describe_chunk(r, e, c, where, sizeof where);
+                    char esrc[PATH_MAX];
+                    fprintf(stderr, "ckptfs verify: %s: %s differs from the source %s\n",
+                            cku_escape(f->path, esc, sizeof esc), where, cku_escape(src_path, esrc, sizeof esrc));
+                    differs = 1;
+                }
             }
-            ckp_status st = ckp_read_chunk(r, e, c, b + used, s);
-            if (st == CKP_ERR_IO && ckpt_is_remote(dst)) {
-                /* the bytes never came: not damage, and the rest of the file
-                 * would not come either (the server failed after its retries) */
-                char what[1200];
-                ckpt_remote_read_failure(what, sizeof what);
-                ckpt_describe_chunk(r, e, c, where, sizeof where);
-                fprintf(stderr, "ckptfs verify: %s/%s%s: %s: cannot be read, not checked (not damage: %s)\n", dst,
-                        cku_escape(f->path, esc, sizeof esc), CKP_SUFFIX, where, what);
-                not_read = 1;
-                continue;
-            }
-            if (st != CKP_OK) {
-                ckpt_describe_chunk(r, e, c, where, sizeof where);
-                fprintf(stderr, "ckptfs verify: %s%s: %s: %s\n", cku_escape(f->path, esc, sizeof esc), CKP_SUFFIX,
-                        where, ckp_status_name(st));
-                bad = 1;
-                chunks_ok = 0; /* the hash is of no use now: keep going to name every damaged chunk */
-                continue;
-            }
-            if (sfd >= 0 && !differs && !unreadable && cku_pread_full(sfd, src_buf, len, at)) {
-                fprintf(stderr, "ckptfs verify: %s: %s (the source cannot be read: not compared)\n",
-                        cku_escape(src_path, esc, sizeof esc), strerror(errno));
-                unreadable = 1;
-            } else if (sfd >= 0 && !differs && !unreadable && memcmp(b + used, src_buf, len)) {
-                ckpt_describe_chunk(r, e, c, where, sizeof where);
-                char esrc[PATH_MAX];
-                fprintf(stderr, "ckptfs verify: %s: %s differs from the source %s\n",
-                        cku_escape(f->path, esc, sizeof esc), where, cku_escape(src_path, esrc, sizeof esrc));
-                differs = 1;
-            }
-            used += len;
         }
     }
     uint8_t d[32];
