@@ -270,7 +270,18 @@ int ckpt_repack(const char *dst, uint32_t enc, int jobs)
         return ckpt_fail("repack", st, err);
     }
     remove_temps(dfd); /* of a run that was interrupted (invariant 2) */
-    for (size_t i = 0; i < m->n_files; i++) {
+    /* Every packed file opens and matches its entry before any is changed;
+     * damage inside a chunk shows only when the file is decoded: the files
+     * converted before it stay converted (each whole). */
+    for (size_t i = 0; i < m->n_files && !failed; i++) {
+        ckp_reader *r = ckpt_open_member("repack", dst, &m->files[i]);
+        if (!r) {
+            fprintf(stderr, "ckptfs repack: %s: no file converted (run ckptfs verify)\n", CKU_ESC(dst));
+            failed++;
+        }
+        ckp_close(r);
+    }
+    for (size_t i = 0; i < m->n_files && !failed; i++) {
         int rc = repack_file(dfd, dst, &m->files[i], enc, jobs, sizes);
         if (rc < 0) {
             failed++;

@@ -14,7 +14,8 @@
   - of a directory that is not a pack, of a regular file, of a missing path:
     exit 1, a message naming it, nothing written;
   - of a pack with one damaged packed file: exit 1 naming that file, the
-    damaged file untouched, and every other file still whole;
+    damaged file untouched, and every other file still whole; one whose
+    metadata is broken (cut short): refused before any file is converted;
   - of a pack holding a file named `ckptfs-repack-original`: converted.
 Skips (77) without root (tmpfs, mount).  Environment: CKPTFS, PYTHON."""
 import errno
@@ -183,6 +184,20 @@ def damaged():
     check("damaged: the others whole", intact(CK, d, SRC, OUT) is None, intact(CK, d, SRC, OUT))
 
 
+def broken_metadata():
+    """A packed file cut short (its header's file_size, R6): refused before
+    any file is converted."""
+    d = fresh("cut")
+    bad = sorted(f for f in files_under(d) if f.endswith(".safetensors.ckpt"))[-1]
+    p = os.path.join(d, bad)
+    os.truncate(p, os.path.getsize(p) - 100)
+    before = tree_sums(d)
+    rc, _, err = run("repack", "--format", "k15", d)
+    check("cut short: exit 1 naming the file", rc == 1 and bad in err, "exit %d: %s" % (rc, err))
+    check("cut short: no file changed", tree_sums(d) == before,
+          [f for f, s in tree_sums(d).items() if before.get(f) != s])
+
+
 def reserved_looking_name():
     """A model file named as repack's temporary once was (its own temporary
     `.ckptfs-repack-original.ckpt.tmp` was the same file: SIGBUS)."""
@@ -204,7 +219,8 @@ def main():
     rc, _, err = run("pack", "--format", "archive", SRC, ARCH)
     if rc:
         raise RuntimeError("pack: " + err)
-    for f in (full_disk, while_mounted, two_at_once, same_format, not_a_pack, damaged, reserved_looking_name):
+    for f in (full_disk, while_mounted, two_at_once, same_format, not_a_pack, damaged, broken_metadata,
+              reserved_looking_name):
         f()
 
 
