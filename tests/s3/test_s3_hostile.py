@@ -322,7 +322,9 @@ def listings(s3, tmp, env, url, want, sw, mounts):
     except RuntimeError as e:
         check(False, f"mount, a listing with ../ and absolute keys: mounted ({e})")
     sw.set()
-    # unpack --json of the one-file pack "v", the same kind of keys beside its own
+    # unpack --json of the one-file pack "v", the same kind of keys beside its
+    # own in any listing (unpack lists nothing since 8f90ddf: the keys it
+    # reads are the manifest's; the listing is lied about all the same)
     real = s3.client().list_objects_v2(Bucket=s3.bucket, Prefix="v/")["Contents"]
     keys = sorted([(o["Key"], o["Size"]) for o in real] +
                   [(k, 4096) for k in ("v/../../escape.safetensors.ckpt", "/etc/abs.ckpt", "v/sub/../../up.ckpt")])
@@ -335,9 +337,9 @@ def listings(s3, tmp, env, url, want, sw, mounts):
     sw.set()
     after = set(os.listdir(tmp))
     got = tree(out) if os.path.isdir(out) else {}
-    check(hit > 0 and r is not None and r.returncode == 0 and after - before == {"out"} and sorted(got) == [name(3)],
+    check(r is not None and r.returncode == 0 and after - before == {"out"} and sorted(got) == [name(3)],
           f"unpack --json, a listing with ../ and absolute keys: the pack's files alone, nothing outside OUT "
-          f"(exit {r.returncode if r else 'hung'}; new in tmp: {sorted(after - before)})")
+          f"(exit {r.returncode if r else 'hung'}; new in tmp: {sorted(after - before)}; {hit} lies)")
     shutil.rmtree(out, ignore_errors=True)
     check(not glob.glob("/etc/abs*") and not os.path.exists(os.path.join(os.path.dirname(tmp), "escape.safetensors")),
           "no file written at a listed absolute or ../ key")
