@@ -64,7 +64,7 @@ const char *ckfs_mount_usage(void)
            "  keep_packed        never drop them\n"
            "  endpoint=URL       s3://: the server (default AWS_ENDPOINT_URL, or AWS's own)\n"
            "  region=R, profile=P  s3://: region, and the profile of ~/.aws to use\n"
-           "  s3_windows=N       s3://: range GETs in flight at most (default 32)\n"
+           "  s3_windows=N       s3://: network windows (16 MiB) in flight at most (default 16)\n"
            "  s3_timeout=SECONDS s3://: how long a read retries a failing server before\n"
            "                     it fails with EIO (default 20)\n"
            "  cache_dir=DIR      s3://: keep the packed bytes fetched in DIR (made if\n"

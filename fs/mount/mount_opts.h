@@ -17,7 +17,7 @@
 #define CKFS_DEFAULT_PREFETCH_THREADS 2   /* at most; and at most one less than the CPUs */
 #define CKFS_DEFAULT_READ_AHEAD_KB 1024
 #define CKFS_MAX_REQUEST (1u << 20)      /* largest read request we ask for */
-#define CKFS_DEFAULT_S3_WINDOWS 32       /* s3_windows= */
+#define CKFS_DEFAULT_S3_WINDOWS 16       /* s3_windows= (windows of 16 MiB: CKFS_S3_WINDOW_BYTES) */
 #define CKFS_DEFAULT_S3_TIMEOUT_MS 20000 /* s3_timeout= */
 #define CKFS_DEFAULT_CACHE_DIR_SIZE (10ull << 30) /* cache_dir_size= */
 
@@ -51,7 +51,7 @@ typedef struct {
                                 * read may spend retrying, then EIO; default
                                 * CKFS_DEFAULT_S3_TIMEOUT_MS): fs/s3/s3.h's parser,
                                 * shared with verify, stat and unpack */
-    unsigned s3_windows;       /* s3_windows=: range GETs in flight at most */
+    unsigned s3_windows;       /* s3_windows=: network windows in flight at most */
     char cache_dir[4096];      /* cache_dir=: local disk cache of fetched ranges ("" none) */
     uint64_t cache_dir_size;   /* cache_dir_size=: its bound in bytes */
     int drop_packed;           /* drop packed pages once decoded: 1 on, 0 off,

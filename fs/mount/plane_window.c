@@ -33,7 +33,7 @@ struct ckw_window {
     uint64_t c0;                   /* chunks [c0, c0 + n) of extent e */
     unsigned n;
     int state, refs;
-    uint64_t used;                 /* bit i: chunk c0 + i decoded from it */
+    uint64_t used[CKW_MAX_CHUNKS / 64]; /* bit i: chunk c0 + i decoded from it */
     uint64_t tick;                 /* last prefetch or get (LRU) */
     const ckp_reader *r;
     int dfd;
@@ -85,6 +85,18 @@ static ckw_window *find(ckw_set *w, uint32_t file, uint32_t e, uint64_t c, uint6
     return NULL;
 }
 
+/* 1 if every chunk of s was decoded from it.  By w->lock. */
+static int all_used(const ckw_window *s)
+{
+    for (unsigned i = 0; i < CKW_MAX_CHUNKS / 64; i++) {
+        unsigned n = s->n > 64 * i ? s->n - 64 * i : 0;
+        uint64_t want = n >= 64 ? ~0ull : (1ull << n) - 1;
+        if (s->used[i] != want)
+            return 0;
+    }
+    return 1;
+}
+
 /* A slot for a new window: a free one, else the least recently used window
  * loaded (or failed) that nobody holds; NULL when all are queued, loading
  * or held.  By w->lock. */
@@ -98,7 +110,7 @@ static ckw_window *take_slot(ckw_set *w)
         if ((s->state == W_READY || s->state == W_FAILED) && s->refs == 0 && (!lru || s->tick < lru->tick))
             lru = s;
     }
-    if (lru && lru->state == W_READY && lru->used != (lru->n < 64 ? (1ull << lru->n) - 1 : ~0ull))
+    if (lru && lru->state == W_READY && !all_used(lru))
         w->st.replaced++;
     return lru;
 }
@@ -132,7 +144,8 @@ void ckw_prefetch(ckw_set *w, uint32_t file, const ckp_reader *r, int dfd, uint3
         s->tick = ++w->tick;
     } else if ((void)find(w, file, e, c, &end), !w->stopping && (s = take_slot(w)) != NULL) {
         s->file = file, s->e = e, s->c0 = c, s->n = (unsigned)(end - c);
-        s->state = W_QUEUED, s->refs = 0, s->used = 0, s->tick = ++w->tick;
+        s->state = W_QUEUED, s->refs = 0, s->tick = ++w->tick;
+        memset(s->used, 0, sizeof s->used);
         s->r = r, s->dfd = dfd;
         w->queue[(w->q_head + w->q_len++) % w->n_slots] = (unsigned)(s - w->slot);
         pthread_cond_signal(&w->work);
@@ -295,8 +308,8 @@ void ckw_put(ckw_set *w, ckw_window *s, uint64_t c, int decoded)
         return;
     pthread_mutex_lock(&w->lock);
     if (decoded)
-        s->used |= 1ull << (c - s->c0);
-    if (--s->refs == 0 && s->used == (s->n < 64 ? (1ull << s->n) - 1 : ~0ull))
+        s->used[(c - s->c0) / 64] |= 1ull << ((c - s->c0) % 64);
+    if (--s->refs == 0 && all_used(s))
         s->state = W_FREE; /* every chunk served from it: the slot (and its buffer) for the next */
     pthread_mutex_unlock(&w->lock);
 }

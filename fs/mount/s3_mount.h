@@ -14,7 +14,7 @@
 
 #include "readpath.h"
 
-#define CKFS_S3_WINDOW_BYTES (8ull << 20)  /* original bytes per network window */
+#define CKFS_S3_WINDOW_BYTES (16ull << 20) /* original bytes per network window */
 
 /* 1 if PACKED (c->o.dst) names an S3 prefix. */
 int ckfs_is_s3(const char *packed);
