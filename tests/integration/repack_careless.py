@@ -106,8 +106,9 @@ def reader(mnt, names, stop, bad, counts):
             counts[1] += 1
             continue
         counts[0] += 1
-        if got != want[off:off + n]:
-            bad.append("%s at %d+%d: other bytes" % (name, off, n))
+        # a short read (POSIX allows one: a page before a refused one) must hold exact bytes
+        if got != want[off:off + len(got)] or (not got and off < len(want)):
+            bad.append("%s at %d+%d: %d bytes, not the original's" % (name, off, n, len(got)))
 
 
 def while_mounted():
