@@ -165,7 +165,12 @@ struct ckp_source {
 
 /* ckp_open of the packed file that src reads (named name in messages); the
  * reader owns src from here, also on failure.  No descriptor: ckp_fd is -1,
- * the page cache hints do nothing, CKP_OPEN_MMAP does not apply. */
+ * the page cache hints do nothing, CKP_OPEN_MMAP does not apply.  Reads
+ * are few (each may be a round trip): first the file's first
+ * min(size, CKP_SOURCE_PREFIX) bytes in one read (header; TOC, indexes of
+ * a small file), then the TOC, then the chunk indexes, those lying close
+ * together in the file in one read each (container_index.c). */
+#define CKP_SOURCE_PREFIX (64u << 10)
 ckp_status ckp_open_source(ckp_source *src, const char *name, ckp_reader **out, char *err, size_t errCapacity);
 /* r's source, or NULL for a reader of a local file. */
 ckp_source *ckp_get_source(const ckp_reader *r);

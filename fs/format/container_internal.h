@@ -44,7 +44,22 @@ struct ckp_reader {
     ckp_chunk_entry *index; /* all chunk indexes, one allocation */
     char *strings;          /* NUL-terminated copies: path, then names */
     ckp_ans_state *ans;     /* ARCHIVE extents' tables (container_ans.c), or NULL */
+    /* While a source's reader opens: the file's first opening_len bytes,
+     * read at once, from which reads inside them are served; NULL after. */
+    uint8_t *opening;
+    size_t opening_len;
 };
+
+/* Bytes [off, off+len) of the packed file, wanted at dst. */
+typedef struct {
+    uint64_t off, len;
+    uint8_t *dst;
+} ckp_range;
+/* Read ranges v[0..n) of a source's reader (its chunk indexes, at open) in
+ * few reads: ranges lying close together in the file by one read of the
+ * span holding them, spans in parallel (container_index.c).  Checks
+ * nothing.  @return 0 or an errno value. */
+int ckp_read_ranges(const ckp_reader *r, const ckp_range *v, uint32_t n);
 
 /* ARCHIVE extents (container_ans.c): each extent's table blob, read and
  * checked at open, and its decode tables, built on first use (a reader is

@@ -15,8 +15,6 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,6 +209,10 @@ static int read_at(const ckp_reader *r, void *buf, size_t len, uint64_t off)
 {
     if (!r->src)
         return cku_pread_full(r->fd, buf, len, off);
+    if (r->opening && off <= r->opening_len && len <= r->opening_len - off) {
+        memcpy(buf, r->opening + off, len);
+        return 0;
+    }
     int e = r->src->pread(r->src, buf, len, off);
     if (e)
         errno = e;
@@ -224,47 +226,20 @@ ckp_status ckp_read_packed(const ckp_reader *r, void *buf, size_t len, uint64_t 
 
 ckp_source *ckp_get_source(const ckp_reader *r) { return r->src; }
 
-/* A reader of a source (an S3 object: a round trip per read) reads every
- * extent's chunk index at once, on up to INDEX_THREADS threads, into buf at
- * the extent's place (at[i] entries in), instead of one after another: a
- * shard of a few hundred tensors opens in a few round trips, not hundreds. */
-#define INDEX_THREADS 16
-typedef struct {
-    ckp_reader *r;
-    const uint8_t *toc;
-    uint8_t *buf;
-    const uint64_t *at;
-    atomic_uint next;
-    atomic_int err;                /* the first failure's errno, 0 if none */
-} index_job;
-
-static void *index_worker(void *arg)
+/* Every index of a source's reader into buf, extent i's at entry at[i], in
+ * few reads (ckp_read_ranges).  @return 0 or an errno value. */
+static int read_indexes(const ckp_reader *r, const uint8_t *toc, uint8_t *buf, const uint64_t *at)
 {
-    index_job *j = arg;
-    for (uint32_t i; (i = atomic_fetch_add(&j->next, 1)) < j->r->info.n_extents && !atomic_load(&j->err);) {
-        const uint8_t *rec = j->toc + CKP_TOC_HEADER_SIZE + (size_t)i * CKP_EXTENT_SIZE;
-        size_t bytes = (size_t)j->r->x[i].n_chunks * CKP_INDEX_ENTRY;
-        int none = 0;
-        if (bytes && read_at(j->r, j->buf + j->at[i] * CKP_INDEX_ENTRY, bytes, cku_le64(rec + X_INDEX_OFF)))
-            atomic_compare_exchange_strong(&j->err, &none, errno ? errno : EIO);
-    }
-    return NULL;
-}
-
-/* Read every index of a source's reader into buf (index_job).  @return 0
- * or the errno of a failed read (-1: no thread could start: read them one
- * by one instead). */
-static int read_indexes_parallel(ckp_reader *r, const uint8_t *toc, uint8_t *buf, const uint64_t *at)
-{
-    index_job j = {.r = r, .toc = toc, .buf = buf, .at = at};
-    pthread_t t[INDEX_THREADS];
-    unsigned n = 0, want = r->info.n_extents < INDEX_THREADS ? r->info.n_extents : INDEX_THREADS;
-    while (n < want && pthread_create(&t[n], NULL, index_worker, &j) == 0)
-        n++;
-    index_worker(&j); /* this thread too (and alone if none started) */
-    for (unsigned k = 0; k < n; k++)
-        pthread_join(t[k], NULL);
-    return atomic_load(&j.err);
+    uint32_t n = r->info.n_extents;
+    ckp_range *v = malloc((n ? n : 1) * sizeof *v);
+    if (!v)
+        return ENOMEM;
+    for (uint32_t i = 0; i < n; i++)
+        v[i] = (ckp_range){cku_le64(toc + CKP_TOC_HEADER_SIZE + (size_t)i * CKP_EXTENT_SIZE + X_INDEX_OFF),
+                           r->x[i].n_chunks * CKP_INDEX_ENTRY, buf + at[i] * CKP_INDEX_ENTRY};
+    int e = ckp_read_ranges(r, v, n);
+    free(v);
+    return e;
 }
 
 static ckp_status load_indexes(ckp_reader *r, const uint8_t *toc, char *err, size_t cap)
@@ -282,9 +257,9 @@ static ckp_status load_indexes(ckp_reader *r, const uint8_t *toc, char *err, siz
         s = rerr(err, cap, r->file, CKP_ERR_NOMEM, "out of memory");
         goto out;
     }
-    int pre = r->src && r->info.n_extents > 1; /* all read already, each at buf + at[i] entries */
+    int pre = r->src != NULL; /* all read already, each at buf + at[i] entries (container_index.c) */
     if (pre) {
-        int e = read_indexes_parallel(r, toc, buf, at);
+        int e = read_indexes(r, toc, buf, at);
         if (e) {
             s = rerr(err, cap, r->file, e == ENOMEM ? CKP_ERR_NOMEM : CKP_ERR_IO, "reading chunk index: %s",
                      strerror(e));
@@ -571,6 +546,19 @@ static ckp_status read_meta(ckp_reader *r, uint64_t file_size, unsigned flags, c
     const char *path = r->file;
     if (file_size < CKP_HEADER_SIZE)
         return rerr(err, cap, path, CKP_ERR_FORMAT, "too short for a packed file");
+    if (r->src) { /* its first bytes in one read: the header, and what else of the metadata they hold */
+        size_t n = file_size < CKP_SOURCE_PREFIX ? (size_t)file_size : CKP_SOURCE_PREFIX;
+        uint8_t *first = malloc(n);
+        if (!first)
+            return rerr(err, cap, path, CKP_ERR_NOMEM, "out of memory");
+        if (read_at(r, first, n, 0)) {
+            s = rerr(err, cap, path, errno == ENOMEM ? CKP_ERR_NOMEM : CKP_ERR_IO, "%s", strerror(errno));
+            free(first);
+            return s;
+        }
+        r->opening = first;
+        r->opening_len = n;
+    }
     if (read_at(r, h, sizeof h, 0)) {
         s = rerr(err, cap, path, errno == ENOMEM ? CKP_ERR_NOMEM : CKP_ERR_IO, "%s", strerror(errno));
         goto fail;
@@ -594,6 +582,8 @@ static ckp_status read_meta(ckp_reader *r, uint64_t file_size, unsigned flags, c
     if ((s = parse_toc(r, toc, toc_off, toc_size, err, cap)) != CKP_OK)
         goto fail;
     free(toc);
+    free(r->opening);
+    r->opening = NULL;
     if ((flags & CKP_OPEN_MMAP) && r->fd >= 0) {
         /* Metadata was read and checked with pread above; only plane bytes
          * are loaded from the mapping.  No mapping: pread, as ckp_open. */
@@ -605,6 +595,8 @@ static ckp_status read_meta(ckp_reader *r, uint64_t file_size, unsigned flags, c
     return CKP_OK;
 fail:
     free(toc);
+    free(r->opening);
+    r->opening = NULL;
     return s;
 }
 
