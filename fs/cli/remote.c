@@ -35,7 +35,7 @@ static struct {
     char *bucket, *prefix;
     cks3_source_ctx sc;
     uint64_t manifest_size;
-    _Atomic uint64_t opened_size; /* the objects' sizes by their HEADs, of every member opened */
+    _Atomic uint64_t opened_size; /* the objects' sizes by their first GETs, of every member opened */
 } R;
 
 /* This thread's last failure to read an s3:// member that was not the
@@ -166,9 +166,9 @@ ckp_status ckpt_load_manifest(const char *dst, ckm_manifest **out, char *err, si
     return ps;
 }
 
-/* HEAD of member rel first, to tell a missing object (the pack's fault)
- * from a server that cannot be reached or refuses (not the pack's): one
- * request more per file, next to the file's own GETs.  A server that gave
+/* The first GET of member rel (cks3_source_open: its first 64 KiB, size and
+ * ETag, no HEAD) tells a missing object (the pack's fault) from a server
+ * that cannot be reached or refuses (not the pack's).  A server that gave
  * up on a read just before is not asked at all (the retries were spent). */
 ckp_status ckpt_remote_open(const char *rel, ckp_reader **out, char *err, size_t cap)
 {
@@ -186,12 +186,12 @@ ckp_status ckpt_remote_open(const char *rel, ckp_reader **out, char *err, size_t
     }
     char where[4200];
     snprintf(where, sizeof where, "s3://%s/%s", R.bucket, key);
-    cks3_object o;
+    ckp_source *src = NULL;
     cks3_status hs = CKS3_ERR_NETWORK;
     if (now_ms() < atomic_load(&R.sc.down_until_ms))
         snprintf(msg, sizeof msg, "not tried: the server failed just before (see above)");
-    else
-        hs = cks3_head(R.c, R.bucket, key, &o, msg, sizeof msg);
+    else /* one GET of its first bytes: ETag, size, header (no HEAD) */
+        hs = cks3_source_open(&R.sc, key, &src, msg, sizeof msg);
     if (hs == CKS3_ERR_NOT_FOUND) {
         snprintf(err, cap, "%s: not there (the packed directory lacks this packed file)", where);
         free(key);
@@ -206,21 +206,21 @@ ckp_status ckpt_remote_open(const char *rel, ckp_reader **out, char *err, size_t
         note("%s%s", err, "");
         return hs == CKS3_ERR_NOMEM ? CKP_ERR_NOMEM : CKP_ERR_IO;
     }
-    /* the source of what the HEAD found (bound to its ETag), in windows
-     * for a reader of the whole */
-    ckp_source *src = cks3_source_new(&R.sc, key, &o);
+    /* the source (bound to that GET's ETag), in windows for a reader of
+     * the whole */
     free(key);
-    if (src && g_whole && window_size())
+    if (g_whole && window_size())
         src = cks3_pack_windows(src, window_size(), WINDOWS, AHEAD);
     if (!src)
         snprintf(err, cap, "%s: out of memory", where);
+    uint64_t size = src ? src->size : 0; /* the object's, as its first GET said */
     ckp_status st = src ? ckp_open_source(src, where, out, err, cap) : CKP_ERR_NOMEM;
     if (st == CKP_OK)
-        atomic_fetch_add(&R.opened_size, o.size);
-    if (st == CKP_ERR_IO && T.set) { /* a GET of its header or TOC: say what failed */
+        atomic_fetch_add(&R.opened_size, size);
+    if (st == CKP_ERR_IO && T.set) { /* a GET of its TOC or indexes: say what failed */
         size_t n = strlen(err);
         snprintf(err + n, cap - n, " (%s)", T.what);
-    } else if (st == CKP_ERR_IO) { /* its own HEAD failed, though ours did not */
+    } else if (st == CKP_ERR_IO) { /* a read failed without a message of its own */
         note("%s%s", err, "");
     }
     return st;
@@ -235,6 +235,6 @@ int ckpt_remote_unreadable(const char **what)
 
 uint64_t ckpt_remote_manifest_size(void) { return R.manifest_size; }
 
-/* No listing: the sizes are those of the HEADs the members were opened by
+/* No listing: the sizes are those the members' first GETs gave as they opened
  * (a listing that failed once summed to 0 bytes, silently). */
 uint64_t ckpt_remote_packed_size(void) { return R.manifest_size + atomic_load(&R.opened_size); }

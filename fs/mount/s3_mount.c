@@ -186,17 +186,13 @@ int ckfs_s3_open_reader(ckfs_ctx *c, uint32_t i, ckp_reader **out)
     char *key = cks3_key(s->prefix, name);
     if (!key)
         return ENOMEM;
-    cks3_object o;
-    cks3_status st = cks3_head(s->client, s->bucket, key, &o, msg, sizeof msg);
+    ckp_source *src;
+    cks3_status st = cks3_source_open(&s->sc, key, &src, msg, sizeof msg); /* one GET: ETag, size, header */
     if (st != CKS3_OK) {
         ckfs_log("%s: cannot open packed file: %s", CKU_ESC(f->path), msg);
         free(key);
-        return st == CKS3_ERR_NOMEM ? ENOMEM : EIO;
-    }
-    ckp_source *src = cks3_source_new(&s->sc, key, &o);
-    if (!src) {
-        free(key);
-        return ENOMEM;
+        /* a server down (or failed just before) is not damage: a later open may succeed */
+        return st == CKS3_ERR_NOMEM ? ENOMEM : cks3_status_transient(st) ? EAGAIN : EIO;
     }
     char where[4200];
     snprintf(where, sizeof where, "s3://%s/%s", s->bucket, key);

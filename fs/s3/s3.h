@@ -157,6 +157,16 @@ cks3_status cks3_head(cks3_client *c, const char *bucket, const char *key, cks3_
 cks3_status cks3_get_range(cks3_client *c, const char *bucket, const char *key, const char *ifMatch, uint64_t off,
                            size_t len, void *dst, char *err, size_t errCapacity);
 
+/* GET the first len bytes of bucket/key (len > 0; fewer where the object
+ * is shorter) into dst, without If-Match: the response binds the caller
+ * to a version, instead of a HEAD before: *obj gets the object's size (its
+ * Content-Range's total, or a 200's length) and ETag, *got the bytes that
+ * came (the smaller of len and the size).  An empty object (416) is size
+ * 0, *got 0.  @return as cks3_get_range; CKS3_ERR_PROTOCOL when the
+ * response gives no size or no ETag, or bytes that do not fit its size. */
+cks3_status cks3_get_first(cks3_client *c, const char *bucket, const char *key, size_t len, void *dst,
+                           cks3_object *obj, size_t *got, char *err, size_t errCapacity);
+
 /* GET the whole of a small object (at most maxSize bytes: a larger one is
  * CKS3_ERR_RANGE), into a malloc'ed *buf (NUL-terminated, *len bytes before
  * the NUL), with its size and ETag in *obj (may be NULL). */

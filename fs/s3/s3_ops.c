@@ -67,6 +67,43 @@ cks3_status cks3_get_range(cks3_client *c, const char *bucket, const char *key, 
     return st;
 }
 
+cks3_status cks3_get_first(cks3_client *c, const char *bucket, const char *key, size_t len, void *dst,
+                           cks3_object *obj, size_t *got, char *err, size_t cap)
+{
+    char what[64];
+    snprintf(what, sizeof what, "GET bytes 0-%zu", len - 1);
+    cks3_req r = {.method = "GET", .bucket = bucket, .key = key, .has_range = 1, .off = 0, .len = len,
+                  .dst = dst, .max_body = 1u << 20};
+    *got = 0;
+    cks3_status st = cks3_perform(c, &r, what, err, cap);
+    unsigned long long a = 0, b = 0, total = 0;
+    if (st == CKS3_ERR_RANGE && r.http == 416) { /* bytes=0-... of nothing: an empty object */
+        obj->size = 0;
+        snprintf(obj->etag, sizeof obj->etag, "%s", r.etag);
+        st = CKS3_OK;
+    } else if (st == CKS3_OK) {
+        /* the headers were checked against the range (s3_http.c): a 206
+         * of 0-b, a 200 of at most len bytes; here the size must be said */
+        if (r.http == 206 && sscanf(r.content_range, "bytes %llu-%llu/%llu", &a, &b, &total) == 3 && a == 0 &&
+            r.got == b + 1 && b < total && (r.got == len || r.got == total))
+            obj->size = total;
+        else if (r.http == 200 && (!r.has_length || r.content_length == r.got))
+            obj->size = r.got;
+        else
+            st = protocol(&r, what, "the response does not say the object's size, or its bytes do not fit it", err,
+                          cap);
+        if (st == CKS3_OK && !r.etag[0])
+            st = protocol(&r, what, "no ETag in the response", err, cap);
+        if (st == CKS3_OK) {
+            snprintf(obj->etag, sizeof obj->etag, "%s", r.etag);
+            *got = r.got;
+            atomic_fetch_add_explicit(&c->get_bytes, r.got, memory_order_relaxed);
+        }
+    }
+    cks3_req_free(&r);
+    return st;
+}
+
 cks3_status cks3_get_object(cks3_client *c, const char *bucket, const char *key, size_t maxSize, cks3_object *obj,
                             char **buf, size_t *len, char *err, size_t cap)
 {

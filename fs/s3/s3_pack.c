@@ -124,21 +124,15 @@ ckp_status cks3_pack_open_file(cks3_source_ctx *sc, const char *prefix, const ch
     }
     char where[4200];
     snprintf(where, sizeof where, "s3://%s/%s", sc->bucket, key);
-    cks3_object o;
-    cks3_status st = cks3_head(sc->c, sc->bucket, key, &o, msg, sizeof msg);
+    ckp_source *src;
+    cks3_status st = cks3_source_open(sc, key, &src, msg, sizeof msg);
+    free(key);
     if (st != CKS3_OK) {
         if (st == CKS3_ERR_NOT_FOUND)
             snprintf(err, cap, "%s: not there (the packed directory lacks this packed file)", where);
         else
             snprintf(err, cap, "%s: %s", where, msg);
-        free(key);
         return st == CKS3_ERR_NOMEM ? CKP_ERR_NOMEM : CKP_ERR_IO;
-    }
-    ckp_source *src = cks3_source_new(sc, key, &o);
-    free(key);
-    if (!src) {
-        snprintf(err, cap, "%s: out of memory", where);
-        return CKP_ERR_NOMEM;
     }
     return ckp_open_source(src, where, out, err, cap);
 }

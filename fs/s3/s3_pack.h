@@ -28,7 +28,8 @@ cks3_status cks3_pack_manifest(cks3_client *c, const char *bucket, const char *p
                                size_t *len, char *err, size_t errCapacity);
 
 /* Open the packed file PREFIX/rel (rel with its .ckpt suffix) of sc's
- * bucket: HEAD (size, ETag), then the reader on a source bound to that ETag.
+ * bucket: its first GET (size, ETag: cks3_source_open, no HEAD), then the
+ * reader on a source bound to that ETag.
  * @return CKP_OK; CKP_ERR_IO (not there, unreachable: the message says),
  * CKP_ERR_NOMEM, or the reader's status (damaged header, TOC, index). */
 ckp_status cks3_pack_open_file(cks3_source_ctx *sc, const char *prefix, const char *rel, ckp_reader **out,

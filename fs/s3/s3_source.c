@@ -4,6 +4,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -18,6 +19,11 @@ typedef struct {
     char etag[CKS3_ETAG_MAX];
     ckdc_obj *disk;                /* its entries in ctx->disk, or NULL */
     atomic_int changed;
+    /* cks3_source_open: the bytes its GET brought, for the first read (the
+     * reader's open reads the file's first CKP_SOURCE_PREFIX bytes first),
+     * then freed; NULL after */
+    _Atomic(uint8_t *) first;
+    size_t first_len;
 } s3_src;
 
 static uint64_t now_ms(void)
@@ -64,6 +70,15 @@ static int src_pread(ckp_source *base, void *dst, size_t len, uint64_t off)
     /* once replaced, not even what the disk cache holds of it */
     if (atomic_load(&s->changed))
         return ESTALE;
+    uint8_t *first = atomic_exchange(&s->first, NULL);
+    if (first) {
+        int in = off <= s->first_len && len <= s->first_len - off;
+        if (in)
+            memcpy(dst, first + off, len);
+        free(first);
+        if (in)
+            return 0;
+    }
     return s->disk ? ckdc_read(s->disk, dst, len, off, fetch, s) : fetch(s, dst, len, off);
 }
 
@@ -79,6 +94,7 @@ static void src_distrust(ckp_source *base, uint64_t off, uint64_t len)
 static void src_close(ckp_source *base)
 {
     s3_src *s = (s3_src *)base;
+    free(atomic_load(&s->first));
     ckdc_obj_free(s->disk);
     free(s->key);
     free(s);
@@ -107,3 +123,40 @@ ckp_source *cks3_source_new(cks3_source_ctx *ctx, const char *key, const cks3_ob
 
 int cks3_source_changed(const ckp_source *s) { return atomic_load(&((const s3_src *)s)->changed); }
 const char *cks3_source_etag(const ckp_source *s) { return ((const s3_src *)s)->etag; }
+
+cks3_status cks3_source_open(cks3_source_ctx *ctx, const char *key, ckp_source **out, char *err, size_t cap)
+{
+    *out = NULL;
+    if (ctx->fail_fast_ms && now_ms() < atomic_load(&ctx->down_until_ms)) {
+        atomic_fetch_add(&ctx->errors, 1);
+        snprintf(err, cap, "s3://%s/%s: not tried: the server failed just before", ctx->bucket, key);
+        return CKS3_ERR_NETWORK;
+    }
+    uint8_t *first = malloc(CKP_SOURCE_PREFIX);
+    if (!first) {
+        snprintf(err, cap, "out of memory");
+        return CKS3_ERR_NOMEM;
+    }
+    cks3_object o;
+    size_t got = 0;
+    cks3_status st = cks3_get_first(ctx->c, ctx->bucket, key, CKP_SOURCE_PREFIX, first, &o, &got, err, cap);
+    if (st != CKS3_OK) {
+        free(first);
+        atomic_fetch_add(&ctx->errors, 1);
+        if (cks3_status_transient(st) && ctx->fail_fast_ms)
+            atomic_store(&ctx->down_until_ms, now_ms() + ctx->fail_fast_ms);
+        return st;
+    }
+    atomic_fetch_add(&ctx->bytes, got);
+    atomic_fetch_add(&ctx->reads, 1);
+    s3_src *s = (s3_src *)cks3_source_new(ctx, key, &o);
+    if (!s) {
+        free(first);
+        snprintf(err, cap, "out of memory");
+        return CKS3_ERR_NOMEM;
+    }
+    atomic_store(&s->first, first);
+    s->first_len = got;
+    *out = &s->base;
+    return CKS3_OK;
+}

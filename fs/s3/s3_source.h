@@ -7,8 +7,8 @@
  * ESTALE and the source stays marked changed.
  *
  *   cks3_source_ctx sc = {.c = client, .bucket = "b", .fail_fast_ms = 1000};
- *   cks3_object o;  cks3_head(client, "b", key, &o, ...);
- *   ckp_open_source(cks3_source_new(&sc, key, &o), key, &reader, ...);
+ *   ckp_source *src;  cks3_source_open(&sc, key, &src, ...);   (one GET, no HEAD)
+ *   ckp_open_source(src, key, &reader, ...);
  *
  * One cks3_source_ctx (owned by the caller, outliving its sources) is
  * shared by the sources of one mount or command: its counters add up their
@@ -50,6 +50,18 @@ typedef struct {
 /* A source reading key of ctx->bucket, bound to o (its size and ETag).
  * @return NULL when out of memory. */
 ckp_source *cks3_source_new(cks3_source_ctx *ctx, const char *key, const cks3_object *o);
+/* The source of key as it is now, in one ranged GET of its first
+ * CKP_SOURCE_PREFIX bytes, without If-Match (cks3_get_first): that
+ * response's ETag binds the source and its Content-Range gives the size,
+ * so no HEAD is needed; its bytes serve the source's first read if they
+ * hold it (ckp_open_source reads exactly them first: the header, and the
+ * TOC and chunk indexes of a small file), then are freed.  Within the
+ * fail-fast time of ctx it fails at once (CKS3_ERR_NETWORK, "not tried");
+ * a transient failure starts that time, as a failed read does.
+ * @return CKS3_OK with *out set; the client's status (CKS3_ERR_NOT_FOUND,
+ * ...) with err saying why. */
+cks3_status cks3_source_open(cks3_source_ctx *ctx, const char *key, ckp_source **out, char *err,
+                             size_t errCapacity);
 /* 1 once a read of s found the object replaced (ESTALE). */
 int cks3_source_changed(const ckp_source *s);
 /* The ETag s is bound to. */

@@ -87,6 +87,33 @@ class Mount:
         self.close()
 
 
+def server_test(prefix, *runs):
+    """main() of a test that needs a server and no mount: each run(s3, tmp)
+    in turn with a SeaweedFS server of its own and a private temporary
+    directory, removed on every way out.  1 if a check failed, else 0."""
+    from s3fixture import SeaweedS3
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    os.chmod(tmp, 0o700)
+    try:
+        with SeaweedS3() as s3:
+            for run in runs:
+                run(s3, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{len(FAILS)} failed: " + "; ".join(FAILS) if FAILS else "all passed")
+    return 1 if FAILS else 0
+
+
+def pack_and_upload(ckptfs, s3, tmp, make_model, prefix):
+    """make_model(TMP/src), `ckptfs pack` it to TMP/packed, uploaded under
+    prefix with boto3: (src, packed, env, url)."""
+    src, packed = os.path.join(tmp, "src"), os.path.join(tmp, "packed")
+    make_model(src)
+    subprocess.run([ckptfs, "pack", src, packed], check=True, capture_output=True)
+    s3.upload_dir(packed, prefix)
+    return src, packed, s3.env(), s3.url(prefix)
+
+
 def mount_test(prefix, run, cleanup=None):
     """main() of a test that mounts: 77 (skipped) without root or /dev/fuse;
     else run(s3, tmp, mounts) with a SeaweedFS server of its own, a private

@@ -185,6 +185,18 @@ def shifted_range(obj, by=4096):
     return act
 
 
+def wrong_total(by):
+    """The server's answer to a Range GET with the object's size in its
+    Content-Range changed by `by` bytes (None: "*", no size at all)."""
+    def act(h):
+        st, _, hd, body = h.forward()
+        cr = dict((k.lower(), v) for k, v in hd).get("content-range", "")
+        head, _, total = cr.rpartition("/")
+        new = f"{head}/{'*' if by is None else int(total) + by}" if head else cr
+        h.send(st, _hdrs(hd, ("content-range",)) + ([("Content-Range", new)] if new else []), body)
+    return act
+
+
 def short_body(keep=0.5):
     """The right headers (Content-Length of the whole range), a part of the
     body, then the connection closed."""

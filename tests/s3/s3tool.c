@@ -99,6 +99,15 @@ int main(int argc, char **argv)
         if (rc == 0)
             fwrite(buf, 1, len, stdout);
         free(buf);
+    } else if (!strcmp(cmd, "first") && na == 3) { /* "SIZE ETAG GOT\n" then the bytes */
+        size_t len = strtoull(a[2], NULL, 10), got = 0;
+        char *buf = malloc(len ? len : 1);
+        cks3_object o;
+        if ((rc = done(cks3_get_first(c, a[0], a[1], len, buf, &o, &got, err, sizeof err), err)) == 0) {
+            printf("%llu %s %zu\n", (unsigned long long)o.size, o.etag[0] ? o.etag : "-", got);
+            fwrite(buf, 1, got, stdout);
+        }
+        free(buf);
     } else if (!strcmp(cmd, "cat") && na == 2) {
         char *buf;
         size_t n;

@@ -3,7 +3,9 @@ a real SeaweedFS (s3fixture.py) behind s3proxy.FaultProxy, whose `lie`
 answers chosen requests itself.  Ranged GETs answered with the whole object
 (200, or 206 with the asked-for Content-Range), another range, a body
 shorter than its Content-Length then closed, a longer body, flipped bytes,
-another ETag, 304/412, redirects to another listener, a slow trickle, huge
+another ETag, an object's first GET (which binds its ETag and size)
+answered with the whole object, another range or a Content-Range with
+a wrong total or none, 304/412, redirects to another listener, a slow trickle, huge
 headers, a huge Content-Length; listings and error bodies of malformed XML,
 entity bombs, external entities, a continuation token that never ends, keys
 with ../, absolute paths and control characters.
@@ -132,9 +134,12 @@ def data_get(key):
     return pred
 
 
-def any_of(key, method=None):
+def first_get(key):
+    """An object's first GET: its first 64 KiB, no If-Match (its answer
+    gives the ETag and size a reader binds to; no HEAD before it)."""
     def pred(req):
-        return req.path.split("?")[0].endswith("/" + key) and (method is None or req.method == method)
+        return req.method == "GET" and req.path.split("?")[0].endswith("/" + key) and req.range() == (0, 65535) \
+            and not req.headers.get("If-Match")
     return pred
 
 
@@ -225,11 +230,17 @@ def commands(s3, tmp, env, url, sw, listener, blob):
         ("flipped bytes, the right length", data_get(obj), sp.flipped(), ""),
         ("304 to a Range GET", data_get(obj), sp.status(304), "304"),
         ("412 to a Range GET", data_get(obj), sp.status(412), "412"),
-        ("another ETag at HEAD", any_of(obj, "HEAD"), sp.other_etag(), ""),
+        ("another ETag at the first GET", first_get(obj), sp.other_etag(), ""),
+        ("the first GET answered 200 with the whole object", first_get(obj), sp.whole_object(blob, 200), "range"),
+        ("the first GET answered 206 with the whole object", first_get(obj), sp.whole_object(blob, 206), "range"),
+        ("the first GET answered with another range", first_get(obj), sp.shifted_range(blob), "range"),
+        ("the first GET's Content-Range with a smaller total", first_get(obj), sp.wrong_total(-4096), ""),
+        ("the first GET's Content-Range with a larger total", first_get(obj), sp.wrong_total(4096), ""),
+        ("the first GET's Content-Range without a total", first_get(obj), sp.wrong_total(None), "size"),
         ("a 301 redirect of a Range GET", data_get(obj), sp.redirect(301, redirect_to), "redirect"),
-        ("a 307 redirect of the HEAD", any_of(obj, "HEAD"), sp.redirect(307, redirect_to), "redirect"),
+        ("a 307 redirect of the first GET", first_get(obj), sp.redirect(307, redirect_to), "redirect"),
         ("a slow trickle (4 bytes/s)", data_get(obj), sp.trickle(4), ""),
-        ("2 MB of headers", any_of(obj, "HEAD"), sp.huge_headers(), ""),
+        ("2 MB of headers", first_get(obj), sp.huge_headers(), ""),
         ("a Content-Length of 1 TiB, a small body", data_get(obj), sp.huge_length(), ""),
         ("an error body that is an entity bomb", data_get(obj),
          sp.xml((BOMB + "<Error><Code>lol</Code><Message>&lol9;</Message></Error>").encode(), code=403), ""),
