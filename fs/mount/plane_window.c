@@ -174,34 +174,90 @@ static int read_direct(int fd, uint8_t *dst, uint64_t a, uint64_t b)
     return got >= b - a ? 0 : -1;
 }
 
+/* Reads of a window from a source (an S3 object, ~3.7 ms of the server's
+ * CPU per ranged GET, SeaweedFS on this machine: as much as 4.6 MB at
+ * 10 Gbit/s) merge planes that lie close together in the file: a gap of a
+ * plane's alignment padding (at most MERGE_PAD: a window of a whole extent,
+ * where the planes follow each other, is then one GET, not three), or any
+ * gaps together at most 1/MERGE_DIV of the bytes the window needs (the
+ * mantissas and escapes of an extent's last chunks: between them lie only
+ * the escapes of the chunks before, ~1.3% of a plane's worth of bytes).
+ * So a window reads at most 1/128 more than it needs, plus padding, and
+ * packed bytes fetched stay <= 1.02x (with 1/64, 8 slicers fetched 1.020x:
+ * such windows' gaps are bytes other windows fetched). */
+#define MERGE_PAD 4096u
+#define MERGE_DIV 128u
+
+/* The planes' ranges [a[p], b[p]) of the file (empty ones left out) in
+ * reads: read k covers [ra[k], rb[k]) and holds planes first[k].. in file
+ * order ord[]; @return the number of reads. */
+static unsigned plan_reads(const uint64_t a[3], const uint64_t b[3], uint64_t need, unsigned ord[3],
+                           unsigned *n_ord, uint64_t ra[3], uint64_t rb[3], unsigned first[3])
+{
+    unsigned n = 0, k = 0;
+    for (unsigned p = 0; p < 3; p++) {
+        if (b[p] <= a[p])
+            continue;
+        unsigned i = n++;
+        for (; i > 0 && a[ord[i - 1]] > a[p]; i--) /* insertion: by offset */
+            ord[i] = ord[i - 1];
+        ord[i] = p;
+    }
+    *n_ord = n;
+    uint64_t budget = need / MERGE_DIV;
+    for (unsigned i = 0; i < n; i++) {
+        unsigned p = ord[i];
+        uint64_t gap = k && a[p] > rb[k - 1] ? a[p] - rb[k - 1] : 0;
+        if (k && (gap <= MERGE_PAD || gap <= budget)) {
+            if (gap > MERGE_PAD)
+                budget -= gap;
+            if (b[p] > rb[k - 1])
+                rb[k - 1] = b[p];
+            continue;
+        }
+        ra[k] = a[p], rb[k] = b[p], first[k] = i;
+        k++;
+    }
+    return k;
+}
+
 /* Load window s from its reader's source (no descriptor): one read (a
- * ranged GET) per plane, no alignment.  @return bytes read, or 0. */
+ * ranged GET) per plane, or fewer (plan_reads), no alignment.  @return
+ * bytes read, or 0. */
 static uint64_t load_source(ckw_window *s)
 {
     const ckp_extent *x = ckp_get_extent(s->r, s->e);
-    uint64_t lo[3], hi[3];
-    size_t need = 0;
+    uint64_t lo[3], hi[3], a[3], b[3], ra[3], rb[3];
+    unsigned ord[3], first[3], n_ord;
+    size_t need = 0, span = 0;
     ckp_chunk_need(s->r, s->e, s->c0, s->c0 + s->n, lo, hi);
-    for (int p = 0; p < 3; p++)
-        need += hi[p] - lo[p];
-    if (need > s->cap || (s->cap > 2 * need && s->cap > (1u << 20))) {
+    for (int p = 0; p < 3; p++) {
+        a[p] = x->plane_offset[p] + lo[p];
+        b[p] = x->plane_offset[p] + hi[p];
+        need += hi[p] > lo[p] ? hi[p] - lo[p] : 0;
+    }
+    unsigned n = plan_reads(a, b, need, ord, &n_ord, ra, rb, first);
+    for (unsigned k = 0; k < n; k++)
+        span += rb[k] - ra[k];
+    if (span > s->cap || (s->cap > 2 * span && s->cap > (1u << 20))) {
         free(s->buf);
         s->cap = 0;
-        if (!(s->buf = malloc(need ? need : 1)))
+        if (!(s->buf = malloc(span ? span : 1)))
             return 0;
-        s->cap = need ? need : 1;
+        s->cap = span ? span : 1;
     }
     memset(&s->pl, 0, sizeof s->pl);
     uint64_t at = 0;
-    for (int p = 0; p < 3; p++) {
-        if (hi[p] <= lo[p])
-            continue;
-        if (ckp_read_packed(s->r, s->buf + at, hi[p] - lo[p], x->plane_offset[p] + lo[p]) != CKP_OK)
+    for (unsigned k = 0; k < n; k++) {
+        if (ckp_read_packed(s->r, s->buf + at, rb[k] - ra[k], ra[k]) != CKP_OK)
             return 0;
-        s->pl.base[p] = s->buf + at;
-        s->pl.off[p] = lo[p];
-        s->pl.len[p] = hi[p] - lo[p];
-        at += hi[p] - lo[p];
+        for (unsigned i = first[k]; i < (k + 1 < n ? first[k + 1] : n_ord); i++) {
+            unsigned p = ord[i];
+            s->pl.base[p] = s->buf + at + (a[p] - ra[k]);
+            s->pl.off[p] = lo[p];
+            s->pl.len[p] = hi[p] - lo[p];
+        }
+        at += rb[k] - ra[k];
     }
     return at ? at : 1;
 }

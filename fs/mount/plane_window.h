@@ -57,7 +57,7 @@ unsigned ckw_set_chunks(const ckw_set *w, const ckp_extent *x);
 ckw_set *ckw_new(unsigned maxWindows, unsigned ioThreads);
 /* ckw_new with windows of windowBytes original bytes (CKW_MAX_CHUNKS chunks
  * at most) instead of CKW_BYTES: the network windows of an s3:// mount
- * (16 MiB: 128 BF16 chunks, ~11 MiB of packed bytes, 3 range GETs). */
+ * (16 MiB: 128 BF16 chunks, ~11 MiB of packed bytes). */
 ckw_set *ckw_new_sized(unsigned maxWindows, unsigned ioThreads, uint64_t windowBytes);
 /* Stop the I/O threads and free everything; no window may be held. */
 void ckw_free(ckw_set *w);
@@ -65,9 +65,9 @@ void ckw_free(ckw_set *w);
 /* Queue the load of a window from chunk c of extent e of file number file
  * (reader r, and dfd, a descriptor of the same file opened O_DIRECT; -1
  * for a reader of a source, ckp_open_source, whose windows are read with
- * ckp_read_packed: one range GET per plane), up to chunk cEnd at most
- * (exclusive), unless one holds c.  Best effort; r and dfd must stay open
- * until ckw_free. */
+ * ckp_read_packed: one range GET per plane, or one for planes close
+ * together), up to chunk cEnd at most (exclusive), unless one holds c.
+ * Best effort; r and dfd must stay open until ckw_free. */
 void ckw_prefetch(ckw_set *w, uint32_t file, const ckp_reader *r, int dfd, uint32_t e, uint64_t c, uint64_t cEnd);
 
 /* The loaded window holding chunk c of extent e of file (waiting while it

@@ -505,12 +505,15 @@ void ckfs_ahead_next(ckfs_ahead *a, uint64_t depth, uint64_t off, uint64_t end, 
         a->run_start = off;
         a->next_off = a->ahead_to = a->hint_to = end;
     }
-    if (a->seq < 2)
+    /* a known streamer's run from offset 0 is one from its first read (its
+     * first two reads had windows of their own: 2 of 3 a file, cut short) */
+    int known = a->hint_max && a->streamer && !a->run_start;
+    if (a->seq < 2 && !known)
         return;
     uint64_t run = a->next_off - a->run_start;
     uint64_t ahead = run / 4 < depth ? run / 4 : depth;
     uint64_t hmax = a->hint_max ? a->hint_max : HINT_MAX;
-    int stream = a->hint_max && ((wstart <= xstart && a->run_start <= wstart) || (a->streamer && !a->run_start));
+    int stream = known || (a->hint_max && wstart <= xstart && a->run_start <= wstart);
     if (stream && end >= fsize)
         a->streamed = 1;
     /* a run that began in this tensor stops at its end: a loader taking
@@ -577,9 +580,14 @@ static int read_ahead(ckfs_ctx *c, ckfs_ofile *of, const ckp_reader *r, uint64_t
     ckfs_ahead_next(&of->ahead, c->o.prefetch, off, end, fsize, xstart, xend, wstart, &p);
     pthread_mutex_unlock(&of->lock);
     int own = c->s3 && c->windows;
+    uint64_t to = p.to > end ? p.to : end;
+    /* the request's window and the windows ahead as one range when they
+     * meet: a stream's window at a tensor's start was the request and its
+     * decode-ahead alone (16 chunks), the rest of the tensor another */
+    int joined = own && p.hto > p.hfrom && p.hfrom <= to;
     if (own)
-        ckfs_window_range(c, of->file, r, off, p.to > end ? p.to : end, 1);
-    if (p.hto > p.hfrom && c->windows) /* drop_packed's O_DIRECT or s3://'s network windows */
+        ckfs_window_range(c, of->file, r, off, joined ? p.hto : to, 1);
+    if (p.hto > p.hfrom && c->windows && !joined) /* drop_packed's O_DIRECT or s3://'s network windows */
         ckfs_window_range(c, of->file, r, p.hfrom, p.hto, 0);
     else if (p.hto > p.hfrom)
         hint_range(r, p.hfrom, p.hto);
