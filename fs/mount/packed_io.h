@@ -33,6 +33,12 @@ void ckfs_drop_decoded(ckfs_ctx *c, const ckcache_key *k, const ckp_reader *r, i
  * few large reads instead of three small ones per chunk). */
 void ckfs_window_range(ckfs_ctx *c, uint32_t file, const ckp_reader *r, uint64_t from, uint64_t to, int demand);
 
+/* s3://: every chunk of extent e of manifest file `file` that is not
+ * decoded yet and no window holds, in windows (as few as the windows
+ * already there allow: several readers slicing the same tensor, whose union
+ * is all of it, readpath.c). */
+void ckfs_window_fill(ckfs_ctx *c, uint32_t file, const ckp_reader *r, uint32_t e);
+
 /* f's reader is being replaced by a re-validated file's (identity.h): the
  * O_DIRECT descriptor of the old one, which the caller keeps open until
  * unmount (windows may be loading from it), or -1; the next window opens

@@ -115,12 +115,12 @@ static ckw_window *take_slot(ckw_set *w)
     return lru;
 }
 
-void ckw_prefetch(ckw_set *w, uint32_t file, const ckp_reader *r, int dfd, uint32_t e, uint64_t c, uint64_t cEnd)
+uint64_t ckw_prefetch(ckw_set *w, uint32_t file, const ckp_reader *r, int dfd, uint32_t e, uint64_t c, uint64_t cEnd)
 {
     const ckp_extent *x = ckp_get_extent(r, e);
     unsigned n_per = ckw_set_chunks(w, x);
     if (!n_per || (dfd < 0 && !ckp_get_source(r)) || c >= x->n_chunks || cEnd <= c)
-        return;
+        return c;
     /* From c (the chunks before it were asked for already: a window of
      * chunks decoded otherwise would never be used up) to the next multiple
      * of n_per, cEnd, or the next window */
@@ -130,7 +130,8 @@ void ckw_prefetch(ckw_set *w, uint32_t file, const ckp_reader *r, int dfd, uint3
     /* not past a chunk whose decode is refused unread: the window would
      * load what that chunk claims, up to the whole plane */
     if ((end = ckp_bounded_run(r, e, c, end)) == c)
-        return;
+        return c;
+    uint64_t held = c;
     pthread_mutex_lock(&w->lock);
     /* past the windows holding c, c+1, ...: the rest of [c, end) gets a
      * window of its own (a slicer's 1 MiB request whose first chunk the
@@ -142,6 +143,7 @@ void ckw_prefetch(ckw_set *w, uint32_t file, const ckp_reader *r, int dfd, uint3
     }
     if (s) {
         s->tick = ++w->tick;
+        held = s->c0 + s->n;
     } else if ((void)find(w, file, e, c, &end), !w->stopping && (s = take_slot(w)) != NULL) {
         s->file = file, s->e = e, s->c0 = c, s->n = (unsigned)(end - c);
         s->state = W_QUEUED, s->refs = 0, s->tick = ++w->tick;
@@ -149,10 +151,12 @@ void ckw_prefetch(ckw_set *w, uint32_t file, const ckp_reader *r, int dfd, uint3
         s->r = r, s->dfd = dfd;
         w->queue[(w->q_head + w->q_len++) % w->n_slots] = (unsigned)(s - w->slot);
         pthread_cond_signal(&w->work);
+        held = end;
     } else {
         w->st.dropped++;
     }
     pthread_mutex_unlock(&w->lock);
+    return held;
 }
 
 /* Read [a, b) of fd (a aligned) into dst with O_DIRECT, asking for whole

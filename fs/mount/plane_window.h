@@ -67,8 +67,10 @@ void ckw_free(ckw_set *w);
  * for a reader of a source, ckp_open_source, whose windows are read with
  * ckp_read_packed: one range GET per plane, or one for planes close
  * together), up to chunk cEnd at most (exclusive), unless one holds c.
- * Best effort; r and dfd must stay open until ckw_free. */
-void ckw_prefetch(ckw_set *w, uint32_t file, const ckp_reader *r, int dfd, uint32_t e, uint64_t c, uint64_t cEnd);
+ * Best effort; r and dfd must stay open until ckw_free.  @return the chunk
+ * up to which windows now hold [c, ...): c when none does (all slots
+ * taken, or c's decode refused unread). */
+uint64_t ckw_prefetch(ckw_set *w, uint32_t file, const ckp_reader *r, int dfd, uint32_t e, uint64_t c, uint64_t cEnd);
 
 /* The loaded window holding chunk c of extent e of file (waiting while it
  * loads), held until ckw_put, with *pl its planes; NULL when there is none

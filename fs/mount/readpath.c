@@ -278,6 +278,11 @@ static ckp_status decode_chunk(ckfs_ctx *c, const ckcache_key *k, const ckp_read
         st = ckp_read_chunk_from(r, k->extent, k->chunk, &pl, dst, s);
     else
         read_chunks_guarded(r, k, 1, &dst, &st, s, bus);
+    /* s3://: marked decoded before its window may go (ckw_put), so that no
+     * window (a reader's, or ckfs_window_fill's for the rest of a shared
+     * tensor) fetches its bytes again in between */
+    if (*win && c->s3 && st == CKP_OK)
+        ckfs_drop_decoded(c, k, r, 0);
     if (*win)
         ckw_put(c->windows, *win, k->chunk, st == CKP_OK);
     if (*win && st == CKP_ERR_CHUNK && ckp_get_source(r)) {
@@ -595,6 +600,24 @@ static int read_ahead(ckfs_ctx *c, ckfs_ofile *of, const ckp_reader *r, uint64_t
     return own;
 }
 
+/* s3://: the extent a read begins in, when another process began a read
+ * in it just before (ckfs_s3_shared), gets its chunks not yet decoded nor
+ * in a window in windows now, before this read's own: readers each slicing
+ * a part of every tensor (tensor parallelism; together they read all of
+ * it) made a window per slice and per plane, 1,539 range GETs for 8
+ * slicers of a 537 MB model (docs/object-storage.md).  A lone slicer's
+ * extents are never shared: it keeps fetching only what its reads touch.
+ * Only where a read begins: the kernel's readahead past a read of a
+ * header (another process's safe_open) is no reader of the tensor. */
+static void share_extent(ckfs_ctx *c, ckfs_ofile *of, const ckp_reader *r, uint64_t off)
+{
+    pid_t pid = of->pid ? of->pid : -1 - (pid_t)((uintptr_t)of % 65536); /* no pid: the open file */
+    uint32_t e;
+    uint64_t ch;
+    if (ckp_locate(r, off, &e, &ch) == CKP_OK && ckfs_s3_shared(c, of->file, e, pid))
+        ckfs_window_fill(c, of->file, r, e);
+}
+
 /* ---- open files ----------------------------------------------------------- */
 
 int ckfs_file_open(ckfs_ctx *c, uint32_t file, ckfs_ofile **out)
@@ -747,6 +770,8 @@ int ckfs_read(ckfs_ctx *c, ckfs_ofile *of, uint64_t fsize, uint64_t off, size_t 
     atomic_fetch_add_explicit(&c->read_bytes, end - off, memory_order_relaxed);
     if (size >= (512u << 10))
         atomic_fetch_add_explicit(&c->big_reads, 1, memory_order_relaxed);
+    if (c->s3 && c->windows)
+        share_extent(c, of, r, off);
     int windowed = read_ahead(c, of, r, off, end, fsize);
     if (c->windows && !windowed) /* this request's own packed bytes in a few large reads (a window per plane) */
         ckfs_window_range(c, of->file, r, off, end, 1);

@@ -24,6 +24,16 @@
 #define MANIFEST_MAX (1ull << 30)   /* format §7: a manifest is at most 1 GiB */
 #define FAIL_FAST_MS 1000u          /* after a read gave up, others fail at once this long */
 #define LOG_EVERY_MS 1000u          /* failed reads: one log line a second at most */
+#define SHARE_SLOTS 256u            /* extents whose readers are remembered (a hash; ckfs_s3_shared) */
+#define SHARE_MS 10000u             /* a second reader this soon after another: shared */
+
+/* The last reader of an extent (ckfs_s3_shared). */
+struct share {
+    uint32_t file, e;
+    pid_t pid;
+    int filled;                     /* shared: its rest was asked for */
+    uint64_t ms;                    /* its last read */
+};
 
 struct ckfs_s3 {
     cks3_client *client;
@@ -35,6 +45,7 @@ struct ckfs_s3 {
     unsigned suppressed;            /* by log_lock */
     pid_t streamers[CKFS_S3_STREAMERS]; /* by log_lock: ckfs_s3_streamer, a ring */
     unsigned n_streamers;           /* by log_lock: noted so far */
+    struct share share[SHARE_SLOTS]; /* by log_lock: ckfs_s3_shared, by (file, e) */
 };
 
 int ckfs_is_s3(const char *packed) { return cks3_is_url(packed); }
@@ -242,6 +253,25 @@ int ckfs_s3_streamer(ckfs_ctx *c, pid_t pid, int note)
         s->streamers[s->n_streamers++ % CKFS_S3_STREAMERS] = pid;
     pthread_mutex_unlock(&s->log_lock);
     return found;
+}
+
+int ckfs_s3_shared(ckfs_ctx *c, uint32_t file, uint32_t e, pid_t pid)
+{
+    struct ckfs_s3 *s = c->s3;
+    uint64_t now = now_ms();
+    struct share *h = &s->share[(file * 2654435761u + e) % SHARE_SLOTS];
+    int shared = 0;
+    pthread_mutex_lock(&s->log_lock);
+    if (h->ms && h->file == file && h->e == e && now - h->ms <= SHARE_MS) {
+        shared = h->pid != pid && !h->filled;
+        h->filled |= shared;
+    } else {
+        h->file = file, h->e = e, h->filled = 0;
+    }
+    h->pid = pid;
+    h->ms = now;
+    pthread_mutex_unlock(&s->log_lock);
+    return shared;
 }
 
 uint64_t ckfs_s3_ahead(const ckfs_ctx *c) { return (uint64_t)(c->o.s3_windows / 2 + 1) * CKFS_S3_WINDOW_BYTES; }

@@ -14,7 +14,7 @@
 
 #include "readpath.h"
 
-#define CKFS_S3_WINDOW_BYTES (16ull << 20) /* original bytes per network window */
+#define CKFS_S3_WINDOW_BYTES (16ull << 20)  /* original bytes per network window */
 
 /* 1 if PACKED (c->o.dst) names an S3 prefix. */
 int ckfs_is_s3(const char *packed);
@@ -51,6 +51,12 @@ struct ckw_set *ckfs_s3_windows(ckfs_ctx *c);
  * last CKFS_S3_STREAMERS noted are kept. */
 #define CKFS_S3_STREAMERS 64
 int ckfs_s3_streamer(ckfs_ctx *c, pid_t pid, int note);
+
+/* Note a read of extent e of file `file` by process pid.  @return 1 the
+ * first time another process read it within SHARE_MS before (readers
+ * slicing the same tensors: its rest is fetched in whole windows, not each
+ * slice in its own), else 0. */
+int ckfs_s3_shared(ckfs_ctx *c, uint32_t file, uint32_t e, pid_t pid);
 
 /* How far ahead of a sequential reader its windows are fetched. */
 uint64_t ckfs_s3_ahead(const ckfs_ctx *c);

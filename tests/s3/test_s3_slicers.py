@@ -20,7 +20,12 @@ against a real S3 server (SeaweedFS), by the daemon's counters:
    its second file (the process known as a streamer by then) in windows of
    whole 16 MiB tensors, one range GET each (planes merged): at most
    2 x (1 + tensors) GETs for it (the code before made 19: 8 MiB windows,
-   a GET per plane, the file's first reads in windows of their own).
+   a GET per plane, the file's first reads in windows of their own);
+5. eight processes at once, an eighth each, started together: every slice
+   right, the model fetched once, and the tensors' rest fetched in whole
+   windows once a second process reads them, not a window per slice and
+   plane: at most 20 range GETs per tensor besides the files' opens (the
+   code before made 167 for 4 tensors: 57 windows of 3 GETs).
 Usage: test_s3_slicers.py CKPTFS          (root and /dev/fuse; else skipped: 77)
 """
 import os
@@ -37,11 +42,16 @@ CHUNK = 128 << 10                                   # original bytes per BF16 ch
 PREFETCH = 1 * MB                                   # the mount's default decode-ahead
 
 # one reader process: the eighths K (comma-separated) of every tensor of every
-# file, compared with the original's; prints "ok N" (slices compared) or "bad NAME"
+# file, compared with the original's; prints "ok N" (slices compared) or "bad NAME".
+# With a fourth argument it prints "ready" once imported and waits for a line
+# on stdin before it reads (slicers started together, however slow the imports)
 SLICER = r"""
 import os, sys, torch
 from safetensors import safe_open
 src, mnt, ks = sys.argv[1], sys.argv[2], [int(k) for k in sys.argv[3].split(",")]
+if len(sys.argv) > 4:
+    print("ready", flush=True)
+    sys.stdin.readline()
 n = 0
 for name in sorted(x for x in os.listdir(src) if x.endswith(".safetensors")):
     with safe_open(os.path.join(mnt, name), "pt") as y, safe_open(os.path.join(src, name), "pt") as x:
@@ -66,10 +76,20 @@ def make_model(src):
                    for t in range(TENSORS)}, os.path.join(src, f"model-{f}.safetensors"))
 
 
-def slicers(src, mnt, groups):
-    """One process per group of eighths, all at once; True if each got its slices right."""
-    ps = [subprocess.Popen([sys.executable, "-c", SLICER, src, mnt, g], stdout=subprocess.PIPE, text=True)
-          for g in groups]
+def slicers(src, mnt, groups, gate=False):
+    """One process per group of eighths, all at once (gate: all imported
+    before any reads); True if each got its slices right."""
+    extra = ["gate"] if gate else []
+    ps = [subprocess.Popen([sys.executable, "-c", SLICER, src, mnt, g] + extra, stdout=subprocess.PIPE,
+                           stdin=subprocess.PIPE, text=True) for g in groups]
+    if gate:
+        ready = [p.stdout.readline().strip() == "ready" for p in ps]
+        for p in ps:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        if not all(ready):
+            for p in ps:
+                p.kill()
     outs = [p.communicate(timeout=300)[0] for p in ps]
     return all(p.returncode == 0 and o.split() == ["ok", str(FILES * TENSORS * len(g.split(",")))]
                for p, o, g in zip(ps, outs, groups)), outs
@@ -147,6 +167,24 @@ def run(s3, tmp, mounts):
         check(gets <= 3 * orig / MB, f"stream: {gets} range GETs <= 3 per MiB of original bytes ({3 * orig // MB})")
         check(second <= 2 * (1 + TENSORS), f"stream: the second file read in {second} range GETs <= "
               f"{2 * (1 + TENSORS)} (windows of whole tensors, one GET each)")
+
+    # 5. eight slicers at once, an eighth each, started together (files opened
+    #    first, so that the GETs counted are the windows')
+    with mount("eight") as m:
+        fds = [os.open(os.path.join(m.mnt, k), os.O_RDONLY) for k in sorted(tree(src))]
+        try:
+            g0 = m.stats()["s3_range_gets"]
+            ok, outs = slicers(src, m.mnt, [str(k) for k in range(8)], gate=True)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        check(ok, "8 slicers at once: every eighth equals the original's")
+        st = m.stats()
+        got, gets = st["s3_packed_bytes_fetched"], st["s3_range_gets"] - g0
+        print(f"8 slicers: fetched {got / psize:.3f}x packed, {gets} range GETs after the opens, "
+              f"{st['direct_loads']} windows")
+        check(got <= 1.02 * psize, f"8 slicers: packed bytes fetched {got} <= 1.02 x packed {psize}")
+        check(gets <= 20 * FILES * TENSORS, f"8 slicers: {gets} range GETs <= 20 per tensor ({20 * FILES * TENSORS})")
 
 
 if __name__ == "__main__":
