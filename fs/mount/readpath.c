@@ -999,7 +999,7 @@ static size_t counters(ckfs_ctx *c, ckfs_counter *n)
     PUT("prefetch_done", s.prefetch_done);
     PUT("prefetch_dropped", s.prefetch_dropped);
     PUT("prefetch_cancelled", s.prefetch_cancelled);
-    PUT("decode_runs", s.runs);             /* archive chunks decoded in pairs (fill_chunks) */
+    PUT("decode_runs", s.runs);             /* archive chunks decoded in runs of 2-4 (fill_chunks) */
     PUT("decode_run_chunks", s.run_chunks);
     if (c->windows) {
         ckw_stats w;
