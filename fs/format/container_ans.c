@@ -21,12 +21,9 @@ struct ckp_ans_state {
 
 #define rerr(err, cap, file, s, ...) ((ckp_status)cku_errf_at((err), (cap), (s), (file), __VA_ARGS__))
 
-ckp_status ckp_ans_load(ckp_reader *r, uint32_t e, char *err, size_t cap)
+uint8_t *ckp_ans_blob(ckp_reader *r, uint32_t e)
 {
-    const ckp_extent *x = &r->x[e];
     ckp_ans_state *a = r->ans;
-    ckc_status cs;
-
     if (!a) {
         a = r->ans = calloc(1, sizeof *a);
         if (a) {
@@ -34,13 +31,23 @@ ckp_status ckp_ans_load(ckp_reader *r, uint32_t e, char *err, size_t cap)
             a->tab = calloc(r->info.n_extents, sizeof *a->tab);
         }
         if (!a || !a->blob || !a->tab)
-            return rerr(err, cap, r->file, CKP_ERR_NOMEM, "out of memory");
+            return NULL;
     }
-    a->blob[e] = malloc((size_t)x->plane_size[0]);
     if (!a->blob[e])
+        a->blob[e] = malloc((size_t)r->x[e].plane_size[0]);
+    return a->blob[e];
+}
+
+ckp_status ckp_ans_load(ckp_reader *r, uint32_t e, int have, char *err, size_t cap)
+{
+    const ckp_extent *x = &r->x[e];
+    ckc_status cs;
+    uint8_t *blob = ckp_ans_blob(r, e);
+    if (!blob)
         return rerr(err, cap, r->file, CKP_ERR_NOMEM, "out of memory");
-    if (ckp_read_packed(r, a->blob[e], (size_t)x->plane_size[0], x->plane_offset[0]) != CKP_OK)
+    if (!have && ckp_read_packed(r, blob, (size_t)x->plane_size[0], x->plane_offset[0]) != CKP_OK)
         return rerr(err, cap, r->file, CKP_ERR_IO, "reading the tables of extent %u: %s", e, strerror(errno));
+    ckp_ans_state *a = r->ans;
     cs = ckc_ans_blob_check(a->blob[e], (size_t)x->plane_size[0], x->orig_size / 2);
     if (cs == CKC_ERR_NOMEM)
         return rerr(err, cap, r->file, CKP_ERR_NOMEM, "out of memory");

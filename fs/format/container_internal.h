@@ -55,7 +55,8 @@ typedef struct {
     uint64_t off, len;
     uint8_t *dst;
 } ckp_range;
-/* Read ranges v[0..n) of a source's reader (its chunk indexes, at open) in
+/* Read ranges v[0..n) of a source's reader (its chunk indexes and ARCHIVE
+ * tables, at open) in
  * few reads: ranges lying close together in the file by one read of the
  * span holding them, spans in parallel (container_index.c).  Checks
  * nothing.  @return 0 or an errno value. */
@@ -65,8 +66,12 @@ int ckp_read_ranges(const ckp_reader *r, const ckp_range *v, uint32_t n);
  * checked at open, and its decode tables, built on first use (a reader is
  * shared between threads: the first to finish installs them). */
 #define CKP_ANS_MAX_BLOB (64ull << 20)  /* plane0_size of an ARCHIVE extent (R29) */
-/* Reads and checks extent e's blob (R29), creating r's state if needed. */
-ckp_status ckp_ans_load(ckp_reader *r, uint32_t e, char *err, size_t cap);
+/* Extent e's blob buffer (plane0_size bytes, kept with r), creating r's
+ * state if needed; NULL when out of memory. */
+uint8_t *ckp_ans_blob(ckp_reader *r, uint32_t e);
+/* Reads (unless have: already read into ckp_ans_blob(r, e)) and checks
+ * extent e's blob (R29). */
+ckp_status ckp_ans_load(ckp_reader *r, uint32_t e, int have, char *err, size_t cap);
 /* The decode tables of extent e (NULL: out of memory). */
 const ckc_ans_tables *ckp_ans_tables(ckp_ans_state *a, uint32_t e, const ckp_extent *x);
 void ckp_ans_free(ckp_ans_state *a, uint32_t n_extents);

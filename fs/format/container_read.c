@@ -226,18 +226,28 @@ ckp_status ckp_read_packed(const ckp_reader *r, void *buf, size_t len, uint64_t 
 
 ckp_source *ckp_get_source(const ckp_reader *r) { return r->src; }
 
-/* Every index of a source's reader into buf, extent i's at entry at[i], in
- * few reads (ckp_read_ranges).  @return 0 or an errno value. */
-static int read_indexes(const ckp_reader *r, const uint8_t *toc, uint8_t *buf, const uint64_t *at)
+/* Every index of a source's reader into buf, extent i's at entry at[i],
+ * and every ARCHIVE extent's tables into its ckp_ans_blob, in few reads
+ * (ckp_read_ranges).  @return 0 or an errno value. */
+static int read_indexes(ckp_reader *r, const uint8_t *toc, uint8_t *buf, const uint64_t *at)
 {
-    uint32_t n = r->info.n_extents;
-    ckp_range *v = malloc((n ? n : 1) * sizeof *v);
+    uint32_t n = r->info.n_extents, m = 0;
+    ckp_range *v = malloc((n ? 2 * (size_t)n : 1) * sizeof *v);
     if (!v)
         return ENOMEM;
-    for (uint32_t i = 0; i < n; i++)
-        v[i] = (ckp_range){cku_le64(toc + CKP_TOC_HEADER_SIZE + (size_t)i * CKP_EXTENT_SIZE + X_INDEX_OFF),
-                           r->x[i].n_chunks * CKP_INDEX_ENTRY, buf + at[i] * CKP_INDEX_ENTRY};
-    int e = ckp_read_ranges(r, v, n);
+    for (uint32_t i = 0; i < n; i++) {
+        const ckp_extent *x = &r->x[i];
+        v[m++] = (ckp_range){cku_le64(toc + CKP_TOC_HEADER_SIZE + (size_t)i * CKP_EXTENT_SIZE + X_INDEX_OFF),
+                             x->n_chunks * CKP_INDEX_ENTRY, buf + at[i] * CKP_INDEX_ENTRY};
+        uint8_t *blob = x->encoding == CKC_ENC_ARCHIVE ? ckp_ans_blob(r, i) : NULL;
+        if (x->encoding == CKC_ENC_ARCHIVE && !blob) {
+            free(v);
+            return ENOMEM;
+        }
+        if (blob)
+            v[m++] = (ckp_range){x->plane_offset[0], x->plane_size[0], blob};
+    }
+    int e = ckp_read_ranges(r, v, m);
     free(v);
     return e;
 }
@@ -290,7 +300,7 @@ static ckp_status load_indexes(ckp_reader *r, const uint8_t *toc, char *err, siz
             s = rerr(err, cap, r->file, CKP_ERR_CORRUPT, "chunk index of extent %u is inconsistent", i);
             goto out;
         }
-        if (x->encoding == CKC_ENC_ARCHIVE && (s = ckp_ans_load(r, i, err, cap)) != CKP_OK)
+        if (x->encoding == CKC_ENC_ARCHIVE && (s = ckp_ans_load(r, i, pre, err, cap)) != CKP_OK)
             goto out;
     }
 out:

@@ -83,16 +83,17 @@ static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
 
 static void setup(void) { tmpdir_make("srcopen"); }
 
-/* tmpdir/NAME: one RAW extent of 1000 bytes, n_small K15 extents of 1-6
- * KiB, and after every 100th of them one of 1.2 MB (its planes put its
- * index far from the others); the original bytes in *orig. */
-static void write_model(char path[300], const char *name, int n_small, uint8_t **orig, uint64_t *total)
+/* tmpdir/NAME: one RAW extent of 1000 bytes, n_small extents of encoding
+ * enc and 1-6 KiB, and after every 100th of them a K15 one of 1.2 MB (its
+ * planes put its index far from the others); the original bytes in *orig. */
+static void write_model(char path[300], const char *name, uint32_t enc, int n_small, uint8_t **orig,
+                        uint64_t *total)
 {
     test_extent *x = calloc((size_t)n_small * 2 + 2, sizeof *x);
     int n = 0;
     x[n++] = (test_extent){CKC_ENC_RAW, 1000, "header", 0};
     for (int i = 0; i < n_small; i++) {
-        x[n++] = (test_extent){CKC_ENC_K15, 2 * (512 + xorshift64(&rng_state) % 2560), "norm", 7};
+        x[n++] = (test_extent){enc, 2 * (512 + xorshift64(&rng_state) % 2560), "norm", 7};
         if (i % 100 == 50)
             x[n++] = (test_extent){CKC_ENC_K15, 2 * 600000, "proj", 7};
     }
@@ -128,12 +129,25 @@ static void same_as_local(const ckp_reader *r, const char *path)
     ckp_close(l);
 }
 
+/* Every byte of r read back (through its source) equals orig. */
+static void every_byte(const ckp_reader *r, const uint8_t *orig, uint64_t total)
+{
+    uint8_t *back = malloc(total);
+    ckp_scratch *s = ckp_scratch_new();
+    size_t got = 0;
+    ck_assert_int_eq(ckp_pread(r, back, total, 0, &got, s), CKP_OK);
+    ck_assert_uint_eq(got, total);
+    ck_assert_int_eq(memcmp(back, orig, total), 0);
+    ckp_scratch_free(s);
+    free(back);
+}
+
 START_TEST(many_small_indexes_few_reads)
 {
     char path[300], err[512];
     uint8_t *orig;
     uint64_t total;
-    write_model(path, "many.bin", 400, &orig, &total);
+    write_model(path, "many.bin", CKC_ENC_K15, 400, &orig, &total);
     mem_src *m = mem_new(path);
     ckp_reader *r;
     ck_assert_int_eq(ckp_open_source(&m->base, "many", &r, err, sizeof err), CKP_OK);
@@ -148,15 +162,30 @@ START_TEST(many_small_indexes_few_reads)
     for (unsigned k = 2; k < reads; k++) /* spans of several indexes: at most 1 MiB each */
         ck_assert_uint_le(m->log[k].len, 1u << 20);
     same_as_local(r, path);
-    /* every byte, read through the source */
-    uint8_t *back = malloc(total);
-    ckp_scratch *s = ckp_scratch_new();
-    size_t got = 0;
-    ck_assert_int_eq(ckp_pread(r, back, total, 0, &got, s), CKP_OK);
-    ck_assert_uint_eq(got, total);
-    ck_assert_int_eq(memcmp(back, orig, total), 0);
-    ckp_scratch_free(s);
-    free(back);
+    every_byte(r, orig, total);
+    ckp_close(r);
+    mem_free(m);
+    free(orig);
+}
+END_TEST
+
+/* ARCHIVE extents: their tables (plane 0, read and checked at open) come
+ * in the same spans as the indexes, not one read each after them. */
+START_TEST(archive_tables_in_the_spans)
+{
+    char path[300], err[512];
+    uint8_t *orig;
+    uint64_t total;
+    write_model(path, "arch.bin", CKC_ENC_ARCHIVE, 150, &orig, &total);
+    mem_src *m = mem_new(path);
+    ckp_reader *r;
+    ck_assert_int_eq(ckp_open_source(&m->base, "arch", &r, err, sizeof err), CKP_OK);
+    ck_assert_uint_eq(ckp_get_extent(r, 1)->encoding, CKC_ENC_ARCHIVE);
+    /* the first, the TOC, a span before the big extent and one after (one
+     * read per index and per table before: 3 + 152 + 150) */
+    ck_assert_uint_le(m->reads, 2 + 2);
+    same_as_local(r, path);
+    every_byte(r, orig, total);
     ckp_close(r);
     mem_free(m);
     free(orig);
@@ -168,7 +197,7 @@ START_TEST(small_file_one_read)
     char path[300], err[512];
     uint8_t *orig;
     uint64_t total;
-    write_model(path, "small.bin", 20, &orig, &total);
+    write_model(path, "small.bin", CKC_ENC_K15, 20, &orig, &total);
     mem_src *m = mem_new(path);
     ck_assert_uint_lt(m->base.size, CKP_SOURCE_PREFIX);
     ckp_reader *r;
@@ -200,7 +229,7 @@ START_TEST(damaged_index_in_a_span)
     char path[300];
     uint8_t *orig;
     uint64_t total;
-    write_model(path, "bad.bin", 400, &orig, &total);
+    write_model(path, "bad.bin", CKC_ENC_K15, 400, &orig, &total);
     mem_src *m = mem_new(path);
     uint64_t toc = cku_le64(m->bytes + H_TOC_OFF);
     const uint8_t *rec = m->bytes + toc + CKP_TOC_HEADER_SIZE + 120 * CKP_EXTENT_SIZE;
@@ -217,7 +246,7 @@ START_TEST(failed_read_fails_the_open)
     char path[300];
     uint8_t *orig;
     uint64_t total;
-    write_model(path, "fail.bin", 400, &orig, &total);
+    write_model(path, "fail.bin", CKC_ENC_K15, 400, &orig, &total);
     mem_src *m = mem_new(path);
     m->fail_at = _i;
     open_fails(m, "fail", CKP_ERR_IO, "fail");
@@ -232,6 +261,7 @@ int main(void)
     tcase_add_checked_fixture(t, setup, tmpdir_remove);
     tcase_set_timeout(t, 120);
     tcase_add_test(t, many_small_indexes_few_reads);
+    tcase_add_test(t, archive_tables_in_the_spans);
     tcase_add_test(t, small_file_one_read);
     tcase_add_test(t, damaged_index_in_a_span);
     tcase_add_loop_test(t, failed_read_fails_the_open, 0, 4);
