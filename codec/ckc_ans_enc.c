@@ -195,7 +195,8 @@ ckc_status ckc_ans_encode_chunk_impl(ckc_impl impl, const ckc_ans_plan *p, const
     if (st != CKC_OK)
         return st;
     /* the words lie at or above dst + capacity - 4n: past the low bits and
-     * the 8 bytes pack_low may store beyond them (capacity >= 64 + 5n + 16) */
+     * the 8 bytes pack_low may store beyond them (capacity >= 64 + 5n + 16),
+     * and the 16 bytes the AVX2 encoder stores below the words stay in dst */
     lowb = ckc_ans_low_bytes(n, p->ch.mbits);
     pack_low(w, n, 7 - p->ch.mbits, dst + CKC_ANS_HDR_BYTES);
     for (unsigned l = 0; l < CKC_ANS_LANES; l++)

@@ -126,11 +126,16 @@ T512 ckc_status ckc_ans_encode_avx512(const ckc_ans_plan *p, const uint16_t *w, 
 }
 
 /* ---- AVX2: the same steps, the 16 states in four registers of four 64-bit
- * lanes; the words go out one by one (AVX2 has no compress), lane 15's
- * first, downwards, as the scalar loop stores them (each stored just below
- * the words, which move down over it only if the lane puts it out). ---- */
+ * lanes.  AVX2 has no compress: the words of 8 lanes that put one out are
+ * packed to the top of a 16-byte vector by a permutation made with pext
+ * (their lane numbers, in order, shifted up past the lanes that do not), so
+ * that one 16-byte store just below the words already written puts them in
+ * lane order right under them (lanes 8-15 first, then 0-7 below), as the
+ * scalar loop, lane 15 first, downwards, leaves them; what the store writes
+ * below the new words is overwritten later or left out of the stream (the
+ * chunk bound leaves room for it: see below). ---- */
 
-#define T256 __attribute__((target("avx2,popcnt")))
+#define T256 __attribute__((target("avx2,bmi,bmi2,popcnt")))
 
 /* A quarter of a step: lanes 4i..4i+3 with entries e (scale 2^sb).  Returns
  * the lanes that put a word out (bits 0-3); adds frequency-0 lanes to *bad. */
@@ -150,6 +155,33 @@ T256 static inline unsigned quarter(__m256i *x, __m256i e, unsigned sb, __m256i 
     return out;
 }
 
+/* The low 16 bits of the 8 states in a (lanes 0-3) and b (4-7), as 32-bit
+ * lanes 0-7. */
+T256 static inline __m256i low_words8(__m256i a, __m256i b)
+{
+    const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+    __m256i v = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(a, even), _mm256_permutevar8x32_epi32(b, even), 0xF0);
+    return _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
+}
+
+/* Stores the words of the lanes of w (8 words in 32-bit lanes) whose bit is
+ * set in m (8 bits), in lane order, just below *wp, and moves *wp down over
+ * them; the 16-byte store also writes the 16 - 2 * popcount(m) bytes below
+ * them. */
+T256 static inline void put_words8(__m256i w, unsigned m, uint8_t **wp)
+{
+    unsigned cnt = (unsigned)__builtin_popcount(m);
+    uint64_t ranks = _pext_u64(0x0706050403020100ull, _pdep_u64(m, 0x0101010101010101ull) * 0xFF);
+    __m256i perm;
+
+    ranks = ranks << (4 * (8 - cnt)) << (4 * (8 - cnt)); /* to the top bytes (two shifts: 64 when cnt = 0) */
+    perm = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)ranks));
+    w = _mm256_permutevar8x32_epi32(w, perm);
+    _mm_storeu_si128((__m128i *)(void *)(*wp - 16),
+                     _mm_packus_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)));
+    *wp -= 2 * cnt;
+}
+
 /* A step of all 16 lanes, entries at indexes idx[0] (lanes 0-7) and idx[1]
  * (8-15) of tab. */
 T256 static inline void step16_avx2(__m256i x[4], const ckc_ans_esym *tab, const __m256i idx[2], unsigned sb,
@@ -160,20 +192,12 @@ T256 static inline void step16_avx2(__m256i x[4], const ckc_ans_esym *tab, const
     __m256i e1 = _mm256_i32gather_epi64(t, _mm256_extracti128_si256(idx[0], 1), 8);
     __m256i e2 = _mm256_i32gather_epi64(t, _mm256_castsi256_si128(idx[1]), 8);
     __m256i e3 = _mm256_i32gather_epi64(t, _mm256_extracti128_si256(idx[1], 1), 8);
-    uint64_t before[16];
-    unsigned out;
+    __m256i lo = low_words8(x[0], x[1]), hi = low_words8(x[2], x[3]); /* the words, before the step */
+    unsigned out_lo = quarter(&x[0], e0, sb, bad) | quarter(&x[1], e1, sb, bad) << 4;
+    unsigned out_hi = quarter(&x[2], e2, sb, bad) | quarter(&x[3], e3, sb, bad) << 4;
 
-    _mm256_storeu_si256((__m256i *)(void *)before, x[0]);
-    _mm256_storeu_si256((__m256i *)(void *)(before + 4), x[1]);
-    _mm256_storeu_si256((__m256i *)(void *)(before + 8), x[2]);
-    _mm256_storeu_si256((__m256i *)(void *)(before + 12), x[3]);
-    out = quarter(&x[0], e0, sb, bad) | quarter(&x[1], e1, sb, bad) << 4 | quarter(&x[2], e2, sb, bad) << 8 |
-          quarter(&x[3], e3, sb, bad) << 12;
-    for (unsigned l = 16; l-- > 0;) { /* lane 15 first, so lane 0's word ends up lowest; branch-free */
-        uint16_t word = (uint16_t)before[l]; /* stored below *wp, kept if the lane puts it out */
-        memcpy(*wp - 2, &word, 2);
-        *wp -= 2 * (out >> l & 1u);
-    }
+    put_words8(hi, out_hi, wp); /* lanes 8-15 above lanes 0-7 */
+    put_words8(lo, out_lo, wp);
 }
 
 /* Classes of the 16 weights from column col, row row, as two vectors of 8. */
