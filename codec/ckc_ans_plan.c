@@ -108,17 +108,23 @@ static double table_cost(const uint64_t *cnt, unsigned a, uint32_t scale, uint32
 
 static void collect(stats *s)
 {
+    static const uint64_t block = 1ull << 31; /* a 32-bit count cannot overflow */
+    uint32_t m32[512 * 16];                   /* 32 KiB: in L1, where 64-bit counts are not */
+
     memset(s->hist, 0, sizeof s->hist);
     memset(s->mh, 0, sizeof s->mh);
-    {
-        const uint16_t *w = s->w; /* local: the counts (in *s) cannot move it */
-        uint64_t *mh = &s->mh[0][0], n = s->n, i = 0;
+    for (uint64_t b = 0; b < s->n; b += block) {
+        const uint16_t *w = s->w + b;
+        uint64_t *mh = &s->mh[0][0], n = s->n - b < block ? s->n - b : block, i = 0;
+        memset(m32, 0, sizeof m32);
         for (; i + 2 <= n; i += 2) {
-            mh[w[i] >> 3]++; /* [symbol][top 4 mantissa bits] */
-            mh[w[i + 1] >> 3]++;
+            m32[w[i] >> 3]++; /* [symbol][top 4 mantissa bits] */
+            m32[w[i + 1] >> 3]++;
         }
         if (i < n)
-            mh[w[i] >> 3]++;
+            m32[w[i] >> 3]++;
+        for (unsigned j = 0; j < 512 * 16; j++)
+            mh[j] += m32[j];
     }
     s->A = 0;
     for (unsigned v = 0; v < 512; v++) {
@@ -322,33 +328,33 @@ static double assign_cost(const stats *s, const lhist *h, unsigned k, const uint
  * count x lc[symbol][class], in floats, four classes a vector (GCC/clang
  * vector extensions: SIMD where the target has it, the same IEEE single
  * products and sums lane by lane everywhere, as -ffp-contract=off keeps
- * them unfused); only the first 4 * nv classes are summed. */
+ * them unfused); only the first 4 * nv classes are summed.  Two lines are
+ * summed side by side (two independent chains of additions, each in its
+ * line's order: the same sums as one line at a time). */
 typedef float v4f __attribute__((vector_size(16), aligned(4)));
 
-static inline __attribute__((always_inline)) unsigned cheapest(const lent *e, const lent *end, const float *lc,
-                                                               unsigned nv, unsigned k)
+static inline __attribute__((always_inline)) void add_entry(v4f acc[4], const lent *e, const float *lc, unsigned nv)
 {
-    v4f acc0 = {0}, acc1 = {0}, acc2 = {0}, acc3 = {0};
-    float cost[CKC_ANS_MAX_CLASSES], best;
-    unsigned c, pick = 0;
-
-    for (; e < end; e++) {
-        float n = (float)e->cnt;
-        const v4f *row = (const v4f *)(const void *)(lc + (size_t)e->a * CKC_ANS_MAX_CLASSES);
-        acc0 += n * row[0];
-        if (nv > 1)
-            acc1 += n * row[1];
-        if (nv > 2) {
-            acc2 += n * row[2];
-            acc3 += n * row[3];
-        }
+    float n = (float)e->cnt;
+    const v4f *row = (const v4f *)(const void *)(lc + (size_t)e->a * CKC_ANS_MAX_CLASSES);
+    acc[0] += n * row[0];
+    if (nv > 1)
+        acc[1] += n * row[1];
+    if (nv > 2) {
+        acc[2] += n * row[2];
+        acc[3] += n * row[3];
     }
-    memcpy(cost, &acc0, sizeof acc0);
-    memcpy(cost + 4, &acc1, sizeof acc1);
-    memcpy(cost + 8, &acc2, sizeof acc2);
-    memcpy(cost + 12, &acc3, sizeof acc3);
+}
+
+/* The first class of least cost among the k of acc. */
+static inline __attribute__((always_inline)) unsigned pick_class(const v4f acc[4], unsigned k)
+{
+    float cost[CKC_ANS_MAX_CLASSES], best;
+    unsigned pick = 0;
+
+    memcpy(cost, acc, sizeof cost);
     best = cost[0];
-    for (c = 1; c < k; c++)
+    for (unsigned c = 1; c < k; c++)
         if (cost[c] < best) {
             best = cost[c];
             pick = c;
@@ -356,10 +362,31 @@ static inline __attribute__((always_inline)) unsigned cheapest(const lent *e, co
     return pick;
 }
 
+/* The cheapest classes of lines l (entries e0..end0) and l + 1 (e1..end1). */
+static inline __attribute__((always_inline)) void cheapest2(const lent *e0, const lent *end0, const lent *e1,
+                                                            const lent *end1, const float *lc, unsigned nv,
+                                                            unsigned k, unsigned pick[2])
+{
+    v4f a[4] = {{0}}, b[4] = {{0}};
+
+    for (; e0 < end0 && e1 < end1; e0++, e1++) {
+        add_entry(a, e0, lc, nv);
+        add_entry(b, e1, lc, nv);
+    }
+    for (; e0 < end0; e0++)
+        add_entry(a, e0, lc, nv);
+    for (; e1 < end1; e1++)
+        add_entry(b, e1, lc, nv);
+    pick[0] = pick_class(a, k);
+    pick[1] = pick_class(b, k);
+}
+
 /* One k-means round: code lengths from the class histograms ch (tot[c]:
  * class c's weights), then each line to its cheapest class, ch and tot
  * following each move (exact integers: the same as counting again).  lc is
- * [symbol][class].  @return the number of lines that changed class. */
+ * [symbol][class], fixed for the round, so a line's choice does not depend
+ * on the moves before it: lines are priced two at a time, then moved in
+ * order.  @return the number of lines that changed class. */
 static uint64_t lloyd_round(const stats *s, const lhist *h, unsigned k, uint8_t *cls, float *lc, uint64_t *ch,
                             uint64_t *tot)
 {
@@ -369,15 +396,23 @@ static uint64_t lloyd_round(const stats *s, const lhist *h, unsigned k, uint8_t 
     for (unsigned c = 0; c < k; c++)
         for (unsigned a = 0; a < A; a++)
             lc[a * CKC_ANS_MAX_CLASSES + c] = (float)-log2((ch[c * A + a] + 0.5) / (tot[c] + 0.5 * A));
-    for (uint64_t l = 0; l < h->lines; l++) {
-        const lent *e = h->e + h->start[l], *end = h->e + h->start[l + 1];
-        unsigned c = nv == 1 ? cheapest(e, end, lc, 1, k) : nv == 2 ? cheapest(e, end, lc, 2, k)
-                                                                    : cheapest(e, end, lc, 4, k);
-        if (c != cls[l]) {
-            move_line(h, A, l, cls[l], c, ch, tot);
-            cls[l] = (uint8_t)c;
-            moved++;
-        }
+    for (uint64_t l = 0; l < h->lines; l += 2) {
+        uint64_t l1 = l + 1 < h->lines ? l + 1 : l; /* an odd last line priced twice */
+        const lent *e0 = h->e + h->start[l], *end0 = h->e + h->start[l + 1];
+        const lent *e1 = h->e + h->start[l1], *end1 = h->e + h->start[l1 + 1];
+        unsigned pick[2];
+        if (nv == 1)
+            cheapest2(e0, end0, e1, end1, lc, 1, k, pick);
+        else if (nv == 2)
+            cheapest2(e0, end0, e1, end1, lc, 2, k, pick);
+        else
+            cheapest2(e0, end0, e1, end1, lc, 4, k, pick);
+        for (unsigned j = 0; j < 2 && l + j <= l1; j++) /* l, then l + 1 if it exists */
+            if (pick[j] != cls[l + j]) {
+                move_line(h, A, l + j, cls[l + j], pick[j], ch, tot);
+                cls[l + j] = (uint8_t)pick[j];
+                moved++;
+            }
     }
     return moved;
 }
