@@ -31,6 +31,7 @@
 #include "cmd_common.h"
 #include "hashing.h"
 #include "pack_internal.h"
+#include "remote.h"
 #include "safetensors.h"
 #include "util.h"
 
@@ -252,8 +253,12 @@ int ckpt_repack(const char *dst, uint32_t enc, int jobs)
     ckm_manifest *m = NULL;
     uint64_t sizes[2] = {0, 0};
     size_t done = 0, failed = 0;
+    if (ckpt_is_remote(dst)) {
+        fprintf(stderr, "ckptfs repack: %s: repack converts a local packed directory in place; unpack or mount "
+                "this one and pack it again with --format instead\n", CKU_ESC(dst));
+        return CKPT_EXIT_FAIL;
+    }
     int dfd = open(dst, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-
     if (dfd < 0) {
         fprintf(stderr, "ckptfs repack: %s: %s\n", CKU_ESC(dst), strerror(errno));
         return CKPT_EXIT_FAIL;

@@ -12,7 +12,8 @@
     lock) or both succeed, and the pack ends whole and converted;
   - to the format it already has: nothing rewritten, not one byte;
   - of a directory that is not a pack, of a regular file, of a missing path:
-    exit 1, a message naming it, nothing written;
+    exit 1, a message naming it, nothing written; of an s3:// URL: exit 1,
+    saying repack is for a local directory;
   - of a pack with one damaged packed file: exit 1 naming that file, the
     damaged file untouched, and every other file still whole; one whose
     metadata is broken (cut short): refused before any file is converted;
@@ -163,6 +164,8 @@ def not_a_pack():
                        ("a missing path", os.path.join(T, "nothing"))):
         rc, _, err = run("repack", "--format", "k15", path)
         check("not a pack (%s): exit 1 naming it" % what, rc == 1 and path in err, "exit %d: %s" % (rc, err))
+    rc, _, err = run("repack", "--format", "k15", "s3://bucket/packed")
+    check("an s3:// URL: exit 1, says repack is for a local directory", rc == 1 and "local" in err, err)
     check("not a pack: nothing written", tree_sums(SRC) == before and not os.path.exists(os.path.join(T, "nothing")))
 
 
