@@ -6,6 +6,8 @@
 #      ASan's shadow memory and quarantine inflate RSS)
 #   2. TSan build (-DCKPTFS_TSAN=ON): the multi-threaded code — the unit
 #      tests, the CLI tests (parallel pack), the mount integration tests,
+#      the S3 tests (the client's connection pool, the network windows and
+#      their fetches ahead, pack's upload workers),
 #      mount_stress (the daemon under load) and pack_safety (the encoder and its SHA-256 thread reading a
 #      source truncated under them).  Races by design are listed, with
 #      their reasons, in tsan.supp.  Skipped with a note if a TSan binary cannot run here.
@@ -105,7 +107,7 @@ if build "$ROOT/tsan" -DCKPTFS_TSAN=ON; then
     fi
     if [ "$RUN" != skip ]; then
         export TSAN_OPTIONS="$TSAN_OPTIONS log_path=$REPORTS/tsan/tsan" # after the probes above
-        (cd "$ROOT/tsan" && $RUN ctest -L 'unit|cli|integration' -LE big -j1 --output-on-failure --timeout 400 &&
+        (cd "$ROOT/tsan" && $RUN ctest -L 'unit|cli|integration|s3' -LE big -j1 --output-on-failure --timeout 400 &&
             $RUN ctest -R '^(mount_stress|pack_safety)$' --output-on-failure --timeout 400) || rc=1
         reports_check "TSan" "$ROOT/tsan" "$REPORTS/tsan"
     fi

@@ -101,14 +101,21 @@ def run(s3, tmp):
     sizes = [os.path.getsize(os.path.join(d, f)) for d, _x, fs in os.walk(packed) for f in fs if f.endswith(".ckpt")]
     allowed = sum((n + (8 << 20) - 1) // (8 << 20) + 2 for n in sizes)
     for cmd in ("verify", "unpack"):
-        gets = []
-        gate = lambda m, p, h, gets=gets: gets.append(m == "GET" and bool(h.get("Range"))) and False
+        gets = []  # (key, Range) of each ranged GET
+        gate = lambda m, p, h, gets=gets: m == "GET" and h.get("Range") and gets.append((p.split("?")[0],
+                                                                                           h["Range"])) and False
         with FaultProxy(s3.port, every=1 << 40, burst=0, gate=gate) as px:
-            r = ck(s3.env(AWS_ENDPOINT_URL=px.endpoint), cmd, url, *([os.path.join(tmp, "out-w")] if cmd == "unpack" else []))
+            we = s3.env(AWS_ENDPOINT_URL=px.endpoint)
+            we.pop("CKPTFS_S3_WINDOW_MIB", None)  # the default windows, whatever the caller's environment
+            r = ck(we, cmd, url,
+                   *([os.path.join(tmp, "out-w")] if cmd == "unpack" else []))
         shutil.rmtree(os.path.join(tmp, "out-w"), ignore_errors=True)
-        check(r.returncode == 0 and sum(gets) <= allowed,
-              f"{cmd} {url} in windows: {sum(gets)} ranged GETs for {len(sizes)} objects (at most {allowed}; exit "
-              f"{r.returncode})")
+        # what went wrong, if it did: each key's GETs, their distinct ranges, the command's last words
+        seen = {k: (sum(1 for g in gets if g[0] == k), len({g for g in gets if g[0] == k})) for k, _ in gets}
+        check(r.returncode == 0 and len(gets) <= allowed,
+              f"{cmd} {url} in windows: {len(gets)} ranged GETs for {len(sizes)} objects (at most {allowed}; exit "
+              f"{r.returncode})" + ("" if len(gets) <= allowed else f"; GETs, distinct ranges by key {seen}, first "
+                                  f"{gets[:6]}; stderr {r.stderr.strip()[-600:]}"))
 
     # stat: the local pack's figures
     a, b = ck(env, "stat", "--json", packed), ck(env, "stat", "--json", url)
