@@ -115,6 +115,28 @@ static ckw_window *take_slot(ckw_set *w)
     return lru;
 }
 
+/* A source's window (s3://) still queued right before or right after
+ * chunks [c, end) of extent e that can take them too: n_per chunks at most
+ * in all, within the format's bounds (ckp_bounded_run); NULL if none.  A
+ * window is loaded with one GET where its planes lie together: slicers of
+ * the same tensor starting at once made a window (of 3 GETs) each, beside
+ * each other.  A queued window has decoded nothing (used is 0) and holds
+ * no bytes yet.  By w->lock. */
+static ckw_window *queued_beside(ckw_set *w, const ckp_reader *r, uint32_t file, uint32_t e, uint64_t c,
+                                 uint64_t end, unsigned n_per)
+{
+    for (unsigned i = 0; i < w->n_slots; i++) {
+        ckw_window *s = &w->slot[i];
+        if (s->state != W_QUEUED || s->file != file || s->e != e || s->r != r || s->dfd >= 0 ||
+            s->n + (end - c) > n_per)
+            continue;
+        uint64_t a = s->c0 == end ? c : s->c0 + s->n == c ? s->c0 : UINT64_MAX;
+        if (a != UINT64_MAX && ckp_bounded_run(r, e, a, a + s->n + (end - c)) == a + s->n + (end - c))
+            return s;
+    }
+    return NULL;
+}
+
 uint64_t ckw_prefetch(ckw_set *w, uint32_t file, const ckp_reader *r, int dfd, uint32_t e, uint64_t c, uint64_t cEnd)
 {
     const ckp_extent *x = ckp_get_extent(r, e);
@@ -144,7 +166,13 @@ uint64_t ckw_prefetch(ckw_set *w, uint32_t file, const ckp_reader *r, int dfd, u
     if (s) {
         s->tick = ++w->tick;
         held = s->c0 + s->n;
-    } else if ((void)find(w, file, e, c, &end), !w->stopping && (s = take_slot(w)) != NULL) {
+    } else if ((void)find(w, file, e, c, &end), dfd < 0 && (s = queued_beside(w, r, file, e, c, end, n_per))) {
+        if (s->c0 == end)
+            s->c0 = c;
+        s->n += (unsigned)(end - c);
+        s->tick = ++w->tick;
+        held = end;
+    } else if (!w->stopping && (s = take_slot(w)) != NULL) {
         s->file = file, s->e = e, s->c0 = c, s->n = (unsigned)(end - c);
         s->state = W_QUEUED, s->refs = 0, s->tick = ++w->tick;
         memset(s->used, 0, sizeof s->used);
