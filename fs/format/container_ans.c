@@ -4,7 +4,11 @@
  * (R29), kept in memory, and turned into decode tables the first time one
  * of its chunks is decoded.  A reader is shared between threads: tables are
  * published with a compare-and-swap, and a thread that loses the race frees
- * its own copy.  Tables live until ckp_close.
+ * its own copy.  Kept tables are bounded (docs/format.md §9.1): their bytes
+ * are counted per reader against ans_budget(); past it, a decode builds
+ * its tables into a copy of its own that it frees after the decode, so §3's
+ * shared or many small tables cannot make a reader hold many times the file.
+ * Kept tables live until ckp_close.
  */
 #include "container_internal.h"
 #include "util.h"
@@ -17,7 +21,28 @@
 struct ckp_ans_state {
     uint8_t **blob;                  /* per extent; NULL when not ARCHIVE */
     _Atomic(ckc_ans_tables *) *tab;  /* per extent; built on first use */
+    _Atomic(uint64_t) kept;          /* bytes of the tables in tab[] */
 };
+
+/* Decode-table bytes a reader keeps: 64 MiB (128 tables of the §9.1
+ * maximum, 512 KiB) plus an eighth of the file (one more per 4 MiB).  A
+ * file written by ckptfs (one extent's tables per tensor) passes it only
+ * with many small tensors with large tables; their decodes then rebuild
+ * them, slower but the same bytes. */
+#define ANS_KEEP_BASE ((uint64_t)64 << 20)
+static uint64_t ans_budget(const ckp_reader *r) { return ANS_KEEP_BASE + r->info.packed_size / 8; }
+
+/* Counts n more kept bytes if they fit in the budget; 0 if they do not. */
+static int ans_reserve(ckp_ans_state *a, uint64_t n, uint64_t budget)
+{
+    uint64_t used = atomic_load_explicit(&a->kept, memory_order_relaxed);
+    do {
+        if (n > budget || used > budget - n)
+            return 0;
+    } while (!atomic_compare_exchange_weak_explicit(&a->kept, &used, used + n, memory_order_relaxed,
+                                                    memory_order_relaxed));
+    return 1;
+}
 
 #define rerr(err, cap, file, s, ...) ((ckp_status)cku_errf_at((err), (cap), (s), (file), __VA_ARGS__))
 
@@ -57,15 +82,22 @@ ckp_status ckp_ans_load(ckp_reader *r, uint32_t e, int have, char *err, size_t c
     return CKP_OK;
 }
 
-const ckc_ans_tables *ckp_ans_tables(ckp_ans_state *a, uint32_t e, const ckp_extent *x)
+const ckc_ans_tables *ckp_ans_tables(const ckp_reader *r, uint32_t e, ckc_ans_tables **own)
 {
+    ckp_ans_state *a = r->ans;
+    const ckp_extent *x = &r->x[e];
     ckc_ans_tables *t = atomic_load_explicit(&a->tab[e], memory_order_acquire), *none = NULL;
+    *own = NULL;
     if (t)
         return t;
     if (ckc_ans_tables_new(a->blob[e], (size_t)x->plane_size[0], x->orig_size / 2, &t) != CKC_OK)
         return NULL; /* checked at open: only memory can fail */
+    uint64_t n = ckc_ans_tables_bytes(t);
+    if (!ans_reserve(a, n, ans_budget(r)))
+        return *own = t; /* over the budget: the caller frees it after its decode */
     if (!atomic_compare_exchange_strong_explicit(&a->tab[e], &none, t, memory_order_acq_rel,
                                                  memory_order_acquire)) {
+        atomic_fetch_sub_explicit(&a->kept, n, memory_order_relaxed);
         ckc_ans_tables_free(t);
         t = none;
     }

@@ -72,8 +72,12 @@ uint8_t *ckp_ans_blob(ckp_reader *r, uint32_t e);
 /* Reads (unless have: already read into ckp_ans_blob(r, e)) and checks
  * extent e's blob (R29). */
 ckp_status ckp_ans_load(ckp_reader *r, uint32_t e, int have, char *err, size_t cap);
-/* The decode tables of extent e (NULL: out of memory). */
-const ckc_ans_tables *ckp_ans_tables(ckp_ans_state *a, uint32_t e, const ckp_extent *x);
+/* Extent e's decode tables: kept ones (built on first use while the
+ * reader's kept tables fit in their budget, §9.1), or, past it, a copy
+ * built for this decode alone, also in *own, which the caller frees with
+ * ckc_ans_tables_free after the decode (*own NULL otherwise).  NULL: out
+ * of memory.  Thread-safe. */
+const ckc_ans_tables *ckp_ans_tables(const ckp_reader *r, uint32_t e, ckc_ans_tables **own);
 void ckp_ans_free(ckp_ans_state *a, uint32_t n_extents);
 
 /* Writer side (container_write_ans.c): encode the planned tensor w[0..n)

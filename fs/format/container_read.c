@@ -828,17 +828,14 @@ static ckp_status read_bf16_chunk(const ckp_reader *r, const ckp_extent *x, cons
 
 /* Decode an ARCHIVE chunk: its stream in plane 1 (datum to the next datum
  * or plane1_size), decoded with its extent's tables (built on first use). */
-static ckp_status read_ans_chunk(const ckp_reader *r, uint32_t e, uint64_t c, const ckp_planes *pl,
-                                 uint64_t len, void *dst, ckp_scratch *s)
+static ckp_status decode_ans_chunk(const ckp_reader *r, uint32_t e, uint64_t c, const ckp_planes *pl,
+                                   uint64_t len, void *dst, ckp_scratch *s, const ckc_ans_tables *t)
 {
     const ckp_extent *x = &r->x[e];
     ckp_span sp;
     ckp_chunk_span(x, c, c + 1, &sp);
     uint64_t a = sp.off[1], b = sp.end[1];
     assert(a < b && b <= x->plane_size[1]); /* R27: datums increase and stay below plane1_size */
-    const ckc_ans_tables *t = ckp_ans_tables(r->ans, e, x);
-    if (!t)
-        return CKP_ERR_NOMEM;
     const uint8_t *in = plane_mem(r, x, pl, 1, a);
     if (!in) {
         if (grow(&s->in, &s->in_cap, (size_t)(b - a) + 1))
@@ -859,6 +856,17 @@ static ckp_status read_ans_chunk(const ckp_reader *r, uint32_t e, uint64_t c, co
     if (out != dst)
         trim(&s->chunk, &s->chunk_cap);
     return cs == CKC_OK ? CKP_OK : CKP_ERR_CHUNK;
+}
+
+/* Its tables kept, or built for this chunk alone (ckp_ans_tables). */
+static ckp_status read_ans_chunk(const ckp_reader *r, uint32_t e, uint64_t c, const ckp_planes *pl,
+                                 uint64_t len, void *dst, ckp_scratch *s)
+{
+    ckc_ans_tables *own;
+    const ckc_ans_tables *t = ckp_ans_tables(r, e, &own);
+    ckp_status st = t ? decode_ans_chunk(r, e, c, pl, len, dst, s, t) : CKP_ERR_NOMEM;
+    ckc_ans_tables_free(own);
+    return st;
 }
 
 /* The bytes of each plane that decoding chunks c0..c1-1 of x reads (a
@@ -1009,7 +1017,8 @@ static void read_ans_batch(const ckp_reader *r, uint32_t e, uint64_t c, uint64_t
     ckc_ans_chunk b[ANS_BATCH];
     ckp_span sp, last;
     ckp_status fail = CKP_OK;
-    const ckc_ans_tables *t = ckp_ans_tables(r->ans, e, x);
+    ckc_ans_tables *own;
+    const ckc_ans_tables *t = ckp_ans_tables(r, e, &own);
     ckp_chunk_span(x, c, c + 1, &sp);
     ckp_chunk_span(x, c + m - 1, c + m, &last);
     uint64_t a0 = sp.off[1];
@@ -1021,6 +1030,7 @@ static void read_ans_batch(const ckp_reader *r, uint32_t e, uint64_t c, uint64_t
     if (fail != CKP_OK) {
         for (uint64_t k = 0; k < m; k++)
             st[k] = fail;
+        ckc_ans_tables_free(own);
         return;
     }
     if (!in)
@@ -1032,6 +1042,7 @@ static void read_ans_batch(const ckp_reader *r, uint32_t e, uint64_t c, uint64_t
                                (size_t)(ckp_chunk_len(x, c + k) / 2), dst[k], CKC_OK};
     }
     ckc_ans_decode_chunks(b, (size_t)m);
+    ckc_ans_tables_free(own); /* NULL when kept (ckp_ans_tables) */
     trim(&s->in, &s->in_cap);
     for (uint64_t k = 0; k < m; k++)
         st[k] = b[k].status == CKC_OK && ckc_hash64(dst[k], ckp_chunk_len(x, c + k)) == x->index[c + k].hash
