@@ -19,11 +19,17 @@ typedef struct {
     char etag[CKS3_ETAG_MAX];
     ckdc_obj *disk;                /* its entries in ctx->disk, or NULL */
     atomic_int changed;
-    /* cks3_source_open: the bytes its GET brought, for the first read (the
-     * reader's open reads the file's first CKP_SOURCE_PREFIX bytes first),
-     * then freed; NULL after */
-    _Atomic(uint8_t *) first;
+    /* cks3_source_open: the first first_len bytes of the object, which its
+     * first GET brought (the reader's open reads them first).  Kept while
+     * the file is open and never written after cks3_source_open, so every
+     * later read takes its part in them from here and fetches only the
+     * rest: the first window of a file does not fetch them again (a
+     * small file's planes lie wholly in them).  first_ok drops to 0 when
+     * bytes in them failed a chunk's hash (src_distrust): from then on
+     * they are fetched again like any others. */
+    uint8_t *first;
     size_t first_len;
+    atomic_int first_ok;
 } s3_src;
 
 static uint64_t now_ms(void)
@@ -70,14 +76,12 @@ static int src_pread(ckp_source *base, void *dst, size_t len, uint64_t off)
     /* once replaced, not even what the disk cache holds of it */
     if (atomic_load(&s->changed))
         return ESTALE;
-    uint8_t *first = atomic_exchange(&s->first, NULL);
-    if (first) {
-        int in = off <= s->first_len && len <= s->first_len - off;
-        if (in)
-            memcpy(dst, first + off, len);
-        free(first);
-        if (in)
+    if (s->first && off < s->first_len && atomic_load(&s->first_ok)) {
+        size_t in = len < s->first_len - off ? len : (size_t)(s->first_len - off);
+        memcpy(dst, s->first + off, in);
+        if (in == len)
             return 0;
+        dst = (uint8_t *)dst + in, len -= in, off += in;
     }
     return s->disk ? ckdc_read(s->disk, dst, len, off, fetch, s) : fetch(s, dst, len, off);
 }
@@ -87,6 +91,8 @@ static int src_pread(ckp_source *base, void *dst, size_t len, uint64_t off)
 static void src_distrust(ckp_source *base, uint64_t off, uint64_t len)
 {
     s3_src *s = (s3_src *)base;
+    if (off < s->first_len)
+        atomic_store(&s->first_ok, 0);
     if (s->disk)
         ckdc_drop(s->disk, off, len);
 }
@@ -94,7 +100,7 @@ static void src_distrust(ckp_source *base, uint64_t off, uint64_t len)
 static void src_close(ckp_source *base)
 {
     s3_src *s = (s3_src *)base;
-    free(atomic_load(&s->first));
+    free(s->first);
     ckdc_obj_free(s->disk);
     free(s->key);
     free(s);
@@ -155,8 +161,9 @@ cks3_status cks3_source_open(cks3_source_ctx *ctx, const char *key, ckp_source *
         snprintf(err, cap, "out of memory");
         return CKS3_ERR_NOMEM;
     }
-    atomic_store(&s->first, first);
+    s->first = first;
     s->first_len = got;
+    atomic_store(&s->first_ok, 1);
     *out = &s->base;
     return CKS3_OK;
 }
