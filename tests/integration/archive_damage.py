@@ -297,7 +297,14 @@ def one_round(r, seed, want):
     check("%s: the daemon served on and exited 0" % tag, m.alive and m.proc.returncode == 0,
           m.log_text()[-400:] + "; ".join(whats))
     v = subprocess.run([CK, "verify", d], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    if eio:
+    # Only for damage done before the mount: a file rewritten under a
+    # mount gets EIO there whenever its TOC differs from the one the mount
+    # bound, field by field (docs/object-storage.md, shared filesystems),
+    # even when the new file is valid and decodes to the original bytes
+    # (a name_len cut short and the TOC rehashed: round 807 of seed
+    # 1541605816), which verify rightly passes.  verify and unpack must
+    # still agree below in every round.
+    if eio and not r % 2:
         check(tag + ": verify fails where the mount failed", v.returncode != 0, "; ".join(whats))
     shutil.rmtree(OUT, ignore_errors=True)
     u = subprocess.run([CK, "unpack", d, OUT], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
