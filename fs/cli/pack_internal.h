@@ -169,6 +169,11 @@ int pack_files(pack_ctx *c, size_t n_files);
 
 /* pack_state.c */
 int prepare_dst(pack_ctx *c, const char *src_real);
+/* repack: make the state of the pack open at dfd (dst, for messages), if it
+ * has one, say that its files are being converted to enc (finished 0: before
+ * the first is changed) or are all in enc (1: after the last, each durable).
+ * 0, or -1 after saying why. */
+int repack_note_state(int dfd, const char *dst, uint32_t enc, int finished);
 
 /* pack_dst.c */
 int open_dst(pack_ctx *c, int *created);

@@ -30,16 +30,22 @@
  *              "target"}: the source's, and after a --delete-source run
  *              those recorded that the source no longer has (a run killed
  *              while it removed them: they are in no packed file, so this
- *              is where a rerun finds them).
+ *              is where a rerun finds them);
+ *   "repacking" true while `ckptfs repack` converts DST's packed files to
+ *              "format" (repack.c): they may be in several encodings until
+ *              it finishes and removes this; pack neither resumes nor
+ *              clears (without --force) such a DST.  repack sets "format"
+ *              to the new encoding, so that a rerun of the pack in it
+ *              resumes and one in the old encoding is refused.
  * A rerun resumes if SRC is the recorded path, or (a moved source) if SRC's
  * files are all recorded with the same size and mtime and every recorded
  * file missing from SRC is held by DST. */
 
 static const char *enc_name(uint32_t enc) { return ckc_encoding_name(enc); }
 
-static cJSON *read_state(pack_ctx *c)
+static cJSON *read_state_at(int dfd)
 {
-    int fd = openat(c->lock_fd, STATE_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = openat(dfd, STATE_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     struct stat st;
     char *buf = NULL;
     cJSON *o = NULL;
@@ -52,6 +58,29 @@ static cJSON *read_state(pack_ctx *c)
     if (fd >= 0)
         close(fd);
     return o;
+}
+
+static cJSON *read_state(pack_ctx *c) { return read_state_at(c->lock_fd); }
+
+/* Replace the state of the directory open at dfd by txt (NULL: out of
+ * memory) as pack writes it: a temporary synced, renamed over the state, the
+ * directory synced.  0, or -1 with errno. */
+static int put_state(int dfd, const char *txt)
+{
+    const char *tmp = "." STATE_NAME ".tmp";
+    unlinkat(dfd, tmp, 0); /* O_EXCL: never written through a link */
+    int fd = txt ? openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600) : -1, rc = -1;
+    if (!txt)
+        errno = ENOMEM;
+    if (fd >= 0 && !cku_pwrite_full(fd, txt, strlen(txt), 0) && (cku_fault_point(), !fsync(fd)) &&
+        (cku_fault_point(), !renameat(dfd, tmp, dfd, STATE_NAME)) && (cku_fault_point(), !fsync(dfd)))
+        rc = 0;
+    if (fd >= 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+    }
+    return rc;
 }
 
 /* 1 if DST holds the packed file of rel (a pack sent on: the remote side,
@@ -167,7 +196,6 @@ static cJSON *hold_links(pack_ctx *c, const cJSON *old)
 static int write_state(pack_ctx *c, const char *src_real, const cJSON *old)
 {
     char path[PATH_MAX], why[64];
-    const char *tmp = "." STATE_NAME ".tmp";
     snprintf(path, sizeof path, "%s/%s", c->dst, STATE_NAME);
     cJSON *o = cJSON_CreateObject(), *files = cJSON_CreateArray();
     cJSON_AddStringToObject(o, "source", src_real);
@@ -181,16 +209,9 @@ static int write_state(pack_ctx *c, const char *src_real, const cJSON *old)
     cJSON_AddItemToObject(o, "links", cJSON_Duplicate(c->hold_links, 1));
     char *txt = c->hold_links ? cJSON_Print(o) : NULL;
     cJSON_Delete(o);
-    unlinkat(c->lock_fd, tmp, 0); /* O_EXCL: never written through a link */
-    int fd = openat(c->lock_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600), rc = -1;
-    if (txt && fd >= 0 && !cku_pwrite_full(fd, txt, strlen(txt), 0) && (cku_fault_point(), !fsync(fd)) &&
-        (cku_fault_point(), !renameat(c->lock_fd, tmp, c->lock_fd, STATE_NAME)) &&
-        (cku_fault_point(), !fsync(c->lock_fd)))
-        rc = 0;
+    int rc = put_state(c->lock_fd, txt);
     if (rc && !dst_lost(c))
         fprintf(stderr, "ckptfs pack: %s: %s\n", path, strerror(errno));
-    if (fd >= 0)
-        close(fd);
     free(txt);
     if (!rc && c->o->remote) /* durable where the pack goes before anything is sent or deleted */
         rc = c->o->remote->state_written(c->o->remote, c);
@@ -205,6 +226,12 @@ static int state_matches(pack_ctx *c, const cJSON *st, const char *src_real, cha
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(st, "format");
     snprintf(why, cap, "it holds a pack of %s (%s)", cJSON_IsString(s) ? CKU_ESC(s->valuestring) : "?",
              cJSON_IsString(f) ? CKU_ESC(f->valuestring) : "?");
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(st, "repacking"))) {
+        const char *to = cJSON_IsString(f) ? CKU_ESC(f->valuestring) : "?";
+        snprintf(why, cap, "a repack of it to %s did not finish (run ckptfs repack --format %s on it again)", to,
+                 to);
+        return 0;
+    }
     if (!cJSON_IsString(f) || strcmp(f->valuestring, enc_name(c->o->encoding)))
         return 0;
     int same_path = cJSON_IsString(s) && !strcmp(s->valuestring, src_real);
@@ -407,6 +434,38 @@ int prepare_dst(pack_ctx *c, const char *src_real)
     }
     rc = narrow_dst_mode(c) || write_state(c, src_real, NULL) ? -1 : 0;
 out:
+    cJSON_Delete(st);
+    return rc;
+}
+
+/* ---- repack ----------------------------------------------------------------
+ * `ckptfs repack` converts a finished pack's files in place: its state (if
+ * it has one) must then name the new encoding, or a rerun of the pack in it
+ * is refused ("it holds a pack of SRC (k15)") and one in the old encoding
+ * resumes over files in the new (and packs new sources in the old). */
+
+int repack_note_state(int dfd, const char *dst, uint32_t enc, int finished)
+{
+    cJSON *st = read_state_at(dfd);
+    if (!cJSON_IsObject(st)) { /* none (a pack copied without it): none to keep true */
+        cJSON_Delete(st);
+        return 0;
+    }
+    const char *was = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(st, "format"));
+    int marked = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(st, "repacking"));
+    int rc = 0;
+    if (!was || strcmp(was, enc_name(enc)) || marked == finished) {
+        cJSON *f = cJSON_CreateString(enc_name(enc));
+        if (!cJSON_ReplaceItemInObjectCaseSensitive(st, "format", f) && !cJSON_AddItemToObject(st, "format", f))
+            cJSON_Delete(f);
+        cJSON_DeleteItemFromObjectCaseSensitive(st, "repacking");
+        if (!finished)
+            cJSON_AddTrueToObject(st, "repacking");
+        char *txt = cJSON_Print(st);
+        if ((rc = put_state(dfd, txt)))
+            fprintf(stderr, "ckptfs repack: %s/%s: %s\n", CKU_ESC(dst), STATE_NAME, strerror(errno));
+        free(txt);
+    }
     cJSON_Delete(st);
     return rc;
 }

@@ -21,7 +21,11 @@
  *      (nothing left by a crash); other temporaries end in TMP_SUFFIX, which
  *      pack and repack remove when they start (pack_dst.c, remove_temps); a
  *      rerun skips the files already converted;
- *   3. PACKED is locked (flock, exclusive) for the run, as pack locks it:
+ *   3. its state (ckptfs.state, pack_state.c), where it has one, names the
+ *      new encoding and says "repacking" before the first file is replaced,
+ *      and no longer "repacking" once the last one is durable: a rerun of
+ *      the pack resumes only over files all in the encoding it names;
+ *   4. PACKED is locked (flock, exclusive) for the run, as pack locks it:
  *      unpack, verify, stat and pack refuse to run on it meanwhile.  The
  *      mount takes no lock: a mount of PACKED sees each replaced file change
  *      and refuses it (EIO) until it is mounted again.
@@ -180,10 +184,13 @@ static int encode_to(int dfd, const char *tmp, const ckm_file *f, const ckp_info
     return rc;
 }
 
-/* Convert one file.  @return 1 converted, 0 nothing to do, -1 failed. */
-static int repack_file(int dfd, const char *dst, const ckm_file *f, uint32_t enc, int jobs, uint64_t sizes[2])
+/* Convert one file; before the first is changed (*noted 0), note in the
+ * state that a repack to enc started.  @return 1 converted, 0 nothing to do,
+ * -1 failed. */
+static int repack_file(int dfd, const char *dst, const ckm_file *f, uint32_t enc, int jobs, uint64_t sizes[2],
+                       int *noted)
 {
-    char rel[CKP_MAX_PATH + 8], tmp[CKP_MAX_PATH + 64], what[CKP_MAX_PATH + 8];
+    char rel[CKP_MAX_PATH + 8], tmp[CKP_MAX_PATH + 64] = "", what[CKP_MAX_PATH + 8];
     ckp_reader *r = ckpt_open_member("repack", dst, f), *nr = NULL;
     struct stat old_st, new_st;
     uint8_t *p = NULL, *back = NULL;
@@ -197,6 +204,9 @@ static int repack_file(int dfd, const char *dst, const ckm_file *f, uint32_t enc
         ckp_close(r);
         return 0;
     }
+    if (!*noted && repack_note_state(dfd, dst, enc, 0))
+        goto out;
+    *noted = 1;
     tmp_rel(tmp, sizeof tmp, f->path);
     if (fstatat(dfd, rel, &old_st, AT_SYMLINK_NOFOLLOW) || !(p = decode_to_temp(dfd, r, f, what, &ofd, &named)))
         goto out;
@@ -231,7 +241,7 @@ static int repack_file(int dfd, const char *dst, const ckm_file *f, uint32_t enc
     }
     rc = 1;
 out:
-    if (rc < 0)
+    if (rc < 0 && *tmp)
         unlinkat(dfd, tmp, 0);
     if (p && f->size)
         munmap(p, (size_t)f->size);
@@ -286,14 +296,18 @@ int ckpt_repack(const char *dst, uint32_t enc, int jobs)
         }
         ckp_close(r);
     }
+    int noted = 0;
     for (size_t i = 0; i < m->n_files && !failed; i++) {
-        int rc = repack_file(dfd, dst, &m->files[i], enc, jobs, sizes);
+        int rc = repack_file(dfd, dst, &m->files[i], enc, jobs, sizes, &noted);
         if (rc < 0) {
             failed++;
             break; /* stop at the first failure: nothing after it is touched */
         }
         done += (size_t)rc;
     }
+    /* all in enc, each durable: the state says so (invariant 3) */
+    if (!failed && repack_note_state(dfd, dst, enc, 1))
+        failed++;
     if (!failed)
         printf("repacked %zu of %zu files to %s: %.1f MB -> %.1f MB\n", done, m->n_files, ckc_encoding_name(enc),
                sizes[0] / 1e6, sizes[1] / 1e6);
