@@ -256,23 +256,9 @@ int scan_dst(pack_ctx *c, const char *rel, mf_build *b)
     return rc;
 }
 
-/* arr (n used of *cap elements of size each) with room for one more: arr
- * itself, or a copy twice as large (first elements at first); NULL when out
- * of memory, arr untouched. */
-static void *room_for_one(void *arr, size_t *cap, size_t n, size_t size, size_t first)
-{
-    if (n < *cap)
-        return arr;
-    size_t c = *cap ? 2 * *cap : first;
-    void *grown = realloc(arr, c * size);
-    if (grown)
-        *cap = c;
-    return grown;
-}
-
 int mf_add_dir(mf_build *b, const char *path, size_t n, uint32_t mode)
 {
-    ckm_dir *d = room_for_one(b->m.dirs, &b->cap_dirs, b->m.n_dirs, sizeof *d, 16);
+    ckm_dir *d = cku_grow(b->m.dirs, &b->cap_dirs, b->m.n_dirs, sizeof *d, 16);
     if (!d)
         return -1;
     b->m.dirs = d;
@@ -286,7 +272,7 @@ int mf_add_dir(mf_build *b, const char *path, size_t n, uint32_t mode)
 
 int mf_add_file(mf_build *b, const ckm_file *f)
 {
-    ckm_file *nf = room_for_one(b->m.files, &b->cap_files, b->m.n_files, sizeof *nf, 64);
+    ckm_file *nf = cku_grow(b->m.files, &b->cap_files, b->m.n_files, sizeof *nf, 64);
     if (!nf)
         return -1;
     b->m.files = nf;

@@ -34,10 +34,10 @@ static int remember(s3_send *s, const ckp_info *in, uint64_t packed)
     size_t i = 0;
     while (i < s->n && strcmp(s->files[i].path, in->path))
         i++;
-    if (i == s->n && s->n == s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 64;
-        ckm_file *f = realloc(s->files, cap * sizeof *f);
-        uint64_t *p = f ? realloc(s->packed, cap * sizeof *p) : NULL;
+    if (i == s->n && s->n == s->cap) { /* files and packed: s->cap each */
+        size_t cap_files = s->cap, cap = s->cap;
+        ckm_file *f = cku_grow(s->files, &cap_files, s->n, sizeof *f, 64);
+        uint64_t *p = f ? cku_grow(s->packed, &cap, s->n, sizeof *p, 64) : NULL;
         if (f)
             s->files = f;
         if (p)

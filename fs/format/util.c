@@ -213,6 +213,25 @@ int cku_unhex(const char *s, uint8_t *out, size_t n)
     return 0;
 }
 
+void *cku_grow(void *arr, size_t *cap, size_t n, size_t size, size_t first)
+{
+    if (n < *cap)
+        return arr;
+    if (!size || !first) {
+        errno = EINVAL;
+        return NULL;
+    }
+    if (*cap > SIZE_MAX / 2 || (*cap ? 2 * *cap : first) > SIZE_MAX / size) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    size_t c = *cap ? 2 * *cap : first;
+    void *grown = realloc(arr, c * size);
+    if (grown)
+        *cap = c;
+    return grown;
+}
+
 double cku_now(void)
 {
     struct timespec ts;

@@ -137,6 +137,14 @@ static inline void cku_put16(uint8_t *p, uint16_t v)
 
 double cku_now(void); /* monotonic seconds */
 
+/* Room for one more element in a growable array: arr holds n of its *cap
+ * elements of size bytes each.  @return arr itself while n < *cap, else arr
+ * reallocated to twice *cap elements (first when *cap is 0) with *cap set to
+ * that; NULL with errno (ENOMEM: out of memory, or the new size does not fit
+ * in a size_t; EINVAL: size or first 0) and arr and *cap untouched (arr
+ * still the caller's to free). */
+void *cku_grow(void *arr, size_t *cap, size_t n, size_t size, size_t first);
+
 /* ---- errors: the one formatter of every layer ------------------------------
  * A function that fails with a message formats it here: err (if given, of
  * errCapacity bytes) gets the message, cut to fit, and the status passed in

@@ -27,6 +27,7 @@
 #include <xxhash.h>
 
 #include "disk_cache.h"
+#include "util.h"
 
 #define MAGIC "CKDCENT1"
 #define HDR_FIXED 48u
@@ -78,14 +79,10 @@ static int add_span(ckdc_obj *o, uint64_t off, uint64_t len)
         i++;
     if (i < o->n && o->e[i].off == off && o->e[i].len == len)
         return 0;
-    if (o->n == o->cap) {
-        size_t cap = o->cap ? 2 * o->cap : 16;
-        span *e = realloc(o->e, cap * sizeof *e);
-        if (!e)
-            return -1;
-        o->e = e;
-        o->cap = cap;
-    }
+    span *e = cku_grow(o->e, &o->cap, o->n, sizeof *e, 16);
+    if (!e)
+        return -1;
+    o->e = e;
     memmove(o->e + i + 1, o->e + i, (o->n - i) * sizeof *o->e);
     o->e[i] = (span){off, len};
     o->n++;
@@ -274,14 +271,10 @@ static uint64_t scan_dir(ckdc *dc, const char *dname, victim **v, size_t *n, siz
         sum += du_of(&st);
         if (tmp || strlen(de->d_name) != NAME_LEN)
             continue;
-        if (*n == *cap) {
-            size_t nc = *cap ? 2 * *cap : 256;
-            victim *nv = realloc(*v, nc * sizeof *nv);
-            if (!nv)
-                continue;   /* not a candidate; still counted */
-            *v = nv;
-            *cap = nc;
-        }
+        victim *nv = cku_grow(*v, cap, *n, sizeof *nv, 256);
+        if (!nv)
+            continue;   /* not a candidate; still counted */
+        *v = nv;
         victim *x = &(*v)[(*n)++];
         x->mtime = st.st_mtim;
         x->du = du_of(&st);

@@ -12,6 +12,7 @@
 #include <openssl/evp.h>
 
 #include "s3_internal.h"
+#include "util.h"
 
 static cks3_status nomem(char *err, size_t cap)
 {
@@ -163,14 +164,10 @@ static int list_field(void *arg, const char *parent, const char *name, const cha
         else if (!strcmp(name, "ETag"))
             snprintf(s->cur.etag, sizeof s->cur.etag, "%s", text);
     } else if (parent && !strcmp(parent, "Contents") && !name) { /* the record ends */
-        if (s->out->n == s->cap) {
-            size_t ncap = s->cap ? 2 * s->cap : 64;
-            cks3_entry *v = realloc(s->out->v, ncap * sizeof *v);
-            if (!v)
-                return s->nomem = 1;
-            s->out->v = v;
-            s->cap = ncap;
-        }
+        cks3_entry *v = cku_grow(s->out->v, &s->cap, s->out->n, sizeof *v, 64);
+        if (!v)
+            return s->nomem = 1;
+        s->out->v = v;
         if (s->cur.key)
             s->out->v[s->out->n++] = s->cur;
         memset(&s->cur, 0, sizeof s->cur);
@@ -448,14 +445,10 @@ typedef struct {
 
 static int grow(void **v, size_t *cap, size_t n, size_t size)
 {
-    if (n < *cap)
-        return 0;
-    size_t ncap = *cap ? 2 * *cap : 32;
-    void *nv = realloc(*v, ncap * size);
+    void *nv = cku_grow(*v, cap, n, size, 32);
     if (!nv)
         return -1;
     *v = nv;
-    *cap = ncap;
     return 0;
 }
 

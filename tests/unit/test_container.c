@@ -433,6 +433,55 @@ START_TEST(escape_names)
 }
 END_TEST
 
+/* cku_grow: room for one more element, doubling from first; every element
+ * kept; a size that does not fit in a size_t refused with the array and its
+ * capacity untouched. */
+START_TEST(grow_by_doubling)
+{
+    uint32_t *v = NULL;
+    size_t cap = 0, caps[] = {3, 3, 3, 6, 6, 6, 12};
+    for (size_t n = 0; n < 2000; n++) {
+        size_t had = cap;
+        uint32_t *g = cku_grow(v, &cap, n, sizeof *v, 3);
+        ck_assert_ptr_nonnull(g);
+        if (n < had) { /* room left: the same array */
+            ck_assert_ptr_eq(g, v);
+            ck_assert_uint_eq(cap, had);
+        }
+        if (n < sizeof caps / sizeof *caps)
+            ck_assert_uint_eq(cap, caps[n]);
+        ck_assert_uint_gt(cap, n);
+        ck_assert_uint_eq(cap % 3, 0); /* 3 * 2^k */
+        ck_assert_uint_eq(cap / 3 & (cap / 3 - 1), 0);
+        v = g;
+        v[n] = (uint32_t)(n * 2654435761u);
+    }
+    for (size_t n = 0; n < 2000; n++)
+        ck_assert_uint_eq(v[n], (uint32_t)(n * 2654435761u));
+    ck_assert_uint_eq(cap, 3 * 1024);
+
+    /* overflow: twice the capacity, or the bytes of it, past SIZE_MAX */
+    struct { size_t cap, size, first; int e; } bad[] = {
+        {SIZE_MAX / 2 + 1, 1, 1, ENOMEM},   /* 2 * cap wraps */
+        {SIZE_MAX / 16, 16, 1, ENOMEM},     /* 2 * cap * 16 wraps */
+        {((size_t)1 << (sizeof(size_t) * 8 - 4)), 8, 1, ENOMEM},
+        {0, 8, SIZE_MAX / 4, ENOMEM},        /* first * 8 wraps */
+        {0, 0, 4, EINVAL},
+        {0, 4, 0, EINVAL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        size_t c = bad[i].cap;
+        errno = 0;
+        ck_assert_ptr_null(cku_grow(v, &c, bad[i].cap, bad[i].size, bad[i].first));
+        ck_assert_int_eq(errno, bad[i].e);
+        ck_assert_uint_eq(c, bad[i].cap);
+    }
+    for (size_t n = 0; n < 2000; n++) /* untouched, still ours */
+        ck_assert_uint_eq(v[n], (uint32_t)(n * 2654435761u));
+    free(v);
+}
+END_TEST
+
 /* cku_json_lex: the RFC 8259 rules cJSON lets through. */
 START_TEST(json_lex)
 {
@@ -889,6 +938,7 @@ int main(void)
     tcase_add_test(t, safetensors_invalid);
     tcase_add_test(t, paths);
     tcase_add_test(t, escape_names);
+    tcase_add_test(t, grow_by_doubling);
     tcase_add_test(t, json_lex);
     tcase_add_test(t, manifest_roundtrip_and_damage);
     tcase_add_test(t, sha256_pipe);
