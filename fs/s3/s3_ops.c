@@ -175,6 +175,31 @@ static int list_field(void *arg, const char *parent, const char *name, const cha
     return s->nomem;
 }
 
+/* One page of a listing (LIST, ListMultipartUploads, ListParts: op): r
+ * performed, its XML walked by field(arg), whose state's *nomem, *truncated
+ * and *next (the marker of the next page) are given; refused unless its
+ * root element is root_want and a truncated page names the next (no_next:
+ * what to say).  r is the caller's to free (cks3_req_free) in any case. */
+static cks3_status list_page(cks3_client *c, cks3_req *r, const char *op, const char *root_want, cks3_xml_cb field,
+                             void *arg, const int *nomem_p, int *truncated, char *const *next, const char *no_next,
+                             char *err, size_t cap)
+{
+    *truncated = 0;
+    cks3_status st = cks3_perform(c, r, op, err, cap);
+    if (st != CKS3_OK)
+        return st;
+    char root[64], why[96];
+    int w = cks3_xml_walk(r->resp.p ? r->resp.p : "", r->resp.n, root, sizeof root, field, arg);
+    snprintf(why, sizeof why, "not a %s", root_want);
+    if (*nomem_p)
+        return nomem(err, cap);
+    if (w || strcmp(root, root_want))
+        return protocol(r, op, why, err, cap);
+    if (*truncated && !*next)
+        return protocol(r, op, no_next, err, cap);
+    return CKS3_OK;
+}
+
 cks3_status cks3_list(cks3_client *c, const char *bucket, const char *prefix, cks3_list_result *out, char *err,
                       size_t cap)
 {
@@ -196,24 +221,15 @@ cks3_status cks3_list(cks3_client *c, const char *bucket, const char *prefix, ck
             break;
         }
         cks3_req r = {.method = "GET", .bucket = bucket, .query = query};
-        s.truncated = 0;
-        st = cks3_perform(c, &r, "LIST", err, cap);
-        if (st == CKS3_OK) {
-            char root[64];
-            int w = cks3_xml_walk(r.resp.p ? r.resp.p : "", r.resp.n, root, sizeof root, list_field, &s);
-            if (s.nomem)
-                st = nomem(err, cap);
-            else if (w || strcmp(root, "ListBucketResult"))
-                st = protocol(&r, "LIST", "not a ListBucketResult", err, cap);
-            else if (s.truncated && !s.token)
-                st = protocol(&r, "LIST", "truncated without a continuation token", err, cap);
-            else if (s.truncated && ((s.seen[0] && !strcmp(s.token, s.seen[0])) ||
-                                     (s.seen[1] && !strcmp(s.token, s.seen[1]))))
-                st = protocol(&r, "LIST", "the listing never ends (a continuation token given again)", err, cap);
-            else if (s.truncated && (++pages >= LIST_MAX_PAGES || out->n >= LIST_MAX_KEYS))
-                st = protocol(&r, "LIST", "the listing never ends (over 10,000 pages or 10,000,000 keys; "
-                              "continuation token)", err, cap);
-        }
+        st = list_page(c, &r, "LIST", "ListBucketResult", list_field, &s, &s.nomem, &s.truncated, &s.token,
+                       "truncated without a continuation token", err, cap);
+        if (st != CKS3_OK || !s.truncated)
+            ;
+        else if ((s.seen[0] && !strcmp(s.token, s.seen[0])) || (s.seen[1] && !strcmp(s.token, s.seen[1])))
+            st = protocol(&r, "LIST", "the listing never ends (a continuation token given again)", err, cap);
+        else if (++pages >= LIST_MAX_PAGES || out->n >= LIST_MAX_KEYS)
+            st = protocol(&r, "LIST", "the listing never ends (over 10,000 pages or 10,000,000 keys; "
+                          "continuation token)", err, cap);
         free(query);
         cks3_req_free(&r);
         if (st == CKS3_OK && s.truncated) { /* the token just used becomes the newest seen */
@@ -509,18 +525,8 @@ cks3_status cks3_mpu_list_uploads(cks3_client *c, const char *bucket, const char
             break;
         }
         cks3_req r = {.method = "GET", .bucket = bucket, .query = query};
-        s.truncated = 0;
-        st = cks3_perform(c, &r, "ListMultipartUploads", err, cap);
-        if (st == CKS3_OK) {
-            char root[64];
-            int w = cks3_xml_walk(r.resp.p ? r.resp.p : "", r.resp.n, root, sizeof root, uploads_field, &s);
-            if (s.nomem)
-                st = nomem(err, cap);
-            else if (w || strcmp(root, "ListMultipartUploadsResult"))
-                st = protocol(&r, "ListMultipartUploads", "not a ListMultipartUploadsResult", err, cap);
-            else if (s.truncated && !s.next_key)
-                st = protocol(&r, "ListMultipartUploads", "truncated without a next marker", err, cap);
-        }
+        st = list_page(c, &r, "ListMultipartUploads", "ListMultipartUploadsResult", uploads_field, &s, &s.nomem,
+                       &s.truncated, &s.next_key, "truncated without a next marker", err, cap);
         free(query);
         cks3_req_free(&r);
     } while (st == CKS3_OK && s.truncated);
@@ -592,18 +598,8 @@ cks3_status cks3_mpu_list_parts(cks3_client *c, const char *bucket, const char *
             break;
         }
         cks3_req r = {.method = "GET", .bucket = bucket, .key = key, .query = query};
-        s.truncated = 0;
-        st = cks3_perform(c, &r, "ListParts", err, cap);
-        if (st == CKS3_OK) {
-            char root[64];
-            int w = cks3_xml_walk(r.resp.p ? r.resp.p : "", r.resp.n, root, sizeof root, parts_field, &s);
-            if (s.nomem)
-                st = nomem(err, cap);
-            else if (w || strcmp(root, "ListPartsResult"))
-                st = protocol(&r, "ListParts", "not a ListPartsResult", err, cap);
-            else if (s.truncated && !s.next_key)
-                st = protocol(&r, "ListParts", "truncated without a next marker", err, cap);
-        }
+        st = list_page(c, &r, "ListParts", "ListPartsResult", parts_field, &s, &s.nomem, &s.truncated, &s.next_key,
+                       "truncated without a next marker", err, cap);
         free(query);
         cks3_req_free(&r);
     } while (st == CKS3_OK && s.truncated);
