@@ -120,15 +120,20 @@ static ckp_status bad_entry(char *err, size_t cap, const char *name, const char 
     return merr(err, cap, CKP_ERR_CORRUPT, "%s: %s entry %zu: \"%s\" %s", name, kind, idx, k, why);
 }
 
-/* Fill f from the file entry e; @return NULL, or the name of the bad field
- * with what is wrong in *why. */
-static const char *parse_file(const cJSON *e, ckm_file *f, const char **path, const char **why)
+/* The parsers of one entry: slot (a ckm_file, ckm_dir, ckm_link) filled
+ * from the entry e.  @return NULL, or the name of the bad field ("" for the
+ * entry itself) with what is wrong in *why, or "" with *why NULL when out of
+ * memory (nothing of slot left to free). */
+typedef const char *(*entry_parser)(const cJSON *e, void *slot, const char **why);
+
+static const char *file_entry(const cJSON *e, void *slot, const char **why)
 {
-    const char *sha, *kind;
+    ckm_file *f = slot;
+    const char *path, *sha, *kind;
     int64_t size, mode, mtime;
     if (!cJSON_IsObject(e))
         return *why = "is not an object", "";
-    if ((*why = get_path(e, path)) || (*why = ckp_file_path_problem(*path)))
+    if ((*why = get_path(e, &path)) || (*why = ckp_file_path_problem(path)))
         return "path";
     if ((*why = get_int(e, "size", (int64_t)1 << 53, "is not an integer from 0 to 2^53", &size)))
         return "size";
@@ -146,78 +151,65 @@ static const char *parse_file(const cJSON *e, ckm_file *f, const char **path, co
     f->mode = (uint32_t)mode;
     f->mtime_ns = mtime;
     f->kind = strcmp(kind, "safetensors") == 0 ? CKP_KIND_SAFETENSORS : CKP_KIND_BLOB;
-    return NULL;
+    return (f->path = strdup(path)) ? NULL : "";
 }
 
-static ckp_status parse_files(const cJSON *arr, ckm_manifest *m, const char *name, char *err, size_t cap)
+static const char *dir_entry(const cJSON *e, void *slot, const char **why)
 {
-    int n = cJSON_GetArraySize(arr);
-    m->files = calloc(n ? (size_t)n : 1, sizeof *m->files);
-    if (!m->files)
-        return merr(err, cap, CKP_ERR_NOMEM, "%s: out of memory", name);
-    for (const cJSON *e = arr->child; e; e = e->next) {
-        ckm_file *f = &m->files[m->n_files];
-        const char *p = NULL, *why = NULL, *field = parse_file(e, f, &p, &why);
-        if (field)
-            return bad_entry(err, cap, name, "file", m->n_files, e, field, why);
-        if (!(f->path = strdup(p)))
-            return merr(err, cap, CKP_ERR_NOMEM, "%s: out of memory", name);
-        m->n_files++;
-    }
-    return CKP_OK;
-}
-
-static ckp_status parse_dirs(const cJSON *arr, ckm_manifest *m, const char *name, char *err, size_t cap)
-{
-    int n = cJSON_GetArraySize(arr);
-    m->dirs = calloc(n ? (size_t)n : 1, sizeof *m->dirs);
-    if (!m->dirs)
-        return merr(err, cap, CKP_ERR_NOMEM, "%s: out of memory", name);
-    for (const cJSON *e = arr->child; e; e = e->next) {
-        ckm_dir *d = &m->dirs[m->n_dirs];
-        const char *p = NULL, *why = NULL, *field = "";
-        int64_t mode;
-        if (!cJSON_IsObject(e))
-            why = "is not an object";
-        else if ((why = get_path(e, &p)))
-            field = "path";
-        else if ((why = get_int(e, "mode", 07777, "is not an integer from 0 to 07777", &mode)))
-            field = "mode";
-        if (why)
-            return bad_entry(err, cap, name, "directory", m->n_dirs, e, field, why);
-        if (!(d->path = strdup(p)))
-            return merr(err, cap, CKP_ERR_NOMEM, "%s: out of memory", name);
-        m->n_dirs++;
-        d->mode = (uint32_t)mode;
-    }
-    return CKP_OK;
+    ckm_dir *d = slot;
+    const char *path;
+    int64_t mode;
+    if (!cJSON_IsObject(e))
+        return *why = "is not an object", "";
+    if ((*why = get_path(e, &path)))
+        return "path";
+    if ((*why = get_int(e, "mode", 07777, "is not an integer from 0 to 07777", &mode)))
+        return "mode";
+    d->mode = (uint32_t)mode;
+    return (d->path = strdup(path)) ? NULL : "";
 }
 
 /* Links (format 2, §7): {"path": L, "target": T}, T any text of 1 to
  * CKM_TARGET_MAX bytes (no NUL: parse_root refused \u0000). */
-static ckp_status parse_links(const cJSON *arr, ckm_manifest *m, const char *name, char *err, size_t cap)
+static const char *link_entry(const cJSON *e, void *slot, const char **why)
+{
+    ckm_link *l = slot;
+    const char *path, *t;
+    if (!cJSON_IsObject(e))
+        return *why = "is not an object", "";
+    if ((*why = get_path(e, &path)))
+        return "path";
+    if ((*why = get_string(e, "target", &t)) ||
+        (*why = !*t || strlen(t) > CKM_TARGET_MAX ? "is not 1 to 4095 bytes" : NULL))
+        return "target";
+    if ((l->path = strdup(path)) && (l->target = strdup(t)))
+        return NULL;
+    free(l->path);
+    return "";
+}
+
+/* A zeroed array for the entries of arr, of size bytes each; NULL when out of memory. */
+static void *new_entries(const cJSON *arr, size_t size)
 {
     int n = cJSON_GetArraySize(arr);
-    m->links = calloc(n ? (size_t)n : 1, sizeof *m->links);
-    if (!m->links)
+    return calloc(n ? (size_t)n : 1, size);
+}
+
+/* Parse the entries of arr (kind: "file", "directory", "link") into v, a
+ * new_entries array (NULL: out of memory), each by parse, counting in *n the
+ * ones parsed (what ckm_free frees). */
+static ckp_status parse_entries(const cJSON *arr, void *v, size_t *n, size_t size, entry_parser parse,
+                                const char *kind, const char *name, char *err, size_t cap)
+{
+    if (!v)
         return merr(err, cap, CKP_ERR_NOMEM, "%s: out of memory", name);
     for (const cJSON *e = arr->child; e; e = e->next) {
-        ckm_link *l = &m->links[m->n_links];
-        const char *p = NULL, *t = NULL, *why = NULL, *field = "";
-        if (!cJSON_IsObject(e))
-            why = "is not an object";
-        else if ((why = get_path(e, &p)))
-            field = "path";
-        else if ((why = get_string(e, "target", &t)) ||
-                 (why = !*t || strlen(t) > CKM_TARGET_MAX ? "is not 1 to 4095 bytes" : NULL))
-            field = "target";
-        if (why)
-            return bad_entry(err, cap, name, "link", m->n_links, e, field, why);
-        if (!(l->path = strdup(p)) || !(l->target = strdup(t))) {
-            free(l->path);
+        const char *why = NULL, *field = parse(e, (char *)v + *n * size, &why);
+        if (field && !why)
             return merr(err, cap, CKP_ERR_NOMEM, "%s: out of memory", name);
-        }
-        m->n_links++;
+        if (field)
+            return bad_entry(err, cap, name, kind, *n, e, field, why);
+        (*n)++;
     }
     return CKP_OK;
 }
@@ -233,6 +225,17 @@ static int cmp_dir(const void *a, const void *b)
 static int cmp_link(const void *a, const void *b)
 {
     return strcmp(((const ckm_link *)a)->path, ((const ckm_link *)b)->path);
+}
+
+/* m's files, directories and links each sorted by path (the finds bsearch them). */
+static void sort_entries(ckm_manifest *m)
+{
+    if (m->n_files)
+        qsort(m->files, m->n_files, sizeof *m->files, cmp_file);
+    if (m->n_dirs)
+        qsort(m->dirs, m->n_dirs, sizeof *m->dirs, cmp_dir);
+    if (m->n_links)
+        qsort(m->links, m->n_links, sizeof *m->links, cmp_link);
 }
 
 const ckm_link *ckm_find_link(const ckm_manifest *m, const char *path)
@@ -498,15 +501,15 @@ ckp_status ckm_parse(const char *name, char *buf, size_t size, ckm_manifest **ou
                   !b ? "missing" : "not an array");
         goto out;
     }
-    if ((st = parse_files(files, m, name, err, cap)) != CKP_OK || (st = parse_dirs(dirs, m, name, err, cap)) != CKP_OK ||
-        (links && (st = parse_links(links, m, name, err, cap)) != CKP_OK))
+    m->files = new_entries(files, sizeof *m->files);
+    m->dirs = new_entries(dirs, sizeof *m->dirs);
+    m->links = links ? new_entries(links, sizeof *m->links) : NULL;
+    if ((st = parse_entries(files, m->files, &m->n_files, sizeof *m->files, file_entry, "file", name, err, cap)) ||
+        (st = parse_entries(dirs, m->dirs, &m->n_dirs, sizeof *m->dirs, dir_entry, "directory", name, err, cap)) ||
+        (links &&
+         (st = parse_entries(links, m->links, &m->n_links, sizeof *m->links, link_entry, "link", name, err, cap))))
         goto out;
-    if (m->n_files)
-        qsort(m->files, m->n_files, sizeof *m->files, cmp_file);
-    if (m->n_dirs)
-        qsort(m->dirs, m->n_dirs, sizeof *m->dirs, cmp_dir);
-    if (m->n_links)
-        qsort(m->links, m->n_links, sizeof *m->links, cmp_link);
+    sort_entries(m);
     if ((st = check_tree(m, name, err, cap)) != CKP_OK)
         goto out;
     *out = m;
@@ -545,12 +548,7 @@ ckp_status ckm_write(const char *dst, ckm_manifest *m, char *err, size_t cap)
 
 ckp_status ckm_write_at(int dfd, const char *dst, ckm_manifest *m, unsigned mode, char *err, size_t cap)
 {
-    if (m->n_files)
-        qsort(m->files, m->n_files, sizeof *m->files, cmp_file);
-    if (m->n_dirs)
-        qsort(m->dirs, m->n_dirs, sizeof *m->dirs, cmp_dir);
-    if (m->n_links)
-        qsort(m->links, m->n_links, sizeof *m->links, cmp_link);
+    sort_entries(m);
     cJSON *root = cJSON_CreateObject(), *files = cJSON_CreateArray(), *dirs = cJSON_CreateArray();
     /* the lowest format that holds it (format §10): 1 unless it has links */
     cJSON_AddNumberToObject(root, "format", m->n_links ? 2 : 1);

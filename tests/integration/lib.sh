@@ -52,6 +52,20 @@ make_model() {
     "${CKPTFS_PACK:-$CKPTFS}" pack "$T/src" "$T/dst" >"$T/log.pack" 2>&1 || fail "ckptfs pack failed"
 }
 
+# make_pristine: $T/src holding a.bin and b.bin (3,000,000 random bytes
+# each) and c.bin (500,000), packed into $T/pristine, where a.bin.ckpt and
+# b.bin.ckpt have the same size: another valid pack of a.bin's size to put
+# in its place (the tests of a packed file replaced under the mount).
+make_pristine() {
+    mkdir -p "$T/src"
+    head -c 3000000 /dev/urandom >"$T/src/a.bin"
+    head -c 3000000 /dev/urandom >"$T/src/b.bin"
+    head -c 500000 /dev/urandom >"$T/src/c.bin"
+    "$CKPTFS" pack "$T/src" "$T/pristine" >"$T/log.pack" 2>&1 || fail "pack"
+    [ "$(stat -c %s "$T/pristine/a.bin.ckpt")" = "$(stat -c %s "$T/pristine/b.bin.ckpt")" ] ||
+        fail "a.bin.ckpt and b.bin.ckpt differ in size"
+}
+
 # new_mnt NAME: an empty mount point $T/NAME, unmounted at exit.
 new_mnt() {
     mkdir -p "$T/$1"
@@ -68,6 +82,14 @@ mount_fg() {
     PID=$!
     PIDS="$PIDS $PID"
     wait_mounted "$T/$_n"
+}
+
+# mount_pristine NAME [ARGS...]: $T/dst a new copy of $T/pristine, mounted
+# as mount_fg does.
+mount_pristine() {
+    rm -rf "$T/dst"
+    cp -a "$T/pristine" "$T/dst"
+    mount_fg "$@"
 }
 
 # stop_daemon SIG PID: send SIG, wait (at most 10 s) for a clean exit.

@@ -11,13 +11,7 @@
 # bytes, was EIO here too until 3 December; issue #25 wants it re-validated
 # and served: mount_revalidate.sh.
 . "$(dirname "$0")/lib.sh"
-mkdir -p "$T/src"
-head -c 3000000 /dev/urandom >"$T/src/a.bin"
-head -c 3000000 /dev/urandom >"$T/src/b.bin"
-head -c 500000 /dev/urandom >"$T/src/c.bin"
-"$CKPTFS" pack "$T/src" "$T/pristine" >"$T/log.pack" 2>&1 || fail "pack"
-[ "$(stat -c %s "$T/pristine/a.bin.ckpt")" = "$(stat -c %s "$T/pristine/b.bin.ckpt")" ] ||
-    fail "a.bin.ckpt and b.bin.ckpt differ in size"
+make_pristine
 
 # case NAME HOW ALT TRIGGER LOGLINE [MOUNT OPTIONS]
 #   HOW: rename (ALT renamed over a.bin.ckpt), copy (ALT copied over it in
@@ -27,9 +21,7 @@ head -c 500000 /dev/urandom >"$T/src/c.bin"
 case_() {
     name=$1 how=$2 alt=$3 trigger=$4 line=$5
     shift 5
-    rm -rf "$T/dst"
-    cp -a "$T/pristine" "$T/dst"
-    mount_fg "m$name" -o "prefetch=0${1:+,$1}"
+    mount_pristine "m$name" -o "prefetch=0${1:+,$1}"
     "$PY" - "$T/m$name" "$T/src" "$T/dst" "$how" "$alt" "$trigger" <<'PYEOF' || fail "$name: checks"
 import errno, os, shutil, sys, time
 from mount_checks import others_read_exactly

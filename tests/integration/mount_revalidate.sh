@@ -11,20 +11,12 @@
 # with drop_packed (pread and O_DIRECT windows).  Until 3 December any
 # change made the file EIO until the next mount.
 . "$(dirname "$0")/lib.sh"
-mkdir -p "$T/src"
-head -c 3000000 /dev/urandom >"$T/src/a.bin"
-head -c 3000000 /dev/urandom >"$T/src/b.bin"
-head -c 500000 /dev/urandom >"$T/src/c.bin"
-"$CKPTFS" pack "$T/src" "$T/pristine" >"$T/log.pack" 2>&1 || fail "pack"
-[ "$(stat -c %s "$T/pristine/a.bin.ckpt")" = "$(stat -c %s "$T/pristine/b.bin.ckpt")" ] ||
-    fail "a.bin.ckpt and b.bin.ckpt differ in size"
+make_pristine
 
 run() {
     name=$1
     shift
-    rm -rf "$T/dst"
-    cp -a "$T/pristine" "$T/dst"
-    mount_fg "m$name" ${1:+-o "$1"}
+    mount_pristine "m$name" ${1:+-o "$1"}
     "$PY" - "$T/m$name" "$T/src" "$T/dst" "$T/pristine" <<'PYEOF' || fail "$name: checks"
 import errno, os, random, shutil, sys, threading, time
 from mount_checks import others_read_exactly

@@ -187,6 +187,17 @@ START_TEST(round_trip_auto)
 }
 END_TEST
 
+/* The plan of w (n weights in rows of cols) filled with distribution kind,
+ * its choice in *ch. */
+static ckc_ans_plan *plan_of(int kind, uint16_t *w, uint64_t n, uint64_t cols, ckc_ans_choice *ch)
+{
+    ckc_ans_plan *p;
+    fill(kind, w, n, cols);
+    ck_assert_int_eq(ckc_ans_plan_new(w, n, cols, &p), CKC_OK);
+    ckc_ans_plan_choice(p, ch);
+    return p;
+}
+
 /* The planner codes what pays and stores what does not. */
 START_TEST(planner_choices)
 {
@@ -195,24 +206,18 @@ START_TEST(planner_choices)
     ckc_ans_plan *p;
     ckc_ans_choice ch;
 
-    fill(D_UNIFORM, w, n, cols);
-    ck_assert_int_eq(ckc_ans_plan_new(w, n, cols, &p), CKC_OK);
-    ckc_ans_plan_choice(p, &ch);
+    p = plan_of(D_UNIFORM, w, n, cols, &ch);
     ck_assert_uint_eq(ch.mode, CKC_ANS_RAW);
     ckc_ans_plan_free(p);
 
-    fill(D_COLS, w, n, cols);
-    ck_assert_int_eq(ckc_ans_plan_new(w, n, cols, &p), CKC_OK);
-    ckc_ans_plan_choice(p, &ch);
+    p = plan_of(D_COLS, w, n, cols, &ch);
     ck_assert_uint_eq(ch.mode, CKC_ANS_CODED);
     ck_assert_uint_ge(ch.n_classes, 4); /* 97 distinct column scales: classes pay */
     ck_assert_uint_eq(ch.axis, CKC_ANS_AXIS_COL);
     ck_assert(ch.est_bits / n < 10.6);
     ckc_ans_plan_free(p);
 
-    fill(D_ROWS, w, n, cols);
-    ck_assert_int_eq(ckc_ans_plan_new(w, n, cols, &p), CKC_OK);
-    ckc_ans_plan_choice(p, &ch);
+    p = plan_of(D_ROWS, w, n, cols, &ch);
     ck_assert_uint_eq(ch.axis, CKC_ANS_AXIS_ROW);
     ckc_ans_plan_free(p);
     free(w);
@@ -229,9 +234,7 @@ START_TEST(estimate_matches_size)
     encoded e;
     double bytes;
 
-    fill(D_COLS, w, n, cols);
-    ck_assert_int_eq(ckc_ans_plan_new(w, n, cols, &p), CKC_OK);
-    ckc_ans_plan_choice(p, &ch);
+    p = plan_of(D_COLS, w, n, cols, &ch);
     encode_all(p, w, n, CHUNK, &e);
     bytes = (double)ckc_ans_blob_size(p);
     for (size_t c = 0; c < e.n_chunks; c++)

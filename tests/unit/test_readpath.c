@@ -1064,6 +1064,23 @@ static int log_to_file(void)
     return logfd;
 }
 
+/* The model open in c, its changes watched and its log in a file (*logfd),
+ * w.bin open with its chunk 0 read (cached), and then its packed file
+ * changed by how (change_packed).  @return w.bin's open file. */
+static ckfs_ofile *read_then_change(model *md, ckfs_ctx *c, int how, int *logfd)
+{
+    uint64_t size;
+    int err;
+    open_model(md, c, 0, 0);
+    watch_changes(c);
+    *logfd = log_to_file();
+    ckfs_ofile *of = open_w(c, &size, &err);
+    ck_assert_int_eq(err, 0);
+    ck_assert_int_eq(read_check(c, of, md, 0, 4096), 0); /* chunk 0 now cached */
+    change_packed(md, how);
+    return of;
+}
+
 /* A packed file renamed over by another valid one (another original, or
  * the same packed otherwise: another table of contents), removed or
  * truncated while the context serves it: found at the next decode of one
@@ -1079,19 +1096,11 @@ START_TEST(changed_packed_file_is_eio)
     static const char *why[CH_N] = {[CH_OTHER] = "table of contents is not the one mounted", /* same SHA-256 */
                                     [CH_RELAYOUT] = "table of contents is not the one mounted",
                                     [CH_REMOVED] = "No such file", [CH_TRUNCATED] = "cannot open packed file"};
-    int how = CH_KEPT + _i / 2, by_open = _i % 2;
+    int how = CH_KEPT + _i / 2, by_open = _i % 2, logfd, err;
     model md;
     ckfs_ctx c;
-    uint64_t size;
-    int err;
-    open_model(&md, &c, 0, 0);
-    watch_changes(&c);
-    int logfd = log_to_file();
-    uint64_t chunk = 2 * CKP_BF16_CHUNK_WEIGHTS;
-    ckfs_ofile *of = open_w(&c, &size, &err);
-    ck_assert_int_eq(err, 0);
-    ck_assert_int_eq(read_check(&c, of, &md, 0, 4096), 0); /* chunk 0 now cached */
-    change_packed(&md, how);
+    uint64_t size, chunk = 2 * CKP_BF16_CHUNK_WEIGHTS;
+    ckfs_ofile *of = read_then_change(&md, &c, how, &logfd);
     if (by_open) {
         ck_assert_ptr_null(open_w(&c, &size, &err));
         ck_assert_int_eq(err, EIO);
@@ -1122,19 +1131,11 @@ END_TEST
  * the next mount.) */
 START_TEST(rewritten_packed_file_is_served)
 {
-    int how = _i / 2, by_open = _i % 2;
+    int how = _i / 2, by_open = _i % 2, logfd, err;
     model md;
     ckfs_ctx c;
-    uint64_t size;
-    int err;
-    open_model(&md, &c, 0, 0);
-    watch_changes(&c);
-    int logfd = log_to_file();
-    uint64_t chunk = 2 * CKP_BF16_CHUNK_WEIGHTS;
-    ckfs_ofile *of = open_w(&c, &size, &err);
-    ck_assert_int_eq(err, 0);
-    ck_assert_int_eq(read_check(&c, of, &md, 0, 4096), 0);
-    change_packed(&md, how);
+    uint64_t size, chunk = 2 * CKP_BF16_CHUNK_WEIGHTS;
+    ckfs_ofile *of = read_then_change(&md, &c, how, &logfd);
     if (by_open) {
         ckfs_ofile *o2 = open_w(&c, &size, &err);
         ck_assert_int_eq(err, 0);

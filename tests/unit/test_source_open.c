@@ -142,15 +142,38 @@ static void every_byte(const ckp_reader *r, const uint8_t *orig, uint64_t total)
     free(back);
 }
 
+/* A packed file of n extents in enc written to path (file: its name; *orig,
+ * *total: its original bytes), in a new mem_src (*m), opened through it.
+ * (*m)->reads: the reads of the open. */
+static ckp_reader *opened(char *path, const char *file, uint32_t enc, int n, uint8_t **orig, uint64_t *total,
+                          mem_src **m)
+{
+    char err[512];
+    ckp_reader *r;
+    write_model(path, file, enc, n, orig, total);
+    *m = mem_new(path);
+    ck_assert_int_eq(ckp_open_source(&(*m)->base, file, &r, err, sizeof err), CKP_OK);
+    return r;
+}
+
+/* r (opened from m, of the packed file path) against the local reader, and
+ * every byte of it against orig; then r, m and orig freed. */
+static void check_and_close(ckp_reader *r, mem_src *m, const char *path, uint8_t *orig, uint64_t total)
+{
+    same_as_local(r, path);
+    every_byte(r, orig, total);
+    ckp_close(r);
+    mem_free(m);
+    free(orig);
+}
+
 START_TEST(many_small_indexes_few_reads)
 {
-    char path[300], err[512];
+    char path[300];
     uint8_t *orig;
     uint64_t total;
-    write_model(path, "many.bin", CKC_ENC_K15, 400, &orig, &total);
-    mem_src *m = mem_new(path);
-    ckp_reader *r;
-    ck_assert_int_eq(ckp_open_source(&m->base, "many", &r, err, sizeof err), CKP_OK);
+    mem_src *m;
+    ckp_reader *r = opened(path, "many.bin", CKC_ENC_K15, 400, &orig, &total, &m);
     ck_assert_ptr_null(ckp_check(r));
     unsigned n_ext = ckp_get_info(r)->n_extents, reads = m->reads;
     /* the first 64 KiB, the TOC, one span per run of small indexes between
@@ -161,11 +184,7 @@ START_TEST(many_small_indexes_few_reads)
     ck_assert_uint_eq(m->log[0].len, CKP_SOURCE_PREFIX);
     for (unsigned k = 2; k < reads; k++) /* spans of several indexes: at most 1 MiB each */
         ck_assert_uint_le(m->log[k].len, 1u << 20);
-    same_as_local(r, path);
-    every_byte(r, orig, total);
-    ckp_close(r);
-    mem_free(m);
-    free(orig);
+    check_and_close(r, m, path, orig, total);
 }
 END_TEST
 
@@ -173,41 +192,30 @@ END_TEST
  * in the same spans as the indexes, not one read each after them. */
 START_TEST(archive_tables_in_the_spans)
 {
-    char path[300], err[512];
+    char path[300];
     uint8_t *orig;
     uint64_t total;
-    write_model(path, "arch.bin", CKC_ENC_ARCHIVE, 150, &orig, &total);
-    mem_src *m = mem_new(path);
-    ckp_reader *r;
-    ck_assert_int_eq(ckp_open_source(&m->base, "arch", &r, err, sizeof err), CKP_OK);
+    mem_src *m;
+    ckp_reader *r = opened(path, "arch.bin", CKC_ENC_ARCHIVE, 150, &orig, &total, &m);
     ck_assert_uint_eq(ckp_get_extent(r, 1)->encoding, CKC_ENC_ARCHIVE);
     /* the first, the TOC, a span before the big extent and one after (one
      * read per index and per table before: 3 + 152 + 150) */
     ck_assert_uint_le(m->reads, 2 + 2);
-    same_as_local(r, path);
-    every_byte(r, orig, total);
-    ckp_close(r);
-    mem_free(m);
-    free(orig);
+    check_and_close(r, m, path, orig, total);
 }
 END_TEST
 
 START_TEST(small_file_one_read)
 {
-    char path[300], err[512];
+    char path[300];
     uint8_t *orig;
     uint64_t total;
-    write_model(path, "small.bin", CKC_ENC_K15, 20, &orig, &total);
-    mem_src *m = mem_new(path);
+    mem_src *m;
+    ckp_reader *r = opened(path, "small.bin", CKC_ENC_K15, 20, &orig, &total, &m);
     ck_assert_uint_lt(m->base.size, CKP_SOURCE_PREFIX);
-    ckp_reader *r;
-    ck_assert_int_eq(ckp_open_source(&m->base, "small", &r, err, sizeof err), CKP_OK);
     ck_assert_uint_eq(m->reads, 1); /* header, TOC and every index in the first read */
     ck_assert_uint_eq(m->log[0].len, m->base.size);
-    same_as_local(r, path);
-    ckp_close(r);
-    mem_free(m);
-    free(orig);
+    check_and_close(r, m, path, orig, total);
 }
 END_TEST
 
