@@ -14,11 +14,9 @@ object and what failed, not exit 3 (damage), and the same verify passes once
 the server is back.
 Usage: test_s3_commands.py CKPTFS
 """
-import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -27,54 +25,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from s3fixture import ACCESS_KEY, SECRET_KEY, free_ports  # noqa: E402
 from s3proxy import FaultProxy, xml  # noqa: E402
-from s3check import MB, check, pack_and_upload, server_test  # noqa: E402
+from s3check import check, pack_and_upload, server_test  # noqa: E402
+from s3util import ck, digest_tree, make_model  # noqa: E402
 
 CKPTFS = os.path.abspath(sys.argv[1])
-
-
-def digest_tree(root):
-    out = {}
-    for d, _dirs, files in os.walk(root):
-        for n in files:
-            p = os.path.join(d, n)
-            with open(p, "rb") as f:
-                out[os.path.relpath(p, root)] = hashlib.sha256(f.read()).hexdigest()
-    return out
-
-
-def make_model(src):
-    """Two BF16 safetensors files (several chunks each) and a random blob,
-    written with numpy only (BF16 as the top halves of float32s)."""
-    import numpy as np
-    rng = np.random.default_rng(7)
-
-    def bf16(shape):
-        a = (rng.standard_normal(shape).astype(np.float32) * 0.02).view(np.uint32)
-        return (a >> 16).astype(np.uint16).tobytes()
-
-    def save(path, tensors):
-        hdr, off, blobs = {}, 0, []
-        for name, (shape, data) in tensors.items():
-            hdr[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [off, off + len(data)]}
-            off += len(data)
-            blobs.append(data)
-        h = json.dumps(hdr).encode()
-        h += b" " * (-len(h) % 8)
-        with open(path, "wb") as f:
-            f.write(len(h).to_bytes(8, "little") + h + b"".join(blobs))
-
-    os.makedirs(os.path.join(src, "sub"))
-    save(os.path.join(src, "model.safetensors"), {"a": ((2048, 2048), bf16((2048, 2048))),
-                                                  "b": ((512, 300), bf16((512, 300)))})
-    save(os.path.join(src, "sub", "more.safetensors"), {"c": ((1024, 1536), bf16((1024, 1536)))})
-    with open(os.path.join(src, "sub", "blob.bin"), "wb") as f:
-        f.write(os.urandom(3 * MB + 5))
-    with open(os.path.join(src, "config.json"), "w") as f:
-        f.write('{"model_type": "test"}\n')
-
-
-def ck(env, *args):
-    return subprocess.run([CKPTFS, *args], capture_output=True, text=True, env=env, timeout=300)
 
 
 def main():

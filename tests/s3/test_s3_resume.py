@@ -31,12 +31,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from s3fixture import SeaweedS3  # noqa: E402
 from s3proxy import FaultProxy  # noqa: E402
-from s3check import FAILS  # noqa: E402
-from test_s3_commands import check, ck, digest_tree  # noqa: E402
-import test_s3_commands  # noqa: E402
+from s3check import FAILS, check  # noqa: E402
+from s3util import ck, digest_tree  # noqa: E402
 
 CKPTFS = os.path.abspath(sys.argv[1])
-test_s3_commands.CKPTFS = CKPTFS
 PART = 5 << 20
 BIG = "big.safetensors"
 
