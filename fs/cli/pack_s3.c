@@ -273,8 +273,11 @@ int ckpt_pack_s3(const ckpt_pack_opts *o)
         printf("packing %s to %s, staging at most %d packed file%s at a time in %s\n", o->src, s.url,
                s.rm.files_at_once, cku_s((size_t)s.rm.files_at_once), stage);
     if ((rc = ckpt_pack(&lo)) != CKPT_EXIT_OK) {
-        fprintf(stderr, "ckptfs pack: the pack is not complete at %s (no manifest); run the same command again to "
-                "go on\n", s.url);
+        if (!s.my_state[0]) /* refused before its state went up: a rerun would be refused the same */
+            fprintf(stderr, "ckptfs pack: nothing was written to %s\n", s.url);
+        else if (!atomic_load(&s.rival)) /* (a rival: said what to do) */
+            fprintf(stderr, "ckptfs pack: the pack is not complete at %s (no manifest); run the same command again "
+                    "to go on\n", s.url);
         goto out;
     }
     if (s3_resume_abort_rest(&s) || s3_prune(&s, stage))

@@ -28,12 +28,16 @@ typedef struct {
     pthread_mutex_t lock;     /* protects what follows */
     ckm_file *files;          /* the packed files the pack holds: sent, or found there */
     uint64_t *packed;         /* their objects' sizes */
+    char (*etags)[CKS3_ETAG_MAX]; /* and ETags (as this run sent or found them) */
     size_t n, cap;
     size_t n_held;            /* files the manifest lists */
     size_t sent;              /* files uploaded in this run */
     uint64_t sent_bytes;
     atomic_int manifest_gone; /* the manifest there was deleted (before the first upload) */
     int manifest_up;          /* the manifest was put (or found the same) */
+    char my_state[CKS3_ETAG_MAX]; /* the ETag of the state this run put ("": none yet): another run's */
+                              /* replacing it is how a pack learns it has a rival */
+    atomic_int rival;         /* one was found (said once): this run stops */
     /* resuming interrupted uploads (pack_s3_resume.c) */
     cJSON *old_state;         /* the state there when the run started (NULL: none) */
     cks3_upload_list pending; /* the unfinished uploads under the prefix when the run started */

@@ -25,23 +25,26 @@
 #include "util.h"
 
 /* Remember that the pack holds the packed file described by in (its object
- * packed bytes long): the manifest lists it (replacing what an earlier open
- * of the same path found). */
-static int remember(s3_send *s, const ckp_info *in, uint64_t packed)
+ * packed bytes long, of ETag etag): the manifest lists it (replacing what an
+ * earlier open of the same path found). */
+static int remember(s3_send *s, const ckp_info *in, uint64_t packed, const char *etag)
 {
     int rc = 0;
     pthread_mutex_lock(&s->lock);
     size_t i = 0;
     while (i < s->n && strcmp(s->files[i].path, in->path))
         i++;
-    if (i == s->n && s->n == s->cap) { /* files and packed: s->cap each */
-        size_t cap_files = s->cap, cap = s->cap;
+    if (i == s->n && s->n == s->cap) { /* files, packed and etags: s->cap each */
+        size_t cap_files = s->cap, cap_packed = s->cap, cap = s->cap;
         ckm_file *f = cku_grow(s->files, &cap_files, s->n, sizeof *f, 64);
-        uint64_t *p = f ? cku_grow(s->packed, &cap, s->n, sizeof *p, 64) : NULL;
+        uint64_t *p = f ? cku_grow(s->packed, &cap_packed, s->n, sizeof *p, 64) : NULL;
+        char(*e)[CKS3_ETAG_MAX] = p ? cku_grow(s->etags, &cap, s->n, sizeof *e, 64) : NULL;
         if (f)
             s->files = f;
         if (p)
-            s->packed = p, s->cap = cap;
+            s->packed = p;
+        if (e)
+            s->etags = e, s->cap = cap;
         else
             rc = -1;
     }
@@ -57,6 +60,7 @@ static int remember(s3_send *s, const ckp_info *in, uint64_t packed)
         f->mtime_ns = in->mtime_ns;
         f->kind = in->kind;
         s->packed[i] = packed;
+        snprintf(s->etags[i], sizeof s->etags[i], "%s", etag);
         s->n += i == s->n;
     }
     pthread_mutex_unlock(&s->lock);
@@ -100,7 +104,7 @@ static int hook_open(ckpt_pack_remote *rm, const char *final_rel, int whole, ckp
      * what it records of the file must be what the object says */
     const ckm_file *m = s->old && !atomic_load(&s->manifest_gone) ? ckm_find_file(s->old, in->path) : NULL;
     if (strncmp(in->path, final_rel, n) || in->path[n] ||
-        (m && (m->size != in->original_size || memcmp(m->sha256, in->sha256, 32))) || remember(s, in, o.size)) {
+        (m && (m->size != in->original_size || memcmp(m->sha256, in->sha256, 32))) || remember(s, in, o.size, o.etag)) {
         ckp_close(*r);
         *r = NULL;
         return 1;
@@ -122,6 +126,61 @@ static int hook_unchanged(ckpt_pack_remote *rm, const char *final_rel, const ckp
     return same;
 }
 
+static int cmp_key(const void *a, const void *b)
+{
+    return strcmp(((const cks3_entry *)a)->key, ((const cks3_entry *)b)->key);
+}
+
+/* Two packs to one prefix at once (two nodes started by one script, a pack
+ * --force while another runs): each puts its state first, so a state there
+ * that is not the one this run put means another run has started since.
+ * Checked (a HEAD of the state, its ETag) before each object is made (an
+ * upload completed), so the run
+ * that lost stops before it replaces the winner's objects, and, with
+ * objects, before the manifest: every object this run sent or kept must
+ * still be there with its ETag (a rival's upload may have replaced it), so
+ * that no manifest vouches for a mix of two packs.  No lock S3 offers
+ * spans both checks and the PUT that follows: a rival's request in flight
+ * at that moment can still replace an object, which readers then refuse
+ * (ETag, checksums: EIO, verify exit 3) and a rerun of the winning command
+ * mends.  @return 0, or -1 after saying why. */
+static int still_ours(s3_send *s, int objects)
+{
+    char msg[1024], err[1536];
+    char *key = cks3_key(s->prefix, CKP_STATE_NAME), *dir = cks3_key(s->prefix, "");
+    cks3_object o;
+    cks3_list_result l = {0};
+    const char *why = NULL;
+    cks3_status st = key && dir ? cks3_head(s->c, s->bucket, key, &o, msg, sizeof msg) : CKS3_ERR_NOMEM;
+    if (st == CKS3_ERR_NOT_FOUND || (st == CKS3_OK && s->my_state[0] && strcmp(o.etag, s->my_state)))
+        why = "its state there is no longer this run's";
+    else if (st == CKS3_OK && objects && (st = cks3_list(s->c, s->bucket, dir, &l, msg, sizeof msg)) == CKS3_OK) {
+        qsort(l.v, l.n, sizeof *l.v, cmp_key);
+        for (size_t i = 0; !why && i < s->n; i++) {
+            char *k = NULL;
+            cks3_entry want = {.key = asprintf(&k, "%s%s%s", dir, s->files[i].path, CKP_SUFFIX) < 0 ? NULL : k};
+            const cks3_entry *e = want.key ? bsearch(&want, l.v, l.n, sizeof *l.v, cmp_key) : NULL;
+            if (!e || strcmp(e->etag, s->etags[i]))
+                why = "a packed file this run sent was replaced or removed meanwhile";
+            free(k);
+        }
+    }
+    if (why && !atomic_exchange(&s->rival, 1)) /* said once, whichever worker finds it */
+        fprintf(stderr, "ckptfs pack: %s: another ckptfs pack to this prefix has started since this one (%s); this "
+                "run stops, without its manifest. Run one pack to a prefix at a time: wait for the other to finish, "
+                "then check it with ckptfs verify %s (or run this command again to make the pack this source's)\n",
+                s->url, why, s->url);
+    else if (st != CKS3_OK && st != CKS3_ERR_NOT_FOUND) {
+        cks3_pack_explain(s->c, s->url, s->bucket, st, st == CKS3_ERR_NOMEM ? "out of memory" : msg, err,
+                          sizeof err);
+        fprintf(stderr, "ckptfs pack: %s\n", err);
+    }
+    cks3_list_free(&l);
+    free(key);
+    free(dir);
+    return why || (st != CKS3_OK && st != CKS3_ERR_NOT_FOUND) ? -1 : 0;
+}
+
 /* The part of have numbered number, NULL if none (have ascending). */
 static const cks3_part *part_there(const cks3_part_list *have, int number)
 {
@@ -139,11 +198,12 @@ static const cks3_part *part_there(const cks3_part_list *have, int number)
  * server down past the retries) is kept, as a kill keeps it: the rerun
  * resumes it, or aborts it if its parts are not this file's (nothing is
  * left billed by a pack that completes).  @return 0, or -1 with the reason
- * in err. */
-static int upload(s3_send *s, const char *key, const ckp_info *in, int fd, uint64_t size, char *err, size_t cap)
+ * in err, else the object's ETag in etag. */
+static int upload(s3_send *s, const char *key, const ckp_info *in, int fd, uint64_t size, char *etag, char *err,
+                  size_t cap)
 {
     if (size == 0)
-        return cks3_put(s->c, s->bucket, key, "", 0, NULL, err, cap) == CKS3_OK ? 0 : -1;
+        return still_ours(s, 0) || cks3_put(s->c, s->bucket, key, "", 0, etag, err, cap) != CKS3_OK ? -1 : 0;
     char *id = NULL;
     cks3_part_list have = {0};
     size_t np = (size_t)((size + s->part - 1) / s->part), reused = 0;
@@ -174,7 +234,14 @@ static int upload(s3_send *s, const char *key, const ckp_info *in, int fd, uint6
             rc = -1;
         }
     }
-    if (!rc && cks3_mpu_complete(s->c, s->bucket, key, id, parts, np, NULL, err, cap) != CKS3_OK)
+    if (!rc && still_ours(s, 0)) { /* the object appears at complete: not over a rival's, and nothing left billed */
+        cks3_mpu_abort(s->c, s->bucket, key, id, err, cap);
+        snprintf(err, cap, "not completed (its upload aborted): another ckptfs pack to the prefix runs");
+        free(id);
+        id = NULL;
+        rc = -1;
+    }
+    if (!rc && cks3_mpu_complete(s->c, s->bucket, key, id, parts, np, etag, err, cap) != CKS3_OK)
         rc = -1;
     if (rc && id) { /* kept, as a kill keeps it: the rerun resumes it or aborts it */
         size_t n = strlen(err);
@@ -212,7 +279,7 @@ static int manifest_away(s3_send *s, char *err, size_t cap)
 static int hook_send(ckpt_pack_remote *rm, pack_ctx *c, const char *final_rel)
 {
     s3_send *s = (s3_send *)rm;
-    char err[1536];
+    char err[1536], etag[CKS3_ETAG_MAX] = "";
     ckp_reader *r = NULL;
     struct stat st;
     char *key = cks3_key(s->prefix, final_rel);
@@ -223,14 +290,16 @@ static int hook_send(ckpt_pack_remote *rm, pack_ctx *c, const char *final_rel)
                !manifest_away(s, err, sizeof err)) {
         if (ckpt_verbosity > 1)
             fprintf(stderr, "ckptfs pack: uploading %s/%s\n", s->url, CKU_ESC(final_rel));
-        rc = upload(s, key, ckp_get_info(r), fd, (uint64_t)st.st_size, err, sizeof err) ||
-                     remember(s, ckp_get_info(r), (uint64_t)st.st_size)
+        rc = upload(s, key, ckp_get_info(r), fd, (uint64_t)st.st_size, etag, err, sizeof err) ||
+                     remember(s, ckp_get_info(r), (uint64_t)st.st_size, etag)
                  ? -1
                  : 0;
     }
-    if (rc)
+    if (rc) {
         fprintf(stderr, "ckptfs pack: %s/%s: %s\n", s->url, CKU_ESC(final_rel), err);
-    else {
+        if (!atomic_load(&s->rival)) /* a rival's --force aborts the uploads it finds: say so if that was it */
+            still_ours(s, 0);
+    } else {
         pthread_mutex_lock(&s->lock);
         s->sent++;
         s->sent_bytes += (uint64_t)st.st_size;
@@ -246,8 +315,9 @@ static int hook_send(ckpt_pack_remote *rm, pack_ctx *c, const char *final_rel)
 
 /* PUT DST's file name (the state, the manifest) as PREFIX/name; with
  * unless_same, not if the object there (*same: s->old_manifest) holds the
- * same bytes.  @return 0, or -1 after saying why. */
-static int put_file(s3_send *s, pack_ctx *c, const char *name, const char *same, size_t same_len)
+ * same bytes.  etag (may be NULL): the ETag of the object put.  @return 0,
+ * or -1 after saying why. */
+static int put_file(s3_send *s, pack_ctx *c, const char *name, const char *same, size_t same_len, char *etag)
 {
     char err[1536];
     struct stat st;
@@ -258,7 +328,7 @@ static int put_file(s3_send *s, pack_ctx *c, const char *name, const char *same,
         snprintf(err, sizeof err, "%s/%s: %s", c->dst, name, key ? strerror(errno ? errno : EIO) : "out of memory");
     else if (same && same_len == (size_t)st.st_size && !memcmp(same, buf, same_len))
         rc = 0; /* a rerun that changed nothing */
-    else if (cks3_put(s->c, s->bucket, key, buf, (size_t)st.st_size, NULL, err, sizeof err) == CKS3_OK)
+    else if (cks3_put(s->c, s->bucket, key, buf, (size_t)st.st_size, etag, err, sizeof err) == CKS3_OK)
         rc = 0;
     if (rc)
         fprintf(stderr, "ckptfs pack: %s/%s: %s\n", s->url, name, err);
@@ -271,13 +341,17 @@ static int put_file(s3_send *s, pack_ctx *c, const char *name, const char *same,
 
 static int hook_state_written(ckpt_pack_remote *rm, pack_ctx *c)
 {
-    return put_file((s3_send *)rm, c, CKP_STATE_NAME, NULL, 0);
+    s3_send *s = (s3_send *)rm;
+    return put_file(s, c, CKP_STATE_NAME, NULL, 0, s->my_state);
 }
 
 static int hook_manifest_written(ckpt_pack_remote *rm, pack_ctx *c)
 {
     s3_send *s = (s3_send *)rm;
-    int rc = put_file(s, c, CKP_MANIFEST_NAME, atomic_load(&s->manifest_gone) ? NULL : s->old_manifest, s->old_len);
+    if (still_ours(s, 1))
+        return -1;
+    int rc = put_file(s, c, CKP_MANIFEST_NAME, atomic_load(&s->manifest_gone) ? NULL : s->old_manifest, s->old_len,
+                      NULL);
     s->manifest_up = !rc;
     return rc;
 }
@@ -394,6 +468,7 @@ void s3_send_free(s3_send *s)
         free(s->files[i].path);
     free(s->files);
     free(s->packed);
+    free(s->etags);
     free(s->old_manifest);
     cJSON_Delete(s->old_state);
     cks3_upload_list_free(&s->pending);

@@ -1,0 +1,187 @@
+"""test_s3_careless.py — s3:// as a careless user and a careless script use
+it (issue 25), against a real S3 server (SeaweedFS, s3fixture.py), boto3
+and the source files the independent truth.
+
+Two writers to one prefix.  `ckptfs pack` A is held in the middle of its
+upload (a proxy holds its first part) while `pack --force` B runs to the
+end (a second node started by the same script): once released, A stops
+with a message naming the other pack, leaves no manifest of its own and no
+upload billed, and the pack there is B's, whole (verify, unpack gives B's
+bytes).  On the code before, A went on, replaced B's objects and put its
+own manifest, and B, told exit 0, had lost its pack.  Then two packs of two
+sources started at once, a few times: whatever each exits with, a pack that
+verifies is one source's, byte for byte, and it is the source of the run
+that exited 0 (on the code before, both exited 0 and the pack there failed
+verify: a manifest of one over objects of the other).
+
+Names.  A tree whose file and directory names hold spaces, + % # ? & = ~ *
+; ' " < >, UTF-8 (é, 中文, emoji), a leading - or ., a tab and a newline,
+names of 245 bytes, empty files, a symbolic link, and 1,100 small files in
+nested directories (ListObjectsV2 pages of 1,000), packed to a prefix that
+holds such characters too: verify --against the source, stat, unpack (every
+byte, the link as the link), the mount (as root: every byte), a rerun that
+sends nothing.  (A backslash is left out: SeaweedFS stores `a\\b` as `a/b`.)
+Usage: test_s3_careless.py CKPTFS
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from s3proxy import FaultProxy  # noqa: E402
+from s3check import Mount, check, server_test, sha  # noqa: E402
+from s3util import make_model  # noqa: E402
+
+CKPTFS = os.path.abspath(sys.argv[1])
+
+
+def ck(env, *args, timeout=300):
+    return subprocess.run([CKPTFS, *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def digest(root):
+    """{relative path: sha256, or ('link', target)} of every file and link below root."""
+    out = {}
+    for d, dirs, files in os.walk(root):
+        for n in files + [x for x in dirs if os.path.islink(os.path.join(d, x))]:
+            p = os.path.join(d, n)
+            out[os.path.relpath(p, root)] = ("link", os.readlink(p)) if os.path.islink(p) else sha(p)
+    return out
+
+
+def two_sources(tmp):
+    """A and B: the same names and sizes, every file's bytes different."""
+    a, b = os.path.join(tmp, "A"), os.path.join(tmp, "B")
+    make_model(a)
+    shutil.copytree(a, b)
+    for d, _x, files in os.walk(b):
+        for n in files:
+            p = os.path.join(d, n)
+            data = bytearray(open(p, "rb").read())
+            at = 8 + int.from_bytes(data[:8], "little") + 10 if n.endswith(".safetensors") else len(data) - 1
+            data[at] ^= 0x40
+            with open(p, "wb") as f:
+                f.write(data)
+    return a, b
+
+
+def uploads(s3, prefix):
+    return s3.client().list_multipart_uploads(Bucket=s3.bucket, Prefix=prefix + "/").get("Uploads", [])
+
+
+def rival(s3, tmp):
+    a, b = two_sources(tmp)
+    want = {a: digest(a), b: digest(b)}
+
+    def env(tag, **over):
+        return s3.env(CKPTFS_STAGE_DIR=os.path.join(tmp, "stage-" + tag), CKPTFS_S3_PART_MIB="5", **over)
+
+    def result(url, tag):
+        """(verify's exit, the source whose bytes unpack gives, or None)."""
+        v = ck(s3.env(), "verify", url)
+        out = os.path.join(tmp, "out-" + tag)
+        u = ck(s3.env(), "unpack", url, out) if v.returncode == 0 else None
+        got = digest(out) if u is not None and u.returncode == 0 else None
+        shutil.rmtree(out, ignore_errors=True)
+        return v.returncode, next((s for s, d in want.items() if d == got), None)
+
+    # A held at its first part while pack --force B runs to the end
+    held, release = threading.Event(), threading.Event()
+
+    def gate(m, p, h):
+        if m == "PUT" and "partNumber=" in p and not held.is_set():
+            held.set()
+            release.wait(120)
+        return False
+
+    url = s3.url("rival/held")
+    with FaultProxy(s3.port, every=1 << 40, burst=0, gate=gate) as px:
+        pa = subprocess.Popen([CKPTFS, "pack", a, url], env=env("a", AWS_ENDPOINT_URL=px.endpoint),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        check(held.wait(120), "pack A reached its first part upload")
+        rb = ck(env("b"), "pack", "--force", b, url)
+        release.set()
+        _o, ea = pa.communicate(timeout=300)
+    check(rb.returncode == 0, f"pack --force B while A runs: exit 0 ({rb.returncode}: {rb.stderr.strip()[-300:]})")
+    check(pa.returncode == 1 and "another ckptfs pack to this prefix" in ea,
+          f"pack A, overtaken by B: exit 1 naming the other pack ({pa.returncode}: {ea.strip()[-1500:]})")
+    rc, src = result(url, "held")
+    check(rc == 0 and src == b, f"the pack there is B's, whole (verify exit {rc}; unpack gives "
+                                f"{'A' if src == a else 'B' if src == b else 'neither'})")
+    check(not uploads(s3, "rival/held"), "no multipart upload left billed by the run that stopped")
+
+    # two packs started at once: a pack that verifies is one source's, the one whose run exited 0
+    for t in range(3):
+        url = s3.url(f"rival/at-once-{t}")
+        ps = [subprocess.Popen([CKPTFS, "pack", s, url], env=env(f"{t}{i}"), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True) for i, s in enumerate((a, b))]
+        res = [(p.wait(timeout=300), p.communicate()[1]) for p in ps]
+        rc, src = result(url, str(t))
+        winners = [s for s, (code, _e) in zip((a, b), res) if code == 0]
+        check(rc != 3 and len(winners) <= 1 and (rc != 0 or src in winners),
+              f"two packs at once, round {t}: exits {[r[0] for r in res]}, verify {rc}, unpack gives "
+              f"{'A' if src == a else 'B' if src == b else 'neither'} "
+              f"({'; '.join(e.strip()[-200:] for _c, e in res)})")
+
+
+NAMES = ["with space", "plus+sign", "pct%20x", "hash#", "q?x", "amp&amp;x", "eq=x", "tilde~", "star*", "semi;c",
+         "quote'\"", "lt<gt>", "é", "中文", "emoji😀", "-lead", ".hidden", "tab\tx", "nl\nx", "y" * 245]
+
+
+def names(s3, tmp):
+    src = os.path.join(tmp, "names-src")
+    make_model(src)
+    odd = os.path.join(src, "dir with ü+%#&=~ 中")
+    os.makedirs(odd)
+    for i, n in enumerate(NAMES):
+        for d in (src, odd):
+            with open(os.path.join(d, n), "wb") as f:
+                f.write(os.urandom(100 + i))
+    shutil.copy(os.path.join(src, "model.safetensors"), os.path.join(odd, "m é+%.safetensors"))
+    for n in ("empty", "-empty é"):
+        open(os.path.join(odd, n), "wb").close()
+    os.symlink("../model.safetensors", os.path.join(odd, "link+é"))
+    for i in range(1100):  # past a ListObjectsV2 page
+        d = os.path.join(src, "many", f"d{i % 7}", f"e{i % 3}")
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, f"f {i}+.bin"), "wb") as f:
+            f.write(i.to_bytes(4, "little") * (i % 5))
+    truth = digest(src)
+    env = s3.env()
+    prefix = "odd pre+fix/é%20#&=~中"
+    url = s3.url(prefix)
+    r = ck(env, "pack", src, url)
+    check(r.returncode == 0, f"pack of odd names to {url!r}: exit 0 ({r.returncode}: {r.stderr.strip()[-400:]})")
+    r = ck(env, "verify", "--against", src, url)
+    check(r.returncode == 0, f"verify --against SRC: exit 0 ({r.returncode}: {r.stderr.strip()[-400:]})")
+    r = ck(env, "stat", "--json", url)
+    n = json.loads(r.stdout).get("files") if r.returncode == 0 and r.stdout.strip().startswith("{") else None
+    check(r.returncode == 0, f"stat: exit 0 ({r.returncode}: {r.stderr.strip()[-300:]}; files {n})")
+    out = os.path.join(tmp, "names-out")
+    r = ck(env, "unpack", url, out)
+    got = digest(out) if r.returncode == 0 else {}
+    check(r.returncode == 0 and got == truth, f"unpack: every name, byte and link ({r.returncode}: "
+                                              f"{r.stderr.strip()[-300:]}; differ: {sorted(set(got) ^ set(truth))[:5]})")
+    r = ck(env, "pack", "-v", src, url)
+    check(r.returncode == 0 and " 0 packed files sent" in r.stdout,
+          f"a rerun sends nothing ({r.returncode}: {r.stdout.strip()[-300:]} {r.stderr.strip()[-300:]})")
+    if os.geteuid() == 0 and os.path.exists("/dev/fuse"):
+        with Mount(url, os.path.join(tmp, "names-mnt"), env, binary=CKPTFS) as m:
+            got = digest(m.mnt)
+            check(got == truth, f"the mount: every name, byte and link (differ: {sorted(set(got) ^ set(truth))[:5]})")
+
+
+def main():
+    return server_test("ckptfs-s3careless-", rival, names)
+
+
+if __name__ == "__main__":
+    t0 = time.time()
+    rc = main()
+    print(f"{time.time() - t0:.0f} s")
+    sys.exit(rc)
