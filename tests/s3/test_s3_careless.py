@@ -21,10 +21,17 @@ nested directories (ListObjectsV2 pages of 1,000), packed to a prefix that
 holds such characters too: verify --against the source, stat, unpack (every
 byte, the link as the link), the mount (as root: every byte), a rerun that
 sends nothing.  (A backslash is left out: SeaweedFS stores `a\\b` as `a/b`.)
+
+The recipe.  docs/object-storage.md's "Recipe: fstab and systemd" run as
+written (see recipe()): before 2026-12-07 it put the credentials in
+/etc/ckptfs/aws-credentials, which no fstab mount reads (mount.ckptfs
+failed: profile models is in neither ~/.aws/credentials nor ~/.aws/config),
+and never made the unit's EnvironmentFile.
 Usage: test_s3_careless.py CKPTFS
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -34,7 +41,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from s3proxy import FaultProxy  # noqa: E402
-from s3check import Mount, check, server_test, sha  # noqa: E402
+from s3fixture import ACCESS_KEY, SECRET_KEY  # noqa: E402
+from s3check import Mount, check, pack_and_upload, server_test, sha  # noqa: E402
 from s3util import make_model  # noqa: E402
 
 CKPTFS = os.path.abspath(sys.argv[1])
@@ -176,8 +184,110 @@ def names(s3, tmp):
             check(got == truth, f"the mount: every name, byte and link (differ: {sorted(set(got) ^ set(truth))[:5]})")
 
 
+def recipe(s3, tmp):
+    """docs/object-storage.md's "Recipe: fstab and systemd", as written: its
+    shell blocks run (with /root and /etc/ckptfs moved under tmp, and the
+    fixture's keys for the placeholders), its fstab line mounted by the
+    mount(8) helper (packaging/mount.ckptfs, as `mount -a` runs it: no AWS_*
+    in the environment, HOME standing for /root), the bucket, prefix and
+    endpoint the fixture's, user svc played by nobody; nobody reads every
+    file through it, `umount` unmounts it."""
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        print("skip (the recipe): needs root and /dev/fuse")
+        return
+    root = os.path.dirname(os.path.dirname(HERE))
+    doc = open(os.path.join(root, "docs", "object-storage.md"), encoding="utf-8").read()
+    sec = doc.split("## Recipe: fstab and systemd")[1].split("\n## ")[0]
+    blocks = re.findall(r"```(\w*)\n(.*?)```", sec, re.S)
+    fake_root, fake_etc = os.path.join(tmp, "recipe-root"), os.path.join(tmp, "recipe-etc")
+    os.makedirs(fake_root, mode=0o700)
+
+    def moved(text):
+        return text.replace("/root/", fake_root + "/").replace("/etc/ckptfs", fake_etc)
+
+    for lang, body in blocks:
+        if lang == "sh":
+            body = moved(body).replace("AKIA...", ACCESS_KEY).replace("= ...\n", "= " + SECRET_KEY + "\n")
+            body = body.replace("=...\n", "=" + SECRET_KEY + "\n")
+            if re.search(r"/root\b|/etc/", body):  # never the real ones
+                check(False, f"the recipe's shell block writes only below /root/ and /etc/ckptfs ({body!r})")
+                continue
+            r = subprocess.run(["sh", "-e"], input=body, capture_output=True, text=True)
+            check(r.returncode == 0, f"the recipe's shell block runs ({r.returncode}: {r.stderr.strip()[-300:]})")
+    fstab = [ln.split() for lang, body in blocks if not lang for ln in body.splitlines() if ln.startswith("s3://")]
+    check(len(fstab) == 1 and fstab[0][2] == "ckptfs", f"the recipe has one fstab line of type ckptfs ({fstab})")
+    if len(fstab) != 1:
+        return
+    _url, _mnt, _typ, opts = fstab[0][:4]
+    src, _packed, _env, url = pack_and_upload(CKPTFS, s3, os.path.join(tmp, "recipe-pack"), make_model, "recipe/m")
+    opts = re.sub(r"endpoint=[^,]*", "endpoint=" + s3.endpoint, opts).replace("=svc", "=nobody")
+    opts = opts.replace("gid=nobody", "gid=nogroup")
+    mnt = os.path.join(tmp, "recipe-mnt")
+    os.makedirs(mnt)
+    os.chmod(tmp, 0o755)  # nobody must reach the mount point
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(HOME=fake_root, CKPTFS=CKPTFS)
+    helper = os.path.join(root, "packaging", "mount.ckptfs")
+
+    def nobody_reads(what):
+        bad = []
+        for rel, want in digest(src).items():
+            got = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "sha256sum",
+                                  os.path.join(mnt, rel)], capture_output=True, text=True).stdout.split(" ")[0]
+            if got != want:
+                bad.append(rel)
+        check(not bad, f"{what}: user nobody (uid=nobody) reads every original byte through it (differ: {bad})")
+
+    r = subprocess.run([helper, url, mnt, "-o", opts], capture_output=True, text=True, env=env, timeout=120)
+    check(r.returncode == 0, f"mount.ckptfs {url} MNT -o {opts} (the fstab line): exit 0 "
+                             f"({r.returncode}: {r.stderr.strip()[-400:]})")
+    try:
+        if r.returncode == 0:
+            nobody_reads("the fstab line")
+    finally:
+        u = subprocess.run(["umount", mnt], capture_output=True, text=True)
+        if r.returncode == 0:
+            check(u.returncode == 0, f"umount MNT: exit 0 ({u.returncode}: {u.stderr.strip()})")
+        subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
+
+    # the unit: ExecStart= with EnvironmentFile= as systemd reads it (KEY=value lines), then ExecStop=
+    unit = next((b for lang, b in blocks if lang == "ini"), "")
+    conf = dict(re.findall(r"^(\w+)=(.*)$", unit, re.M))
+    envfile = moved(conf.get("EnvironmentFile", ""))
+    uenv = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    if os.path.isfile(envfile):
+        uenv.update(re.findall(r"^(\w+)=(.*)$", open(envfile).read(), re.M))
+    cmd = conf.get("ExecStart", "").split()
+    check(bool(cmd) and os.path.isfile(envfile) and oct(os.stat(envfile).st_mode & 0o777) == "0o600",
+          f"the unit has ExecStart= and its EnvironmentFile= {envfile} is there, mode 0600")
+    if not cmd or not os.path.isfile(envfile):
+        return
+    cmd = [CKPTFS] + [re.sub(r"endpoint=[^,]*", "endpoint=" + s3.endpoint, a).replace("=svc", "=nobody")
+                      .replace("gid=nobody", "gid=nogroup") for a in cmd[1:-2]] + [url, mnt]
+    p = subprocess.Popen(["setpriv", "--pdeathsig", "TERM", "--"] + cmd, env=uenv, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while not os.path.ismount(mnt) and p.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        check(os.path.ismount(mnt), f"the unit's ExecStart= mounts ({p.poll()}: "
+                                    f"{p.stderr.read().strip()[-400:] if p.poll() is not None else ''})")
+        if os.path.ismount(mnt):
+            nobody_reads("the unit")
+            stop = conf.get("ExecStop", "").split()
+            u = subprocess.run([os.path.basename(stop[0])] + stop[1:-1] + [mnt], capture_output=True, text=True)
+            check(u.returncode == 0 and p.wait(timeout=30) == 0, f"the unit's ExecStop= unmounts, the daemon exits 0 "
+                                                                 f"({u.returncode}: {u.stderr.strip()})")
+    finally:
+        subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+        os.chmod(tmp, 0o700)
+
+
 def main():
-    return server_test("ckptfs-s3careless-", rival, names)
+    return server_test("ckptfs-s3careless-", rival, names, recipe)
 
 
 if __name__ == "__main__":
