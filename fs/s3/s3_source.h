@@ -53,9 +53,10 @@ ckp_source *cks3_source_new(cks3_source_ctx *ctx, const char *key, const cks3_ob
 /* The source of key as it is now, in one ranged GET of its first
  * CKP_SOURCE_PREFIX bytes, without If-Match (cks3_get_first): that
  * response's ETag binds the source and its Content-Range gives the size,
- * so no HEAD is needed; its bytes serve the source's first read if they
- * hold it (ckp_open_source reads exactly them first: the header, and the
- * TOC and chunk indexes of a small file), then are freed.  Within the
+ * so no HEAD is needed; its bytes are kept while the file is open, and every
+ * read within them takes its part from there (ckp_open_source reads exactly
+ * them first: the header, and the TOC and chunk indexes of a small file;
+ * dropped once a chunk's hash fails in them).  Within the
  * fail-fast time of ctx it fails at once (CKS3_ERR_NETWORK, "not tried");
  * a transient failure starts that time, as a failed read does.
  * @return CKS3_OK with *out set; the client's status (CKS3_ERR_NOT_FOUND,
