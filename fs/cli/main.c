@@ -34,8 +34,9 @@
     "  -o endpoint=URL,region=R,profile=P,s3_timeout=SECONDS\n"                             \
     "                          s3:// PACKED only (as ckptfs mount takes them): the\n"         \
     "                          server, the region, the profile of ~/.aws to use (over\n"      \
-    "                          AWS_ENDPOINT_URL, AWS_REGION, AWS_PROFILE), and how long one\n" \
-    "                          request retries a failing server (default 30 s)\n"
+    "                          AWS_ENDPOINT_URL, AWS_REGION, AWS_PROFILE), and how long each\n" \
+    "                          request retries a failing server before the command fails\n"  \
+    "                          (1-3600, default 30 s); -v says what is in use\n"
 
 /* One subcommand's help: synopsis line, what it does, options, an example. */
 typedef struct {
@@ -45,7 +46,7 @@ typedef struct {
 static const cmd_help helps[] = {
     {"pack", "ckptfs pack [--format k15|bytesplit|archive] [--jobs N] [--delete-source] [--force]\n"
              "       [--progress=WHEN] [--no-space-check] [--skip-bad] [--dry-run]\n"
-             "       [--json] [-q|-v] SRC PACKED",
+             "       [--json] [-q|-v] [-o OPTIONS] SRC PACKED",
      "Store SRC (a model directory, or one .safetensors file) losslessly packed\n"
      "in the new directory PACKED.  Every packed file is read back and compared\n"
      "with its source before it counts as done.  If it is interrupted, run the\n"
@@ -56,7 +57,8 @@ static const cmd_help helps[] = {
      "($CKPTFS_STAGE_FILES=N for N); the manifest goes last.  --delete-source\n"
      "deletes a source only once its object is complete and read back from the\n"
      "server equal to it.  Credentials, region and endpoint come from the AWS\n"
-     "environment (AWS_ACCESS_KEY_ID, AWS_PROFILE, AWS_ENDPOINT_URL, ...).\n"
+     "environment (AWS_ACCESS_KEY_ID, AWS_PROFILE, AWS_ENDPOINT_URL, ...;\n"
+     "endpoint, region and profile also by -o, below).\n"
      "\n"
      "  --format k15|bytesplit|archive\n"
      "                          BF16 encoding (default k15, which the GPU loader reads;\n"
@@ -75,6 +77,7 @@ SPACE_HELP
      "  --dry-run               list each file with its encoding and estimated packed size,\n"
      "                          the bad files, and the free-space check; write nothing\n"
      "  --json                  the summary as one JSON object on stdout\n"
+S3_HELP
      "\n"
      "Example:  ckptfs pack /srv/models/llama /srv/models/llama.packed\n"},
     {"unpack", "ckptfs unpack [--jobs N] [--progress=WHEN] [--no-space-check] [--json] [-q|-v] [-o OPTIONS] PACKED OUT",
@@ -229,8 +232,12 @@ static int cmd_pack(int argc, char **argv)
                                        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c;
     argv[0] = (char *)"ckptfs pack"; /* getopt's own messages begin with it */
-    while ((c = getopt_long(argc, argv, "j:fhqvV", lo, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "j:fhqvVo:", lo, NULL)) != -1) {
         switch (c) {
+        case 'o':
+            if (ckpt_remote_options("pack", optarg))
+                return cmd_usage("pack", stderr, CKPT_EXIT_USAGE);
+            break;
         case 'F':
             if ((o.encoding = parse_format("pack", optarg)) == UINT32_MAX)
                 return CKPT_EXIT_USAGE;
@@ -260,6 +267,8 @@ static int cmd_pack(int argc, char **argv)
         return cmd_usage("pack", stderr, CKPT_EXIT_USAGE);
     o.src = argv[optind];
     o.dst = argv[optind + 1];
+    if (ckpt_remote_options_check("pack", o.dst))
+        return cmd_usage("pack", stderr, CKPT_EXIT_USAGE);
     if (ckpt_is_packed(o.src)) {
         fprintf(stderr, "ckptfs pack: %s is a packed directory already: pack takes the model (SRC) first, then "
                 "the new packed directory.\nThe order is: ckptfs pack SRC PACKED (to get the files back: "
@@ -360,11 +369,8 @@ static int cmd_simple(const char *name, int argc, char **argv)
     int want = !strcmp(name, "unpack") ? 2 : 1;
     if (argc - optind != want)
         return cmd_usage(name, stderr, CKPT_EXIT_USAGE);
-    if (ckpt_remote_options_given() && !ckpt_is_remote(argv[optind])) {
-        fprintf(stderr, "ckptfs %s: -o endpoint=, region=, profile=, s3_timeout= apply to an s3:// PACKED only, "
-                "not %s\n", name, argv[optind]);
+    if (ckpt_remote_options_check(name, argv[optind]))
         return cmd_usage(name, stderr, CKPT_EXIT_USAGE);
-    }
     if (!strcmp(name, "unpack")) {
         ckpt_on_interrupt("ckptfs unpack: interrupted. Nothing is in OUT yet: run the same command again to "
                           "start over (it removes what this run left in OUT.ckptfs-partial).");

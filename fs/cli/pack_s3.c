@@ -29,6 +29,7 @@
 
 #include "cmd_common.h"
 #include "pack_s3.h"
+#include "remote.h"
 #include "s3_pack.h"
 #include "util.h"
 
@@ -244,9 +245,8 @@ int ckpt_pack_s3(const ckpt_pack_opts *o)
         snprintf(stage, sizeof stage, "/var/tmp/ckptfs-stage-%u/%s", (unsigned)getuid(), key);
     snprintf(lock, sizeof lock, "%s.lock", stage);
     int rc = CKPT_EXIT_FAIL;
-    cks3_config cfg = {0};
-    if (cks3_client_new(&cfg, &s.c, msg, sizeof msg) != CKS3_OK) {
-        fprintf(stderr, "ckptfs pack: %s: %s\n", s.url, msg);
+    if (ckpt_remote_client(s.url, 0, &s.c, msg, sizeof msg) != CKS3_OK) { /* -o, or the AWS way */
+        fprintf(stderr, "ckptfs pack: %s\n", msg);
         goto out;
     }
     s.part = part_size();

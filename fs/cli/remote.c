@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "cmd_common.h"
 #include "remote.h"
 #include "s3.h"
 #include "s3_pack.h"
@@ -18,6 +19,7 @@
 
 #define MANIFEST_MAX (1ull << 30)   /* format §7: a manifest is at most 1 GiB */
 #define FAIL_FAST_MS 30000          /* after a read gave up on the server: the others fail at once this long */
+#define S3_TIMEOUT_MS 30000         /* s3_timeout= of pack, verify, stat and unpack unless -o gives it */
 #define WINDOW_MIB 8u               /* read whole: windows of this size (CKPTFS_S3_WINDOW_MIB, 0: none), */
 #define WINDOWS 12u                 /* this many kept per member open, */
 #define AHEAD 2u                    /* this many fetched ahead of a reader's */
@@ -114,11 +116,12 @@ int ckpt_remote_options(const char *cmd, const char *list)
         const char *eq = strchr(tok, '=');
         size_t klen = eq ? (size_t)(eq - tok) : strlen(tok);
         int t = cks3_opts_take(&g_opts, tok, klen, eq ? eq + 1 : NULL, why, sizeof why);
-        if (t < 0)
+        if (t < 0) /* the value never echoed: an endpoint may carry a password */
             fprintf(stderr, "ckptfs %s: bad value in option '-o %.*s': %s\n", cmd, (int)klen, tok, why);
         else if (t == 0)
-            fprintf(stderr, "ckptfs %s: unknown option '-o %.*s' (-o takes endpoint=, region=, profile= and "
-                    "s3_timeout=, for an s3:// PACKED)\n", cmd, (int)klen, tok);
+            fprintf(stderr, "ckptfs %s: unknown option '-o %.*s': %s takes endpoint=, region=, profile= and "
+                    "s3_timeout=, for an s3:// PACKED (the other options of ckptfs mount apply to a mount "
+                    "only)\n", cmd, (int)klen, tok, cmd);
         rc = t > 0 ? 0 : -1;
         g_opts_given = 1;
     }
@@ -126,7 +129,28 @@ int ckpt_remote_options(const char *cmd, const char *list)
     return rc;
 }
 
-int ckpt_remote_options_given(void) { return g_opts_given; }
+int ckpt_remote_options_check(const char *cmd, const char *packed)
+{
+    if (!g_opts_given || ckpt_is_remote(packed))
+        return 0;
+    fprintf(stderr, "ckptfs %s: -o endpoint=, region=, profile=, s3_timeout= apply to an s3:// PACKED only, not %s\n",
+            cmd, packed);
+    return -1;
+}
+
+cks3_status ckpt_remote_client(const char *url, unsigned maxConns, cks3_client **out, char *err, size_t cap)
+{
+    cks3_config cfg = {.max_conns = maxConns, .retry_ms = S3_TIMEOUT_MS};
+    cks3_opts_apply(&g_opts, &cfg);
+    char msg[1024];
+    cks3_status st = cks3_client_new(&cfg, out, msg, sizeof msg);
+    if (st != CKS3_OK)
+        snprintf(err, cap, "%s: %s", url, msg);
+    else if (ckpt_verbosity > 1 && !ckpt_json) /* what -o, the environment and the files came to */
+        printf("%s: endpoint %s, region %s, credentials from %s, s3_timeout %g s\n", url, cks3_endpoint(*out),
+               cks3_region(*out), cks3_cred_source(*out), cfg.retry_ms / 1000.0);
+    return st;
+}
 
 int ckpt_is_remote(const char *dst) { return cks3_is_url(dst); }
 
@@ -143,12 +167,8 @@ ckp_status ckpt_load_manifest(const char *dst, ckm_manifest **out, char *err, si
         return st == CKS3_ERR_NOMEM ? CKP_ERR_NOMEM : CKP_ERR_IO;
     }
     atexit(remote_free);
-    cks3_config cfg = {0};
-    cks3_opts_apply(&g_opts, &cfg);
-    if ((st = cks3_client_new(&cfg, &R.c, msg, sizeof msg)) != CKS3_OK) {
-        snprintf(err, cap, "%s: %s", dst, msg);
+    if ((st = ckpt_remote_client(dst, 0, &R.c, err, cap)) != CKS3_OK)
         return st == CKS3_ERR_NOMEM ? CKP_ERR_NOMEM : CKP_ERR_IO;
-    }
     R.sc = (cks3_source_ctx){.c = R.c, .bucket = R.bucket, .fail_fast_ms = FAIL_FAST_MS, .on_error = on_read_error};
     char *buf = NULL, name[4096];
     size_t len = 0;

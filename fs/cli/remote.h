@@ -2,7 +2,8 @@
  * remote.h — s3://BUCKET/PREFIX as the packed directory of verify, stat and
  * unpack (issue 25): the manifest read from its object, each member opened
  * on an S3 source bound to its ETag (fs/s3/s3_pack.h), the same checks as a
- * local pack's.  Credentials, endpoint and region the AWS way (s3.h).  One
+ * local pack's.  Credentials, endpoint and region the AWS way (s3.h), or by
+ * -o, which pack s3:// takes too (its client from ckpt_remote_client).  One
  * pack per process (a command reads one).  Internal to the CLI.
  */
 #ifndef CKPTFS_REMOTE_H
@@ -12,15 +13,25 @@
 
 #include "container.h"
 #include "manifest.h"
+#include "s3.h"
 
-/* -o LIST of verify, stat and unpack: the S3 connection's settings
+/* -o LIST of pack, verify, stat and unpack: the S3 connection's settings
  * (endpoint=, region=, profile=, s3_timeout=: the mount's, one parser,
- * s3.h cks3_opts), kept for ckpt_load_manifest.  @return 0, or -1 after
- * printing "ckptfs CMD: ..." (an unknown option, a bad value: never
- * echoed). */
+ * s3.h cks3_opts), kept for ckpt_remote_client.  @return 0, or -1 after
+ * printing "ckptfs CMD: ..." naming the option (an unknown one, one of the
+ * mount only, a bad value: the value never echoed). */
 int ckpt_remote_options(const char *cmd, const char *list);
-/* 1 if -o gave any of them (they apply to an s3:// PACKED only). */
-int ckpt_remote_options_given(void);
+/* -o given with a PACKED that is not s3:// (they apply to an s3:// PACKED
+ * only): -1 after saying so; else 0. */
+int ckpt_remote_options_check(const char *cmd, const char *packed);
+/* The client of the commands for url (s3://...): -o's settings over the
+ * AWS environment and files (s3.h), each request retried for s3_timeout
+ * (default 30 s) before it fails, at most maxConns connections (0: the
+ * client's default).  With -v (and not --json), a line on stdout says the
+ * endpoint, region, where the credentials came from (no secret) and the
+ * s3_timeout.  @return as cks3_client_new, err "URL: why". */
+cks3_status ckpt_remote_client(const char *url, unsigned maxConns, cks3_client **out, char *err,
+                               size_t errCapacity);
 
 /* 1 if dst names an S3 prefix (s3://). */
 int ckpt_is_remote(const char *dst);

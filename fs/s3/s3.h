@@ -94,9 +94,9 @@ typedef struct {
 } cks3_config;
 
 /* ---- -o endpoint=URL,region=R,profile=P,s3_timeout=SECONDS ------------------
- * How `ckptfs mount` and the commands that read s3:// (verify, stat,
- * unpack) take the connection's settings on their command line, over the
- * AWS environment and files (above).  One parser for all of them. */
+ * How `ckptfs mount` and the commands of an s3:// PACKED (pack, verify,
+ * stat, unpack) take the connection's settings on their command line, over
+ * the AWS environment and files (above).  One parser for all of them. */
 typedef struct {
     char endpoint[1024];       /* endpoint=: "" the AWS way */
     char region[128];          /* region= */

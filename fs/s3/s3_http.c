@@ -543,7 +543,8 @@ cks3_status cks3_perform(cks3_client *c, cks3_req *r, const char *what, char *er
     uint64_t start = now_ms(), deadline = start + c->cfg.retry_ms;
     unsigned seed = (unsigned)(start ^ (uintptr_t)r ^ (unsigned)getpid());
     cks3_status st = CKS3_OK;
-    for (unsigned n = 0;; n++) {
+    unsigned n = 0; /* the attempt: n + 1 made */
+    for (;; n++) {
         r->got = 0;
         r->resp.n = 0;
         r->resp.over = 0;
@@ -587,8 +588,8 @@ cks3_status cks3_perform(cks3_client *c, cks3_req *r, const char *what, char *er
     }
     if (st != CKS3_OK && cks3_status_transient(st)) {
         size_t k = strlen(err);
-        snprintf(err + k, cap > k ? cap - k : 0, " (gave up after %.1f s of retries)",
-                 (double)(now_ms() - start) / 1000.0);
+        snprintf(err + k, cap > k ? cap - k : 0, " (%u tr%s in %.1f s, retried for up to s3_timeout=%g s; gave up)",
+                 n + 1, n ? "ies" : "y", (double)(now_ms() - start) / 1000.0, c->cfg.retry_ms / 1000.0);
     }
     if (st != CKS3_OK)
         atomic_fetch_add_explicit(&c->failures, 1, memory_order_relaxed);

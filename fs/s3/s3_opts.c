@@ -1,6 +1,6 @@
 /*
  * s3_opts.c — the -o options of the S3 connection (s3.h, cks3_opts): one
- * parser for `ckptfs mount` and for verify, stat and unpack of s3://.
+ * parser for `ckptfs mount` and for pack, verify, stat and unpack of s3://.
  */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -31,9 +31,12 @@ void cks3_pack_explain(cks3_client *c, const char *url, const char *bucket, cks3
                  url, bucket, ep, cks3_region(c));
         break;
     case CKS3_ERR_NETWORK:
-    case CKS3_ERR_SERVER:
-        snprintf(err, cap, "%s: cannot reach the S3 server %s (%s): check the endpoint (AWS_ENDPOINT_URL) and the network",
-                 url, ep, msg);
+        snprintf(err, cap, "%s: cannot reach the S3 server %s (%s): check the endpoint (-o endpoint=, "
+                 "AWS_ENDPOINT_URL) and the network, or wait longer (-o s3_timeout=SECONDS)", url, ep, msg);
+        break;
+    case CKS3_ERR_SERVER: /* it answered: 500, 502, 503 (SlowDown), 504 */
+        snprintf(err, cap, "%s: the S3 server %s kept failing (%s): try again later, or wait longer "
+                 "(-o s3_timeout=SECONDS)", url, ep, msg);
         break;
     case CKS3_ERR_NOMEM:
         snprintf(err, cap, "%s: out of memory", url);
