@@ -29,14 +29,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from s3fixture import ACCESS_KEY, SECRET_KEY, free_ports  # noqa: E402
 from s3proxy import SLOWDOWN, FaultProxy, status  # noqa: E402
-from s3check import MB, check, server_test, sha, tree  # noqa: E402
+from s3check import MB, check, server_test  # noqa: E402
+from s3util import digest_tree  # noqa: E402
 
 CKPTFS = os.path.abspath(sys.argv[1])
 CMDS = ("pack", "verify", "stat", "unpack")
-
-
-def digest_tree(root):
-    return {rel: sha(p) for rel, p in tree(root).items()}
 
 
 def make_model(src):
