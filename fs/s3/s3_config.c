@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "s3_internal.h"
 
@@ -162,9 +163,19 @@ int cks3_url_has_userinfo(const char *url)
     return memchr(a, '@', strcspn(a, "/?#")) != NULL;
 }
 
+/* http:// or https:// (a scheme is case-insensitive: HTTPS:// too) and a
+ * host, with no query, fragment, space or control character: they would
+ * end up inside every request's URL, and a query in the signature (SigV4
+ * refused it as a wrong secret). */
 static int endpoint_ok(const char *e)
 {
-    return (!strncmp(e, "http://", 7) && e[7]) || (!strncmp(e, "https://", 8) && e[8]);
+    size_t n = !strncasecmp(e, "http://", 7) ? 7 : !strncasecmp(e, "https://", 8) ? 8 : 0;
+    if (!n || !e[n])
+        return 0;
+    for (const unsigned char *p = (const unsigned char *)e; *p; p++)
+        if (*p <= ' ' || *p == 0x7f || *p == '?' || *p == '#')
+            return 0;
+    return 1;
 }
 
 cks3_status cks3_settings_resolve(const cks3_config *cfg, cks3_settings *s, char *err, size_t cap)
@@ -219,7 +230,8 @@ cks3_status cks3_settings_resolve(const cks3_config *cfg, cks3_settings *s, char
             goto out;
         }
         if (!endpoint_ok(ep)) {
-            st = serr(err, cap, CKS3_ERR_CONFIG, "endpoint %s: not an http:// or https:// URL", ep);
+            st = serr(err, cap, CKS3_ERR_CONFIG, "endpoint '%s': not an http:// or https:// URL of a server "
+                      "(http[s]://HOST[:PORT][/PATH], no query, fragment or space)", ep);
             goto out;
         }
         s->endpoint = strdup(ep);

@@ -491,6 +491,10 @@ static cks3_status http_error(cks3_client *c, cks3_req *r, const char *what, cha
         st = CKS3_ERR_CHANGED, hint = " (the object was replaced since it was first read)";
     else if (r->http == 416)
         st = CKS3_ERR_RANGE, hint = " (the object is shorter than it was)";
+    else if ((r->http == 401 || r->http == 403) && !strcmp(e.code, "RequestTimeTooSkewed"))
+        st = CKS3_ERR_HTTP, hint = " (this machine's clock is off from the server's by more than S3 allows, 15 "
+                                   "minutes: set it right, e.g. with chrony or systemd-timesyncd; the credentials "
+                                   "are not at fault)";
     else if (r->http == 401 || r->http == 403)
         st = CKS3_ERR_AUTH;
     else if (r->http == 404 && (!strcmp(e.code, "NoSuchBucket")))

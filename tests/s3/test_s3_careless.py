@@ -286,8 +286,34 @@ def recipe(s3, tmp):
         os.chmod(tmp, 0o700)
 
 
+def endpoints(s3, tmp):
+    """Endpoints as people type them, and a clock that is off: stat of a
+    pack either works or exits 1 saying what is wrong and what to do (not
+    blaming the credentials when they are right), never showing the secret."""
+    src, _packed, env, url = pack_and_upload(CKPTFS, s3, os.path.join(tmp, "ep"), make_model, "ep/m")
+    hostport = s3.endpoint.split("://", 1)[1]
+    for ep in ("HTTP://" + hostport, s3.endpoint + "/"):
+        r = ck(s3.env(AWS_ENDPOINT_URL=ep), "stat", url)
+        check(r.returncode == 0, f"endpoint {ep!r}: stat works ({r.returncode}: {r.stderr.strip()[-300:]})")
+    for ep in (s3.endpoint + "?x=1", s3.endpoint + "/#frag", s3.endpoint + " "):
+        r = ck(s3.env(AWS_ENDPOINT_URL=ep), "stat", url)
+        check(r.returncode == 1 and "no query, fragment or space" in r.stderr and "AWS_SECRET" not in r.stderr and
+              SECRET_KEY not in r.stderr + r.stdout,
+              f"endpoint {ep!r}: exit 1 saying what is wrong with it ({r.returncode}: {r.stderr.strip()[-300:]})")
+    if not shutil.which("faketime"):
+        print("skip (clock skew): no faketime")
+        return
+    for off in ("+2h", "-20m"):
+        r = subprocess.run(["faketime", "-f", off, CKPTFS, "stat", url], capture_output=True, text=True, env=env,
+                           timeout=300)
+        check(r.returncode == 1 and "clock" in r.stderr and "check AWS_ACCESS_KEY_ID" not in r.stderr and
+              SECRET_KEY not in r.stderr + r.stdout,
+              f"the clock off by {off}: exit 1 saying the clock is wrong, not the keys ({r.returncode}: "
+              f"{r.stderr.strip()[-400:]})")
+
+
 def main():
-    return server_test("ckptfs-s3careless-", rival, names, recipe)
+    return server_test("ckptfs-s3careless-", rival, names, recipe, endpoints)
 
 
 if __name__ == "__main__":
