@@ -271,7 +271,10 @@ static ckfs_status parse_one(ckfs_mount_opts *o, const char *opt, char *err, siz
 #undef BAD
     }
 #undef KEY
-    return usage_err(err, cap, "ckptfs mount: unknown option '%s' (see ckptfs mount -h)", opt);
+    /* the key only: a mistyped endpoint= (endpiont=http://user:pw@host) is
+     * no secret the message may repeat */
+    return usage_err(err, cap, "ckptfs mount: unknown option '%.*s'%s (see ckptfs mount -h)", (int)klen, opt,
+                     val ? " (its value not shown)" : "");
 }
 
 static ckfs_status parse_opt_list(ckfs_mount_opts *o, const char *list, char *err, size_t cap)

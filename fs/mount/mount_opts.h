@@ -50,7 +50,7 @@ typedef struct {
     cks3_opts s3;              /* endpoint=, region=, profile=, s3_timeout= (the time one
                                 * read may spend retrying, then EIO; default
                                 * CKFS_DEFAULT_S3_TIMEOUT_MS): fs/s3/s3.h's parser,
-                                * shared with verify, stat and unpack */
+                                * shared with pack, verify, stat and unpack */
     unsigned s3_windows;       /* s3_windows=: network windows in flight at most */
     char cache_dir[4096];      /* cache_dir=: local disk cache of fetched ranges ("" none) */
     uint64_t cache_dir_size;   /* cache_dir_size=: its bound in bytes */

@@ -76,6 +76,9 @@ check "verify --help: documents exit 3 and 4" sh -c "$CK verify --help | grep -q
 check "mount --help: PACKED MOUNTPOINT" sh -c "$CK mount --help | grep -q 'PACKED MOUNTPOINT'"
 "$CK" mount -o no_such_option "$T" "$T" 2> "$T/err"
 check "mount -o unknown option: exit 2, names it" sh -c "test $? -eq 2 && grep -q no_such_option '$T/err'"
+"$CK" mount -o ro,endpiont=http://someone:hunter2@10.9.9.9 "s3://b/p" "$T" 2> "$T/err"
+check "mount -o mistyped endpoint: exit 2, names the key, never its value" \
+  sh -c "test $? -eq 2 && grep -q \"'endpiont'\" '$T/err' && ! grep -q hunter2 '$T/err'"
 "$CK" stat --jobs 2 "$T" 2> "$T/err"
 check "stat --jobs: exit 2, says it does not apply" sh -c "test $? -eq 2 && grep -q 'does not apply' '$T/err'"
 "$CK" frobnicate 2> /dev/null
