@@ -113,9 +113,11 @@ static cJSON *file_item(const char *rel, uint64_t size, int64_t mtime)
 /* Walk the recorded files (rec: the state's "files", sorted; may be NULL)
  * and SRC's together.  @return 1 if every source file is recorded with the
  * same size and mtime and every recorded file missing from SRC is held by
- * DST, else 0 with the first difference in why.  With out, append to it the
- * files DST is to hold now (see above), in order. */
-static int walk_recorded(pack_ctx *c, const cJSON *rec, cJSON *out, char *why, size_t cap)
+ * DST (only where deletes, the state's "deletes", says a --delete-source run
+ * may have removed it: else it was removed from SRC by someone, and DST is
+ * no longer its pack), else 0 with the first difference in why.  With out,
+ * append to it the files DST is to hold now (see above), in order. */
+static int walk_recorded(pack_ctx *c, const cJSON *rec, int deletes, cJSON *out, char *why, size_t cap)
 {
     const cJSON *r = rec ? rec->child : NULL;
     size_t i = 0;
@@ -132,9 +134,10 @@ static int walk_recorded(pack_ctx *c, const cJSON *rec, cJSON *out, char *why, s
         const char *rrel = cJSON_IsString(rp) ? rp->valuestring : NULL;
         int d = !r ? 1 : !e ? -1 : !rrel ? -1 : strcmp(rrel, e->rel);
         if (d < 0) { /* recorded, gone from SRC */
-            int held = rrel && held_by_dst(c, rrel);
+            int packed = rrel && held_by_dst(c, rrel), held = deletes && packed;
             if (!held && same)
-                snprintf(why, cap, "%s is neither in the source nor packed", rrel ? CKU_ESC(rrel) : "an entry");
+                snprintf(why, cap, packed ? "%s is no longer in the source" : "%s is neither in the source nor packed",
+                         rrel ? CKU_ESC(rrel) : "an entry");
             same &= held;
             if (held && out)
                 cJSON_AddItemToArray(out, cJSON_Duplicate(r, 1));
@@ -202,7 +205,8 @@ static int write_state(pack_ctx *c, const char *src_real, const cJSON *old)
     cJSON_AddStringToObject(o, "format", enc_name(c->o->encoding));
     cJSON_AddBoolToObject(o, "deletes",
                           c->o->delete_source || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(old, "deletes")));
-    walk_recorded(c, cJSON_GetObjectItemCaseSensitive(old, "files"), files, why, sizeof why);
+    walk_recorded(c, cJSON_GetObjectItemCaseSensitive(old, "files"),
+                  cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(old, "deletes")), files, why, sizeof why);
     cJSON_AddItemToObject(o, "files", files);
     cJSON_Delete(c->hold_links);
     c->hold_links = hold_links(c, old);
@@ -235,7 +239,17 @@ static int state_matches(pack_ctx *c, const cJSON *st, const char *src_real, cha
     if (!cJSON_IsString(f) || strcmp(f->valuestring, enc_name(c->o->encoding)))
         return 0;
     int same_path = cJSON_IsString(s) && !strcmp(s->valuestring, src_real);
-    if (same_path && !c->src_missing)
+    int deletes = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(st, "deletes")), gone = 0;
+    /* a file it records that SRC no longer has, and no --delete-source run
+     * to have removed it: it is not this source's pack any more (a rerun,
+     * --force too, kept the file in the pack, and verify --against SRC
+     * found it differed); walk_recorded says which */
+    const cJSON *rec = cJSON_GetObjectItemCaseSensitive(st, "files");
+    for (const cJSON *r = rec && !deletes && !c->src_missing ? rec->child : NULL; r && !gone; r = r->next) {
+        const char *p = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(r, "path"));
+        gone = p && !src_has(c, p);
+    }
+    if (same_path && !c->src_missing && !gone)
         return 1;
     size_t n = strlen(why);
     /* a source moved elsewhere is there (an emptied one too: a rerun of an
@@ -257,7 +271,7 @@ static int state_matches(pack_ctx *c, const cJSON *st, const char *src_real, cha
         return 0;
     }
     snprintf(why + n, cap - n, " and ");
-    return walk_recorded(c, cJSON_GetObjectItemCaseSensitive(st, "files"), NULL, why + n + 5, cap - n - 5);
+    return walk_recorded(c, rec, deletes, NULL, why + n + 5, cap - n - 5);
 }
 
 /* 1 if name in the directory open at dfd (lstat st) is a packed file, even
@@ -419,8 +433,8 @@ int prepare_dst(pack_ctx *c, const char *src_real)
         goto out;
     }
     if (!c->o->force) {
-        fprintf(stderr, "ckptfs pack: %s: already exists and %s; use --force to replace it\n", c->dst,
-                m == 0 ? why : "holds a finished pack");
+        fprintf(stderr, "ckptfs pack: %s: already exists and %s; use --force to replace it\n",
+                c->o->remote ? c->o->remote->url : c->dst, m == 0 ? why : "holds a finished pack"); /* not the stage */
         goto out;
     }
     if (force_loses_nothing(c, st))

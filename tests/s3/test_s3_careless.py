@@ -312,8 +312,37 @@ def endpoints(s3, tmp):
               f"{r.stderr.strip()[-400:]})")
 
 
+def removed(s3, tmp):
+    """A file removed from the source, then the pack run again (a shard
+    dropped when a model is re-sharded): the rerun is refused naming it
+    (pack alone deletes nothing), `--force` makes the pack the source's as
+    it is now, locally and to s3:// (the old file's object deleted).  On
+    the code before, both kept the file: verify --against SRC exit 4 and the
+    mount showed a shard that is no longer there."""
+    src = os.path.join(tmp, "rm-src")
+    make_model(src)
+    local, url, env = os.path.join(tmp, "rm-packed"), s3.url("removed/m"), s3.env()
+    for dst in (local, url):
+        r = ck(env, "pack", src, dst)
+        check(r.returncode == 0, f"pack SRC {dst}: exit 0 ({r.returncode}: {r.stderr.strip()[-300:]})")
+    os.remove(os.path.join(src, "sub", "blob.bin"))
+    for dst in (local, url):
+        r = ck(env, "pack", src, dst)
+        check(r.returncode == 1 and f"{dst}: already exists" in r.stderr and "sub/blob.bin is no longer in the source"
+              in r.stderr and "--force" in r.stderr,
+              f"pack SRC {dst} again, sub/blob.bin removed from SRC: refused naming it ({r.returncode}: "
+              f"{r.stderr.strip()[-300:]})")
+        r = ck(env, "pack", "--force", src, dst)
+        v = ck(env, "verify", "--against", src, dst)
+        check(r.returncode == 0 and v.returncode == 0, f"pack --force SRC {dst}, then verify --against SRC: exit 0, 0 "
+                                                       f"({r.returncode}, {v.returncode}: {v.stderr.strip()[-300:]})")
+    keys = [o["Key"] for o in s3.client().list_objects_v2(Bucket=s3.bucket, Prefix="removed/m/").get("Contents", [])]
+    check("removed/m/sub/blob.bin.ckpt" not in keys and "removed/m/config.json.ckpt" in keys,
+          f"the removed file's object is deleted, the others kept ({sorted(keys)})")
+
+
 def main():
-    return server_test("ckptfs-s3careless-", rival, names, recipe, endpoints)
+    return server_test("ckptfs-s3careless-", rival, names, recipe, endpoints, removed)
 
 
 if __name__ == "__main__":
