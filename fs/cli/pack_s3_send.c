@@ -160,8 +160,20 @@ static int still_ours(s3_send *s, int objects)
             char *k = NULL;
             cks3_entry want = {.key = asprintf(&k, "%s%s%s", dir, s->files[i].path, CKP_SUFFIX) < 0 ? NULL : k};
             const cks3_entry *e = want.key ? bsearch(&want, l.v, l.n, sizeof *l.v, cmp_key) : NULL;
-            if (!e || strcmp(e->etag, s->etags[i]))
-                why = "a packed file this run sent was replaced or removed meanwhile";
+            if (e && strcmp(e->etag, s->etags[i]))
+                why = "a packed file this run sent was replaced meanwhile";
+            else if (!e) { /* not a rival's doing, as a rule */
+                if (want.key && !atomic_exchange(&s->rival, 1))
+                    fprintf(stderr, "ckptfs pack: %s/%s%s: sent, but not in the prefix's listing: the server keeps it "
+                            "under another name (SeaweedFS turns '\\' into '/'), or it was deleted meanwhile; "
+                            "no manifest put: rename the file, or pack to a server that keeps the name\n",
+                            s->url, CKU_ESC(s->files[i].path), CKP_SUFFIX);
+                free(k);
+                cks3_list_free(&l);
+                free(key);
+                free(dir);
+                return -1;
+            }
             free(k);
         }
     }

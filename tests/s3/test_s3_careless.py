@@ -20,7 +20,8 @@ names of 245 bytes, empty files, a symbolic link, and 1,100 small files in
 nested directories (ListObjectsV2 pages of 1,000), packed to a prefix that
 holds such characters too: verify --against the source, stat, unpack (every
 byte, the link as the link), the mount (as root: every byte), a rerun that
-sends nothing.  (A backslash is left out: SeaweedFS stores `a\\b` as `a/b`.)
+sends nothing.  A backslash on its own (backslash(): SeaweedFS stores `a\\b` as
+`a/b`): a pack that exits 0 is whole, else exit 1 naming the file.
 
 The recipe.  docs/object-storage.md's "Recipe: fstab and systemd" run as
 written (see recipe()): before 2026-12-07 it put the credentials in
@@ -341,8 +342,32 @@ def removed(s3, tmp):
           f"the removed file's object is deleted, the others kept ({sorted(keys)})")
 
 
+def backslash(s3, tmp):
+    """A name with a backslash: S3 keeps it, SeaweedFS stores `a\\b` as
+    `a/b`.  Either the pack exits 0 and is whole (verify, unpack), or it
+    exits 1 naming the file the server did not keep, with no manifest put.
+    On the code before: exit 0, and verify found the file missing (exit 3)."""
+    src = os.path.join(tmp, "bs-src")
+    os.makedirs(src)
+    for n in ("back\\slash.bin", "plain.bin"):
+        with open(os.path.join(src, n), "wb") as f:
+            f.write(os.urandom(1000))
+    env, url = s3.env(), s3.url("backslash/m")
+    r = ck(env, "pack", src, url)
+    v = ck(env, "verify", "--against", src, url)
+    if r.returncode == 0:
+        check(v.returncode == 0, f"pack of back\\slash.bin exit 0: the pack verifies ({v.returncode}: "
+                                 f"{v.stderr.strip()[-300:]})")
+    else:
+        check(r.returncode == 1 and "back\\\\slash.bin.ckpt: sent, but not in the prefix's listing" in r.stderr and
+              v.returncode == 1 and "manifest" not in str(s3.client().list_objects_v2(
+                  Bucket=s3.bucket, Prefix="backslash/m/").get("Contents", [])),
+              f"pack of back\\slash.bin: exit 1 naming the file the server did not keep, no manifest "
+              f"({r.returncode}: {r.stderr.strip()[-300:]}; verify {v.returncode})")
+
+
 def main():
-    return server_test("ckptfs-s3careless-", rival, names, recipe, endpoints, removed)
+    return server_test("ckptfs-s3careless-", rival, names, recipe, endpoints, removed, backslash)
 
 
 if __name__ == "__main__":
