@@ -12,7 +12,9 @@ own manifest, and B, told exit 0, had lost its pack.  Then two packs of two
 sources started at once, a few times: whatever each exits with, a pack that
 verifies is one source's, byte for byte, and it is the source of the run
 that exited 0 (on the code before, both exited 0 and the pack there failed
-verify: a manifest of one over objects of the other).
+verify: a manifest of one over objects of the other).  A node with the
+pack mounted and reading while `pack --force` replaces it: each read the
+old bytes or an error, never a mix.
 
 Names.  A tree whose file and directory names hold spaces, + % # ? & = ~ *
 ; ' " < >, UTF-8 (é, 中文, emoji), a leading - or ., a tab and a newline,
@@ -136,6 +138,48 @@ def rival(s3, tmp):
               f"two packs at once, round {t}: exits {[r[0] for r in res]}, verify {rc}, unpack gives "
               f"{'A' if src == a else 'B' if src == b else 'neither'} "
               f"({'; '.join(e.strip()[-200:] for _c, e in res)})")
+
+
+def mounted_force(s3, tmp):
+    """A node has the pack mounted, two threads reading every file again and
+    again, while `pack --force` of another source replaces it: each read
+    gives the old bytes or fails (EIO), never anything else (passed before
+    this audit too: it guards the promise)."""
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        print("skip (mounted while replaced): needs root and /dev/fuse")
+        return
+    a, b = two_sources(os.path.join(tmp, "mf"))
+    da, db = digest(a), digest(b)
+    env, url = s3.env(), s3.url("mounted/m")
+    r = ck(env, "pack", a, url)
+    check(r.returncode == 0, f"pack A: exit 0 ({r.returncode}: {r.stderr.strip()[-300:]})")
+    res = {"old": 0, "new": 0, "error": 0, "other": []}
+    stop = threading.Event()
+    with Mount(url, os.path.join(tmp, "mf-mnt"), env, binary=CKPTFS) as m:
+        def reader():
+            while not stop.is_set():
+                for rel in da:
+                    try:
+                        h = sha(os.path.join(m.mnt, rel))
+                    except OSError:
+                        res["error"] += 1
+                        continue
+                    if h in (da[rel], db[rel]):
+                        res["old" if h == da[rel] else "new"] += 1
+                    else:
+                        res["other"].append(rel)
+        ths = [threading.Thread(target=reader) for _ in range(2)]
+        for th in ths:
+            th.start()
+        time.sleep(0.5)
+        r = ck(env, "pack", "--force", b, url)
+        time.sleep(1)
+        stop.set()
+        for th in ths:
+            th.join()
+    check(r.returncode == 0 and res["old"] > 0 and not res["other"],
+          f"reads of a mounted pack while pack --force replaces it: the old bytes or an error, never a mix "
+          f"(pack exit {r.returncode}; {res})")
 
 
 NAMES = ["with space", "plus+sign", "pct%20x", "hash#", "q?x", "amp&amp;x", "eq=x", "tilde~", "star*", "semi;c",
@@ -367,7 +411,7 @@ def backslash(s3, tmp):
 
 
 def main():
-    return server_test("ckptfs-s3careless-", rival, names, recipe, endpoints, removed, backslash)
+    return server_test("ckptfs-s3careless-", rival, mounted_force, names, recipe, endpoints, removed, backslash)
 
 
 if __name__ == "__main__":
