@@ -100,8 +100,11 @@ static int sync_stage(s3_send *s, const char *stage)
     struct stat st;
     if (lstat(stage, &st) == 0)
         nftw(stage, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    cks3_status gs = key ? cks3_get_object(s->c, s->bucket, key, 256u << 20, NULL, &buf, &len, msg, sizeof msg)
+    cks3_object so = {0};
+    cks3_status gs = key ? cks3_get_object(s->c, s->bucket, key, 256u << 20, &so, &buf, &len, msg, sizeof msg)
                          : CKS3_ERR_NOMEM;
+    if (gs == CKS3_OK) /* the state this run expects there until it puts its own (pack_s3_send.c, still_ours) */
+        snprintf(s->my_state, sizeof s->my_state, "%s", so.etag);
     free(key);
     int rc = 0;
     if (gs == CKS3_OK) {
@@ -273,7 +276,7 @@ int ckpt_pack_s3(const ckpt_pack_opts *o)
         printf("packing %s to %s, staging at most %d packed file%s at a time in %s\n", o->src, s.url,
                s.rm.files_at_once, cku_s((size_t)s.rm.files_at_once), stage);
     if ((rc = ckpt_pack(&lo)) != CKPT_EXIT_OK) {
-        if (!s.my_state[0]) /* refused before its state went up: a rerun would be refused the same */
+        if (!s.state_put) /* refused before its state went up: a rerun would be refused the same */
             fprintf(stderr, "ckptfs pack: nothing was written to %s\n", s.url);
         else if (!atomic_load(&s.rival)) /* (a rival: said what to do) */
             fprintf(stderr, "ckptfs pack: the pack is not complete at %s (no manifest); run the same command again "

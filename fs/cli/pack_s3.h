@@ -35,8 +35,9 @@ typedef struct {
     uint64_t sent_bytes;
     atomic_int manifest_gone; /* the manifest there was deleted (before the first upload) */
     int manifest_up;          /* the manifest was put (or found the same) */
-    char my_state[CKS3_ETAG_MAX]; /* the ETag of the state this run put ("": none yet): another run's */
-                              /* replacing it is how a pack learns it has a rival */
+    char my_state[CKS3_ETAG_MAX]; /* the ETag of the state this run put, or found there at its start ("": */
+                              /* none): another run's replacing it is how a pack learns it has a rival */
+    int state_put;            /* this run put its state */
     atomic_int rival;         /* one was found (said once): this run stops */
     /* resuming interrupted uploads (pack_s3_resume.c) */
     cJSON *old_state;         /* the state there when the run started (NULL: none) */

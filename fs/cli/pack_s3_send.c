@@ -134,8 +134,9 @@ static int cmp_key(const void *a, const void *b)
 /* Two packs to one prefix at once (two nodes started by one script, a pack
  * --force while another runs): each puts its state first, so a state there
  * that is not the one this run put means another run has started since.
- * Checked (a HEAD of the state, its ETag) before each object is made (an
- * upload completed), so the run
+ * Checked (a HEAD of the state, its ETag: my_state, the one found at the
+ * start until this run puts its own) before the state is put and before
+ * each object is made (an upload completed), so the run
  * that lost stops before it replaces the winner's objects, and, with
  * objects, before the manifest: every object this run sent or kept must
  * still be there with its ETag (a rival's upload may have replaced it), so
@@ -152,7 +153,7 @@ static int still_ours(s3_send *s, int objects)
     cks3_list_result l = {0};
     const char *why = NULL;
     cks3_status st = key && dir ? cks3_head(s->c, s->bucket, key, &o, msg, sizeof msg) : CKS3_ERR_NOMEM;
-    if (st == CKS3_ERR_NOT_FOUND || (st == CKS3_OK && s->my_state[0] && strcmp(o.etag, s->my_state)))
+    if (st == CKS3_ERR_NOT_FOUND ? s->my_state[0] != 0 : st == CKS3_OK && strcmp(o.etag, s->my_state))
         why = "its state there is no longer this run's";
     else if (st == CKS3_OK && objects && (st = cks3_list(s->c, s->bucket, dir, &l, msg, sizeof msg)) == CKS3_OK) {
         qsort(l.v, l.n, sizeof *l.v, cmp_key);
@@ -354,7 +355,17 @@ static int put_file(s3_send *s, pack_ctx *c, const char *name, const char *same,
 static int hook_state_written(ckpt_pack_remote *rm, pack_ctx *c)
 {
     s3_send *s = (s3_send *)rm;
-    return put_file(s, c, CKP_STATE_NAME, NULL, 0, s->my_state);
+    /* the state there must still be the one found at the start (or none):
+     * else another run put its own since, and this one must not replace it */
+    if (still_ours(s, 0) || put_file(s, c, CKP_STATE_NAME, NULL, 0, s->my_state))
+        return -1;
+    s->state_put = 1;
+    cks3_object o;
+    char *key = s->my_state[0] ? NULL : cks3_key(s->prefix, CKP_STATE_NAME), msg[1024];
+    if (key && cks3_head(s->c, s->bucket, key, &o, msg, sizeof msg) == CKS3_OK) /* a PUT that gave no ETag */
+        snprintf(s->my_state, sizeof s->my_state, "%s", o.etag);
+    free(key);
+    return 0;
 }
 
 static int hook_manifest_written(ckpt_pack_remote *rm, pack_ctx *c)

@@ -8,7 +8,10 @@ end (a second node started by the same script): once released, A stops
 with a message naming the other pack, leaves no manifest of its own and no
 upload billed, and the pack there is B's, whole (verify, unpack gives B's
 bytes).  On the code before, A went on, replaced B's objects and put its
-own manifest, and B, told exit 0, had lost its pack.  Then two packs of two
+own manifest, and B, told exit 0, had lost its pack.  B held just before
+it puts its state (it found the prefix empty) while A packs it from start
+to end: B stops naming the other pack, A's pack stays (before: B replaced
+it, both exited 0).  Then two packs of two
 sources started at once, a few times: whatever each exits with, a pack that
 verifies is one source's, byte for byte, and it is the source of the run
 that exited 0 (on the code before, both exited 0 and the pack there failed
@@ -125,6 +128,33 @@ def rival(s3, tmp):
     check(rc == 0 and src == b, f"the pack there is B's, whole (verify exit {rc}; unpack gives "
                                 f"{'A' if src == a else 'B' if src == b else 'neither'})")
     check(not uploads(s3, "rival/held"), "no multipart upload left billed by the run that stopped")
+
+    # B found no state at its start, and is held before it puts its own
+    # while A packs the prefix from start to end: B must not then replace A
+    held, release = threading.Event(), threading.Event()
+
+    def gate_state(m, p, h):
+        if m in ("HEAD", "PUT") and p.split("?")[0].endswith("/rival/late/ckptfs.state") and not held.is_set():
+            held.set()
+            release.wait(120)
+        return False
+
+    url = s3.url("rival/late")
+    with FaultProxy(s3.port, every=1 << 40, burst=0, gate=gate_state) as px:
+        pb = subprocess.Popen([CKPTFS, "pack", b, url], env=env("lb", AWS_ENDPOINT_URL=px.endpoint),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        check(held.wait(120), "pack B reached its state")
+        ra = ck(env("la"), "pack", a, url)
+        release.set()
+        _o, eb = pb.communicate(timeout=300)
+    check(ra.returncode == 0, f"pack A from start to end while B waits: exit 0 ({ra.returncode}: "
+                              f"{ra.stderr.strip()[-300:]})")
+    check(pb.returncode == 1 and "another ckptfs pack to this prefix" in eb,
+          f"pack B, whose prefix A packed meanwhile: exit 1 naming the other pack ({pb.returncode}: "
+          f"{eb.strip()[-400:]})")
+    rc, src = result(url, "late")
+    check(rc == 0 and src == a, f"the pack there is A's, whole (verify exit {rc}; unpack gives "
+                                f"{'A' if src == a else 'B' if src == b else 'neither'})")
 
     # two packs started at once: a pack that verifies is one source's, the one whose run exited 0
     for t in range(3):
