@@ -41,6 +41,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -441,7 +442,15 @@ def backslash(s3, tmp):
 
 
 def main():
-    return server_test("ckptfs-s3careless-", rival, mounted_force, names, recipe, endpoints, removed, backslash)
+    # a staging directory of this run's own: the default one is named by
+    # bucket and prefix only, and another run of this test at once (another
+    # worktree's ctest) would find it locked
+    stage = tempfile.mkdtemp(prefix="ckptfs-s3careless-stage-")
+    os.environ["CKPTFS_STAGE_DIR"] = stage
+    try:
+        return server_test("ckptfs-s3careless-", rival, mounted_force, names, recipe, endpoints, removed, backslash)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 if __name__ == "__main__":
