@@ -180,11 +180,11 @@ void ckfs_window_range(ckfs_ctx *c, uint32_t file, const ckp_reader *r, uint64_t
     }
 }
 
-void ckfs_window_fill(ckfs_ctx *c, uint32_t file, const ckp_reader *r, uint32_t e)
+int ckfs_window_fill(ckfs_ctx *c, uint32_t file, const ckp_reader *r, uint32_t e)
 {
     const ckp_extent *x = ckp_get_extent(r, e);
     if (!c->windows || !ckp_get_source(r) || !x || !ckw_set_chunks(c->windows, x))
-        return;
+        return 0;
     ckfs_decoded *d = atomic_load_explicit(&c->files[file].decoded, memory_order_acquire);
     uint64_t base = d ? d->base[e] : 0;
     for (uint64_t k = 0; k < x->n_chunks;) {
@@ -198,8 +198,9 @@ void ckfs_window_fill(ckfs_ctx *c, uint32_t file, const ckp_reader *r, uint32_t 
         while (k < stop) {
             uint64_t held = ckw_prefetch(c->windows, file, r, -1, e, k, stop);
             if (held <= k)
-                return; /* every slot taken: the reads get windows of their own */
+                return -1; /* every slot taken: the reads get windows of their own */
             k = held;
         }
     }
+    return 0;
 }

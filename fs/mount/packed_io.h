@@ -36,8 +36,9 @@ void ckfs_window_range(ckfs_ctx *c, uint32_t file, const ckp_reader *r, uint64_t
 /* s3://: every chunk of extent e of manifest file `file` that is not
  * decoded yet and no window holds, in windows (as few as the windows
  * already there allow: several readers slicing the same tensor, whose union
- * is all of it, readpath.c). */
-void ckfs_window_fill(ckfs_ctx *c, uint32_t file, const ckp_reader *r, uint32_t e);
+ * is all of it, readpath.c).  @return 0, or -1 when every slot was taken
+ * before all of them were asked for. */
+int ckfs_window_fill(ckfs_ctx *c, uint32_t file, const ckp_reader *r, uint32_t e);
 
 /* f's reader is being replaced by a re-validated file's (identity.h): the
  * O_DIRECT descriptor of the old one, which the caller keeps open until

@@ -409,6 +409,16 @@ void ckw_get_stats(ckw_set *w, ckw_stats *st)
     pthread_mutex_unlock(&w->lock);
 }
 
+unsigned ckw_free_slots(ckw_set *w)
+{
+    unsigned n = 0;
+    pthread_mutex_lock(&w->lock);
+    for (unsigned i = 0; i < w->n_slots; i++)
+        n += w->slot[i].state == W_FREE;
+    pthread_mutex_unlock(&w->lock);
+    return n;
+}
+
 ckw_set *ckw_new(unsigned maxWindows, unsigned ioThreads) { return ckw_new_sized(maxWindows, ioThreads, CKW_BYTES); }
 
 ckw_set *ckw_new_sized(unsigned maxWindows, unsigned ioThreads, uint64_t windowBytes)

@@ -81,4 +81,8 @@ void ckw_put(ckw_set *w, ckw_window *win, uint64_t c, int decoded);
 
 void ckw_get_stats(ckw_set *w, ckw_stats *st);
 
+/* Slots free now (no window in them): a prefetch takes one of these before
+ * it replaces a loaded window nobody holds (which may not be used yet). */
+unsigned ckw_free_slots(ckw_set *w);
+
 #endif

@@ -600,12 +600,57 @@ static int read_ahead(ckfs_ctx *c, ckfs_ofile *of, const ckp_reader *r, uint64_t
     return own;
 }
 
+/* s3://: the tensors after extent e of file `file` (reader r) in file
+ * order, in whole windows, ahead of processes that read e together: then,
+ * when they came from the safetensors file before (they read it together
+ * too, ckfs_s3_file_shared), those of the next safetensors files of the
+ * manifest (sorted by path, as loaders sort shards; opened here if no
+ * process has yet), but processes reading one file together get nothing
+ * of the others.  Up to ckfs_s3_ahead's distance (the one a stream gets),
+ * while more than s3_windows/2 + 1 window slots stay free (a prefetch past
+ * them would replace loaded windows not used yet: fetched twice).  Readers
+ * slicing the same tensors take them in file order (safe_open's keys() are
+ * sorted by name, which is the file's order for tensors of one dtype as
+ * save_file writes them), each a part of every one: before 7 December
+ * nothing asked for the next tensor until a second reader reached it, and
+ * the link idled for a request's latency and the decode of each tensor
+ * (2 Gbit/s: 8 slicers 2.42 s, 4 whole readers of the same bytes 1.89 s;
+ * docs/object-storage.md).  @return tensors asked for. */
+static unsigned share_ahead(ckfs_ctx *c, uint32_t file, const ckp_reader *r, uint32_t e)
+{
+    uint64_t want = ckfs_s3_ahead(c), got = 0;
+    unsigned reserve = c->o.s3_windows / 2 + 1, n = 0;
+    uint32_t before = file;
+    while (before-- > 0 && c->m->files[before].kind != CKP_KIND_SAFETENSORS)
+        ;
+    uint32_t last = before != UINT32_MAX && ckfs_s3_file_shared(c, before) ? (uint32_t)c->m->n_files : file + 1;
+    for (uint32_t f = file; f < last && got < want; f++) {
+        if (f != file) {
+            e = UINT32_MAX; /* from its first extent */
+            if (c->m->files[f].kind != CKP_KIND_SAFETENSORS || get_reader(c, f, &r) != 0)
+                continue;
+        }
+        uint32_t nx = ckp_get_info(r)->n_extents;
+        for (uint32_t k = e + 1; k < nx && got < want; k++) {
+            const ckp_extent *x = ckp_get_extent(r, k);
+            if (!x->name[0]) /* the header, padding */
+                continue;
+            if (ckw_free_slots(c->windows) <= reserve || ckfs_window_fill(c, f, r, k) != 0)
+                return n;
+            got += x->orig_size;
+            n++;
+        }
+    }
+    return n;
+}
+
 /* s3://: the extent a read begins in, when another process began a read
  * in it just before (ckfs_s3_shared), gets its chunks not yet decoded nor
  * in a window in windows now, before this read's own: readers each slicing
  * a part of every tensor (tensor parallelism; together they read all of
  * it) made a window per slice and per plane, 1,539 range GETs for 8
- * slicers of a 537 MB model (docs/object-storage.md).  A lone slicer's
+ * slicers of a 537 MB model (docs/object-storage.md).  Then the tensors
+ * after it, whole, ahead of those readers (share_ahead).  A lone slicer's
  * extents are never shared: it keeps fetching only what its reads touch.
  * Only where a read begins: the kernel's readahead past a read of a
  * header (another process's safe_open) is no reader of the tensor. */
@@ -614,8 +659,9 @@ static void share_extent(ckfs_ctx *c, ckfs_ofile *of, const ckp_reader *r, uint6
     pid_t pid = of->pid ? of->pid : -1 - (pid_t)((uintptr_t)of % 65536); /* no pid: the open file */
     uint32_t e;
     uint64_t ch;
-    if (ckp_locate(r, off, &e, &ch) == CKP_OK && ckfs_s3_shared(c, of->file, e, pid))
-        ckfs_window_fill(c, of->file, r, e);
+    if (ckp_locate(r, off, &e, &ch) == CKP_OK && ckfs_s3_shared(c, of->file, e, pid) &&
+        ckfs_window_fill(c, of->file, r, e) == 0 && ckp_get_extent(r, e)->name[0])
+        atomic_fetch_add_explicit(&c->shared_ahead, share_ahead(c, of->file, r, e), memory_order_relaxed);
 }
 
 /* ---- open files ----------------------------------------------------------- */
@@ -1012,6 +1058,8 @@ static size_t counters(ckfs_ctx *c, ckfs_counter *n)
         PUT("direct_dropped", w.dropped);
         PUT("direct_replaced", w.replaced);
     }
+    if (c->s3)
+        PUT("s3_shared_ahead", atomic_load(&c->shared_ahead));
 #undef PUT
     if (c->s3) {
         counter_sink sink = {n, &k};

@@ -84,6 +84,7 @@ typedef struct ckfs_ctx {
     uint64_t total_size;
     atomic_ulong reads, read_bytes, big_reads; /* big: >= 512 KiB */
     atomic_ulong decoded_bytes, decode_errors; /* by fill_chunk */
+    atomic_ulong shared_ahead;     /* s3://: tensors fetched ahead of readers sharing them */
     pthread_mutex_t ofiles_lock;
     struct ckfs_ofile *ofiles;     /* every open file (by ofiles_lock): libfuse
                                     * sends no release for files still open at

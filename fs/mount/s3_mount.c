@@ -46,6 +46,9 @@ struct ckfs_s3 {
     pid_t streamers[CKFS_S3_STREAMERS]; /* by log_lock: ckfs_s3_streamer, a ring */
     unsigned n_streamers;           /* by log_lock: noted so far */
     struct share share[SHARE_SLOTS]; /* by log_lock: ckfs_s3_shared, by (file, e) */
+    uint64_t *shared_ms;            /* by log_lock: per file, its last read found shared
+                                     * (ckfs_s3_file_shared; NULL: out of memory) */
+    size_t n_shared_ms;
 };
 
 int ckfs_is_s3(const char *packed) { return cks3_is_url(packed); }
@@ -265,11 +268,26 @@ int ckfs_s3_shared(ckfs_ctx *c, uint32_t file, uint32_t e, pid_t pid)
     if (h->ms && h->file == file && h->e == e && now - h->ms <= SHARE_MS) {
         shared = h->pid != pid && !h->filled;
         h->filled |= shared;
+        if (h->pid != pid && !s->shared_ms && c->m->n_files &&
+            (s->shared_ms = calloc(c->m->n_files, sizeof *s->shared_ms)) != NULL)
+            s->n_shared_ms = c->m->n_files;
+        if (h->pid != pid && file < s->n_shared_ms)
+            s->shared_ms[file] = now;
     } else {
         h->file = file, h->e = e, h->filled = 0;
     }
     h->pid = pid;
     h->ms = now;
+    pthread_mutex_unlock(&s->log_lock);
+    return shared;
+}
+
+int ckfs_s3_file_shared(ckfs_ctx *c, uint32_t file)
+{
+    struct ckfs_s3 *s = c->s3;
+    uint64_t now = now_ms();
+    pthread_mutex_lock(&s->log_lock);
+    int shared = file < s->n_shared_ms && s->shared_ms[file] && now - s->shared_ms[file] <= SHARE_MS;
     pthread_mutex_unlock(&s->log_lock);
     return shared;
 }
@@ -309,6 +327,7 @@ void ckfs_s3_free(ckfs_ctx *c)
     ckdc_close(s->disk);
     free(s->bucket);
     free(s->prefix);
+    free(s->shared_ms);
     pthread_mutex_destroy(&s->log_lock);
     free(s);
     c->s3 = NULL;

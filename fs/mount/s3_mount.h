@@ -58,6 +58,10 @@ int ckfs_s3_streamer(ckfs_ctx *c, pid_t pid, int note);
  * slice in its own), else 0. */
 int ckfs_s3_shared(ckfs_ctx *c, uint32_t file, uint32_t e, pid_t pid);
 
+/* 1 if processes read file `file` together (ckfs_s3_shared found a read
+ * of it shared) within SHARE_MS before. */
+int ckfs_s3_file_shared(ckfs_ctx *c, uint32_t file);
+
 /* How far ahead of a sequential reader its windows are fetched. */
 uint64_t ckfs_s3_ahead(const ckfs_ctx *c);
 

@@ -26,6 +26,18 @@ against a real S3 server (SeaweedFS), by the daemon's counters:
    windows once a second process reads them, not a window per slice and
    plane: at most 20 range GETs per tensor besides the files' opens (the
    code before made 167 for 4 tensors: 57 windows of 3 GETs).
+6. read-ahead for readers sharing tensors (a model of 3 files): two
+   processes at once, each slicing an eighth of the first tensor of the
+   first file only, have the daemon fetch the file's next tensor before any
+   reader touches it (a third process slicing it makes no range GET), and
+   nothing of the next file (no process read a file before together with
+   another); two more slicing the first tensor of the second file (coming
+   from the first, read together) have it fetch the rest of that file and
+   the third file too (opened ahead): a third process slicing every tensor
+   not read yet makes no range GET.  Every slice right, the model fetched
+   once (<= 1.02x packed).  The code before fetched nothing past a tensor
+   until a second reader reached it (the third readers made windows of
+   their own: range GETs).
 Usage: test_s3_slicers.py CKPTFS          (root and /dev/fuse; else skipped: 77)
 """
 import os
@@ -44,18 +56,23 @@ PREFETCH = 1 * MB                                   # the mount's default decode
 # one reader process: the eighths K (comma-separated) of every tensor of every
 # file, compared with the original's; prints "ok N" (slices compared) or "bad NAME".
 # With a fourth argument it prints "ready" once imported and waits for a line
-# on stdin before it reads (slicers started together, however slow the imports)
+# on stdin before it reads (slicers started together, however slow the imports);
+# a fifth one, F:T,... (file and tensor indexes, files sorted by name), reads
+# those tensors only
 SLICER = r"""
 import os, sys, torch
 from safetensors import safe_open
 src, mnt, ks = sys.argv[1], sys.argv[2], [int(k) for k in sys.argv[3].split(",")]
+want = sys.argv[5].split(",") if len(sys.argv) > 5 else None
 if len(sys.argv) > 4:
     print("ready", flush=True)
     sys.stdin.readline()
 n = 0
-for name in sorted(x for x in os.listdir(src) if x.endswith(".safetensors")):
+for fi, name in enumerate(sorted(x for x in os.listdir(src) if x.endswith(".safetensors"))):
     with safe_open(os.path.join(mnt, name), "pt") as y, safe_open(os.path.join(src, name), "pt") as x:
-        for t in y.keys():
+        for ti, t in enumerate(y.keys()):
+            if want is not None and f"{fi}:{ti}" not in want:
+                continue
             rows = y.get_slice(t).get_shape()[0]
             for k in ks:
                 lo, hi = rows * k // 8, rows * (k + 1) // 8
@@ -67,11 +84,32 @@ print("ok", n)
 """
 
 
-def make_model(src):
+def start(src, mnt, jobs):
+    """One SLICER process per (eighth, tensors) in jobs, each imported and
+    waiting at its gate on return."""
+    ps = [subprocess.Popen([sys.executable, "-c", SLICER, src, mnt, str(k), "gate", ",".join(ts)],
+                           stdout=subprocess.PIPE,
+                           stdin=subprocess.PIPE, text=True) for k, ts in jobs]
+    return ps, [p.stdout.readline().strip() == "ready" for p in ps]
+
+
+def release(started, jobs):
+    """Open the gates of start()'s processes at once; True if each got its
+    slices right."""
+    ps, ready = started
+    for p in ps:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    outs = [p.communicate(timeout=300)[0] for p in ps]
+    return all(ready) and all(p.returncode == 0 and o.split() == ["ok", str(len(ts))]
+                              for p, o, (_k, ts) in zip(ps, outs, jobs)), outs
+
+
+def make_model(src, files=FILES):
     import torch
     from safetensors.torch import save_file
     torch.manual_seed(25)
-    for f in range(FILES):
+    for f in range(files):
         save_file({f"layers.{f * TENSORS + t}.weight": (torch.randn(ROWS, COLS) * 0.02).to(torch.bfloat16)
                    for t in range(TENSORS)}, os.path.join(src, f"model-{f}.safetensors"))
 
@@ -185,6 +223,49 @@ def run(s3, tmp, mounts):
               f"{st['direct_loads']} windows")
         check(got <= 1.02 * psize, f"8 slicers: packed bytes fetched {got} <= 1.02 x packed {psize}")
         check(gets <= 20 * FILES * TENSORS, f"8 slicers: {gets} range GETs <= 20 per tensor ({20 * FILES * TENSORS})")
+
+    # 6. readers sharing tensors get the next ones ahead (a model of 3 files)
+    ahead(s3, tmp, mounts)
+
+
+def ahead(s3, tmp, mounts):
+    src, packed = os.path.join(tmp, "src3"), os.path.join(tmp, "packed3")
+    os.makedirs(src)
+    make_model(src, 3)
+    subprocess.run([CKPTFS, "pack", src, packed], check=True, capture_output=True)
+    s3.upload_dir(packed, "m3")
+    ck = {k: os.path.getsize(p) for k, p in tree(packed).items() if k.endswith(".ckpt")}
+    psize = sum(ck.values())
+    m = Mount(s3.url("m3"), os.path.join(tmp, "ahead"), s3.env(), "read_ahead_kb=128")
+    mounts.append(m)
+    with m:
+        # all imported first: the second pair starts right after the first
+        # (within the 10 s in which a file counts as read together)
+        first, second = [(0, ["0:0"]), (4, ["0:0"])], [(0, ["1:0"]), (4, ["1:0"])]
+        p1, p2 = start(src, m.mnt, first), start(src, m.mnt, second)
+        ok, outs = release(p1, first)
+        check(ok, f"2 slicers of the first file's first tensor: their eighths equal the original's ({outs})")
+        st = m.stats()
+        got, bound = st["s3_packed_bytes_fetched"], 1.02 * ck["model-0.safetensors.ckpt"]
+        print(f"ahead: 2 slicers of the first file's first tensor: fetched {got} packed bytes "
+              f"({got / psize:.3f}x packed), {st.get('s3_shared_ahead')} tensors asked for ahead")
+        check(got <= bound, f"ahead: nothing of the next file fetched for 2 processes reading one file together: "
+              f"packed bytes fetched {got} <= 1.02 x the first file's ({bound:.0f})")
+        check(st.get("s3_shared_ahead", 0) <= TENSORS - 1, f"ahead: tensors asked for ahead of them "
+              f"{st.get('s3_shared_ahead', 0)} <= {TENSORS - 1} (the first file's)")
+        ok, outs = release(p2, second)
+        check(ok, f"2 slicers of the second file's first tensor: their eighths equal the original's ({outs})")
+        g0 = m.stats()["s3_range_gets"]
+        rest = ["0:1", "1:1", "2:0", "2:1"]
+        ok, outs = release(start(src, m.mnt, [(2, rest)]), [(2, rest)])
+        check(ok, f"a third reader of tensors {rest}: its eighths equal the original's ({outs})")
+        st = m.stats()
+        gets, got = st["s3_range_gets"] - g0, st["s3_packed_bytes_fetched"]
+        print(f"ahead: the third reader of tensors {rest} made {gets} range GETs; fetched {got / psize:.3f}x packed; "
+              f"{st.get('s3_shared_ahead')} tensors asked for ahead")
+        check(gets == 0, f"ahead: tensors {rest} were fetched before any reader touched them: the third reader "
+              f"made {gets} range GETs (0)")
+        check(got <= 1.02 * psize, f"ahead: packed bytes fetched {got} <= 1.02 x packed {psize}")
 
 
 if __name__ == "__main__":
