@@ -35,6 +35,18 @@ def tree(root):
             for d, _, fs in os.walk(root) for n in fs}
 
 
+def fetch_note(st):
+    """The daemon's counters that tell why packed bytes were fetched more than
+    once, for a failed fetched-once check: chunks decoded more than once show
+    as decoded_bytes above the files' sizes and cache_misses above
+    cache_served_out (a chunk the kernel asked for again after it had been
+    served whole, its window gone: decoded again from a window of its own)."""
+    keys = ("decoded_bytes", "cache_misses", "cache_served_out", "cache_bytes", "cache_evictions",
+            "direct_loads", "direct_replaced", "direct_dropped", "direct_failures", "s3_range_gets",
+            "s3_retries", "s3_read_errors", "s3_bytes_in")
+    return " [" + ", ".join(f"{k} {st[k]}" for k in keys if k in st) + "]"
+
+
 class Mount:
     """ckptfs mount -f of url at mnt with -o log=MNT.log,OPTS (stderr in
     MNT.err); stopped with fusermount3 -u, or killed and detached lazily

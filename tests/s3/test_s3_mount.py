@@ -23,7 +23,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 from s3fixture import SECRET_KEY  # noqa: E402
 from s3proxy import FaultProxy  # noqa: E402
-from s3check import FAILS, MB, Mount, check, mount_test, sha, tree  # noqa: E402
+from s3check import FAILS, MB, Mount, check, fetch_note, mount_test, sha, tree  # noqa: E402
 
 CKPTFS = os.path.abspath(sys.argv[1])
 
@@ -114,7 +114,7 @@ def run(s3, tmp, mounts):
             st = m.stats()
             print("stats:", json.dumps(st))
             check(st["source"] == url and st["s3_packed_bytes_fetched"] <= 1.02 * psize,
-                  f"one reader: packed bytes fetched {st['s3_packed_bytes_fetched']} <= 1.02 x {psize}")
+                  f"one reader: packed bytes fetched {st['s3_packed_bytes_fetched']} <= 1.02 x {psize}" + fetch_note(st))
             cmd = open(f"/proc/{m.p.pid}/cmdline", "rb").read()
             log = open(m.log, "rb").read()
             check(SECRET_KEY.encode() not in cmd and SECRET_KEY.encode() not in log and b"CKPTFSTESTKEY" not in cmd,
@@ -133,7 +133,7 @@ def run(s3, tmp, mounts):
             st = m.stats()
             check(st["s3_packed_bytes_fetched"] <= 1.02 * psize,
                   f"4 readers: packed bytes fetched {st['s3_packed_bytes_fetched']} <= 1.02 x packed {psize} "
-                  f"({st['s3_packed_bytes_fetched'] / psize:.3f}x)")
+                  f"({st['s3_packed_bytes_fetched'] / psize:.3f}x)" + fetch_note(st))
             peak = m.rss_peak_kib()
             bound = (64 + (8 + 4 + 2) * 22 + 96) * 1024  # cache + windows (<= 1.25 x 16 MiB each, + slack) + 96 MiB
             check(0 < peak <= bound, f"daemon peak RSS {peak // 1024} MiB <= cache 64 MiB + windows + 96 MiB = {bound // 1024} MiB")
