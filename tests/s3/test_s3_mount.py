@@ -113,6 +113,13 @@ def run(s3, tmp, mounts):
             check(sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa), "from_pretrained through the mount: same weights")
             st = m.stats()
             print("stats:", json.dumps(st))
+            # Read once, then again by load_file, get_slice and from_pretrained
+            # from the kernel's page cache (keep_cache): this bound holds while the
+            # kernel keeps the pages it was given.  `echo 3 >drop_caches` beside
+            # it (the benchmarks do it) makes the kernel ask again for chunks the
+            # daemon handed out and dropped: 1.0108x with a drop every 0.3 s
+            # (7 December; 1.0047x without), and once 1.0227x while other
+            # engineers' s3_bench runs dropped the caches of the whole machine.
             check(st["source"] == url and st["s3_packed_bytes_fetched"] <= 1.02 * psize,
                   f"one reader: packed bytes fetched {st['s3_packed_bytes_fetched']} <= 1.02 x {psize}" + fetch_note(st))
             cmd = open(f"/proc/{m.p.pid}/cmdline", "rb").read()
