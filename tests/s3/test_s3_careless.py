@@ -105,26 +105,35 @@ def rival(s3, tmp):
         shutil.rmtree(out, ignore_errors=True)
         return v.returncode, next((s for s, d in want.items() if d == got), None)
 
+    def while_held(url, stop_at, what, held, held_tag, other, other_tag):
+        """`ckptfs pack *held url` through a proxy that holds its first
+        request stop_at(method, path) matches while `ckptfs pack *other url`
+        runs to its end; then the held one goes on.  @return the held run's
+        exit and stderr, and the other's CompletedProcess."""
+        gated, release = threading.Event(), threading.Event()
+
+        def gate(m, p, h):
+            if stop_at(m, p) and not gated.is_set():
+                gated.set()
+                release.wait(120)
+            return False
+
+        with FaultProxy(s3.port, every=1 << 40, burst=0, gate=gate) as px:
+            ph = subprocess.Popen([CKPTFS, "pack", *held, url], env=env(held_tag, AWS_ENDPOINT_URL=px.endpoint),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            check(gated.wait(120), what)
+            ro = ck(env(other_tag), "pack", *other, url)
+            release.set()
+            _o, eh = ph.communicate(timeout=300)
+        return ph.returncode, eh, ro
+
     # A held at its first part while pack --force B runs to the end
-    held, release = threading.Event(), threading.Event()
-
-    def gate(m, p, h):
-        if m == "PUT" and "partNumber=" in p and not held.is_set():
-            held.set()
-            release.wait(120)
-        return False
-
     url = s3.url("rival/held")
-    with FaultProxy(s3.port, every=1 << 40, burst=0, gate=gate) as px:
-        pa = subprocess.Popen([CKPTFS, "pack", a, url], env=env("a", AWS_ENDPOINT_URL=px.endpoint),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        check(held.wait(120), "pack A reached its first part upload")
-        rb = ck(env("b"), "pack", "--force", b, url)
-        release.set()
-        _o, ea = pa.communicate(timeout=300)
+    rca, ea, rb = while_held(url, lambda m, p: m == "PUT" and "partNumber=" in p,
+                             "pack A reached its first part upload", [a], "a", ["--force", b], "b")
     check(rb.returncode == 0, f"pack --force B while A runs: exit 0 ({rb.returncode}: {rb.stderr.strip()[-300:]})")
-    check(pa.returncode == 1 and "another ckptfs pack to this prefix" in ea,
-          f"pack A, overtaken by B: exit 1 naming the other pack ({pa.returncode}: {ea.strip()[-1500:]})")
+    check(rca == 1 and "another ckptfs pack to this prefix" in ea,
+          f"pack A, overtaken by B: exit 1 naming the other pack ({rca}: {ea.strip()[-1500:]})")
     rc, src = result(url, "held")
     check(rc == 0 and src == b, f"the pack there is B's, whole (verify exit {rc}; unpack gives "
                                 f"{'A' if src == a else 'B' if src == b else 'neither'})")
@@ -132,26 +141,14 @@ def rival(s3, tmp):
 
     # B found no state at its start, and is held before it puts its own
     # while A packs the prefix from start to end: B must not then replace A
-    held, release = threading.Event(), threading.Event()
-
-    def gate_state(m, p, h):
-        if m in ("HEAD", "PUT") and p.split("?")[0].endswith("/rival/late/ckptfs.state") and not held.is_set():
-            held.set()
-            release.wait(120)
-        return False
-
     url = s3.url("rival/late")
-    with FaultProxy(s3.port, every=1 << 40, burst=0, gate=gate_state) as px:
-        pb = subprocess.Popen([CKPTFS, "pack", b, url], env=env("lb", AWS_ENDPOINT_URL=px.endpoint),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        check(held.wait(120), "pack B reached its state")
-        ra = ck(env("la"), "pack", a, url)
-        release.set()
-        _o, eb = pb.communicate(timeout=300)
+    rcb, eb, ra = while_held(url, lambda m, p: m in ("HEAD", "PUT") and
+                             p.split("?")[0].endswith("/rival/late/ckptfs.state"),
+                             "pack B reached its state", [b], "lb", [a], "la")
     check(ra.returncode == 0, f"pack A from start to end while B waits: exit 0 ({ra.returncode}: "
                               f"{ra.stderr.strip()[-300:]})")
-    check(pb.returncode == 1 and "another ckptfs pack to this prefix" in eb,
-          f"pack B, whose prefix A packed meanwhile: exit 1 naming the other pack ({pb.returncode}: "
+    check(rcb == 1 and "another ckptfs pack to this prefix" in eb,
+          f"pack B, whose prefix A packed meanwhile: exit 1 naming the other pack ({rcb}: "
           f"{eb.strip()[-400:]})")
     rc, src = result(url, "late")
     check(rc == 0 and src == a, f"the pack there is A's, whole (verify exit {rc}; unpack gives "
